@@ -1,0 +1,3 @@
+"""opensession: an OpenCode-compatible agent session server."""
+
+__version__ = "0.1.0"

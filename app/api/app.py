@@ -1,0 +1,49 @@
+"""The ASGI application: routers, error handlers, middleware and the runtime's lifetime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api import errors
+from app.api.legacy import events as legacy_events
+from app.api.legacy import meta as legacy_meta
+from app.api.legacy import sessions as legacy_sessions
+from app.api.middleware import BasicAuth, BodyLimit
+from app.runtime.service import Runtime
+from app.settings import Settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    runtime = Runtime(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+
+    app = FastAPI(
+        title="opensession",
+        version=__version__,
+        description="OpenCode-compatible agent session server",
+        openapi_url="/doc",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    errors.install(app)
+    app.include_router(legacy_meta.router)
+    app.include_router(legacy_sessions.router)
+    app.include_router(legacy_events.router)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if settings.password:
+        app.add_middleware(BasicAuth, username=settings.username, password=settings.password)
+    return app

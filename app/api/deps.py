@@ -1,0 +1,41 @@
+"""Request-scoped dependencies shared by the routers: the runtime, the instance directory a
+request is scoped to, and validated path identifiers."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+from urllib.parse import unquote
+
+from fastapi import Depends, Path, Query, Request
+
+from app.runtime.errors import InvalidInput
+from app.runtime.service import Runtime
+
+ID_PATTERN = r"^{prefix}_[0-9A-Za-z]{{1,64}}$"
+
+SessionIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="ses"), description="Session ID (ses_...)")]
+MessageIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="msg"), description="Message ID (msg_...)")]
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+def instance_directory(
+    request: Request,
+    directory: Annotated[str | None, Query(description="Project directory the request is scoped to")] = None,
+) -> str:
+    """``?directory=`` wins, then the ``x-opencode-directory`` header (URI-encoded by the SDK), then
+    the server's own directory."""
+    value = directory or request.headers.get("x-opencode-directory")
+    if not value:
+        return get_runtime(request).settings.directory
+    value = unquote(value)
+    if not os.path.isabs(value):
+        raise InvalidInput(f"directory must be an absolute path, got {value!r}")
+    return os.path.normpath(value)
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+DirectoryDep = Annotated[str, Depends(instance_directory)]

@@ -1,0 +1,64 @@
+"""Legacy event streams: ``/event`` (one instance directory, ``{id, type, properties}`` frames)
+and ``/global/event`` (every directory, ``{directory, payload}`` frames plus a ``sync`` twin for
+each durable event, as the OpenCode TUI consumes them)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request
+from starlette.responses import Response
+
+from app import ids
+from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.errors import bad_request
+from app.api.sse import envelope, event_source, parse_cursor
+from app.events.model import Event
+from app.jsonutil import dumpb
+
+router = APIRouter(tags=["event"])
+
+
+def _legacy(event: Event) -> bytes:
+    return dumpb(envelope(event.type, event.properties, event.id))
+
+
+def _global(event: Event) -> bytes:
+    return dumpb({"directory": event.directory or "global", "payload": envelope(event.type, event.properties, event.id)})
+
+
+def _sync_twin(event: Event) -> bytes:
+    sync = {"id": event.id, "type": f"{event.type}.1", "seq": event.seq, "aggregateID": event.session_id,
+            "data": event.properties}
+    return dumpb({"directory": event.directory or "global", "payload": {"type": "sync", "syncEvent": sync, "id": event.id}})
+
+
+def _legacy_control(event_type: str) -> bytes:
+    return dumpb(envelope(event_type, {}, ids.event_id()))
+
+
+def _global_control(event_type: str) -> bytes:
+    return dumpb({"payload": envelope(event_type, {}, ids.event_id())})
+
+
+LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
+
+
+@router.get("/event", operation_id="event.subscribe", summary="Events of one instance directory (SSE)")
+async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id: LastEventID = None) -> Response:
+    try:
+        after = parse_cursor(last_event_id)
+    except ValueError:
+        return bad_request("Last-Event-ID must be an event id sent by this server", "Headers")
+    return event_source(runtime, accept=lambda e: e.directory == directory, kind="legacy", encode=_legacy,
+                        control=_legacy_control, after=after, replay_directory=directory)
+
+
+@router.get("/global/event", operation_id="global.event", summary="Events of every directory (SSE)")
+async def global_subscribe(request: Request, runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
+    try:
+        after = parse_cursor(last_event_id)
+    except ValueError:
+        return bad_request("Last-Event-ID must be an event id sent by this server", "Headers")
+    return event_source(runtime, accept=lambda _e: True, kind="global", encode=_global, control=_global_control,
+                        after=after, twin=_sync_twin)

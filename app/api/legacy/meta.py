@@ -1,0 +1,138 @@
+"""Instance metadata routes the OpenCode TUI and SDK read at start-up (health, paths, config,
+providers, agents, project, VCS) and the empty lists of features not hosted here yet. Without
+``/config``, ``/config/providers``, ``/provider`` and ``/agent`` the TUI refuses to start."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+from fastapi import APIRouter, Request, Response
+
+from app import __version__
+from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.responses import JSONBody
+from app.config import user_config_directory
+from app.runtime.project import project_id
+
+router = APIRouter(tags=["instance"])
+
+_BUILD_AGENT = {
+    "name": "build",
+    "description": "The default agent. Executes tools based on configured permissions.",
+    "mode": "primary",
+    "native": True,
+    "permission": [{"permission": "*", "pattern": "*", "action": "allow"}],
+    "options": {},
+}
+
+
+def _default_choice(runtime: RuntimeDep, directory: str) -> dict[str, str]:
+    ref = runtime.registry.default_model(directory)
+    defaults = {p["id"]: next(iter(p["models"]), "") for p in runtime.registry.catalog(directory)}
+    defaults[ref.provider_id] = ref.model_id
+    return defaults
+
+
+@router.get("/global/health", operation_id="global.health")
+async def health() -> Response:
+    return JSONBody({"healthy": True, "version": __version__})
+
+
+@router.get("/path", operation_id="path.get")
+async def paths(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    home = str(Path.home())
+    return JSONBody({
+        "home": home,
+        "state": str(Path(runtime.settings.database_url.split("///", 1)[-1]).parent),
+        "config": str(user_config_directory(runtime.settings.config_dir)),
+        "worktree": directory,
+        "directory": directory,
+    })
+
+
+@router.get("/config", operation_id="config.get")
+async def config(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    raw = dict(runtime.config.load(directory).raw)
+    raw.setdefault("model", "/".join(vars(runtime.registry.default_model(directory)).values()))
+    raw.setdefault("share", "disabled")
+    return JSONBody(raw)
+
+
+@router.get("/config/providers", operation_id="config.providers")
+async def config_providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody({"providers": runtime.registry.catalog(directory), "default": _default_choice(runtime, directory)})
+
+
+@router.get("/provider", operation_id="provider.list")
+async def providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    catalog = runtime.registry.catalog(directory)
+    return JSONBody({"all": catalog, "default": _default_choice(runtime, directory),
+                     "connected": [p["id"] for p in catalog]})
+
+
+@router.get("/provider/auth", operation_id="provider.auth")
+async def provider_auth() -> Response:
+    return JSONBody({})
+
+
+@router.get("/agent", operation_id="app.agents")
+async def agents() -> Response:
+    return JSONBody([_BUILD_AGENT])
+
+
+@router.get("/project/current", operation_id="project.current")
+async def project_current(directory: DirectoryDep) -> Response:
+    pid = await project_id(directory)
+    created = int(os.stat(directory).st_ctime * 1000) if os.path.isdir(directory) else 0
+    return JSONBody({"id": pid, "worktree": directory, "vcs": "git" if pid != "global" else None,
+                     "time": {"created": created, "updated": created}, "sandboxes": []})
+
+
+def _git_branch(directory: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "branch", "--show-current"], cwd=directory, capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+@router.get("/vcs", operation_id="vcs.get")
+async def vcs(directory: DirectoryDep) -> Response:
+    branch = await asyncio.to_thread(_git_branch, directory)
+    return JSONBody({"branch": branch} if branch else {})
+
+
+@router.get("/experimental/capabilities", include_in_schema=False)
+async def capabilities() -> Response:
+    return JSONBody({"backgroundSubagents": False})
+
+
+@router.get("/experimental/console", include_in_schema=False)
+async def console() -> Response:
+    return JSONBody({"consoleManagedProviders": [], "switchableOrgCount": 0})
+
+
+_EMPTY_LISTS = ("/command", "/lsp", "/formatter", "/permission", "/question", "/experimental/resource",
+                "/experimental/workspace", "/experimental/workspace/status")
+
+
+def _empty_list(request: Request) -> Response:
+    return JSONBody([])
+
+
+for _path in _EMPTY_LISTS:
+    router.add_api_route(_path, _empty_list, methods=["GET"], include_in_schema=False)
+
+
+@router.get("/mcp", include_in_schema=False)
+async def mcp() -> Response:
+    return JSONBody({})
+
+
+@router.post("/instance/dispose", operation_id="instance.dispose")
+async def instance_dispose() -> Response:
+    return JSONBody(True)

@@ -1,0 +1,122 @@
+"""Request bodies of the legacy API, as OpenCode's OpenAPI document defines them. Unknown fields
+are ignored (as OpenCode does); wrong types and missing required fields are 400s."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.api.deps import ID_PATTERN
+
+SessionID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="ses"))]
+MessageID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="msg"))]
+PartID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="prt"))]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ModelChoice(_Body):
+    providerID: str = Field(min_length=1)
+    modelID: str = Field(min_length=1)
+
+
+class SessionModel(_Body):
+    id: str = Field(min_length=1)
+    providerID: str = Field(min_length=1)
+    variant: str | None = None
+
+
+class PermissionRule(_Body):
+    permission: str
+    pattern: str
+    action: Literal["allow", "deny", "ask"]
+
+
+class SessionCreate(_Body):
+    parentID: SessionID | None = None
+    title: str | None = Field(default=None, max_length=1000)
+    agent: str | None = None
+    model: SessionModel | None = None
+    metadata: dict[str, Any] | None = None
+    permission: list[PermissionRule] | None = None
+    workspaceID: str | None = None
+
+
+class SessionTime(_Body):
+    archived: float | None = None
+
+
+class SessionUpdate(_Body):
+    title: str | None = Field(default=None, max_length=1000)
+    metadata: dict[str, Any] | None = None
+    permission: list[PermissionRule] | None = None
+    time: SessionTime | None = None
+
+
+class _PartInput(_Body):
+    id: PartID | None = None
+
+
+class TextPartInput(_PartInput):
+    type: Literal["text"]
+    text: str
+    synthetic: bool | None = None
+    ignored: bool | None = None
+    time: dict[str, float] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class FilePartInput(_PartInput):
+    type: Literal["file"]
+    mime: str
+    url: str
+    filename: str | None = None
+    source: dict[str, Any] | None = None
+
+
+class AgentPartInput(_PartInput):
+    type: Literal["agent"]
+    name: str
+    source: dict[str, Any] | None = None
+
+
+class SubtaskPartInput(_PartInput):
+    type: Literal["subtask"]
+    prompt: str
+    description: str
+    agent: str
+    model: ModelChoice | None = None
+    command: str | None = None
+
+
+PartInput = Annotated[
+    TextPartInput | FilePartInput | AgentPartInput | SubtaskPartInput, Field(discriminator="type")
+]
+
+
+class PromptBody(_Body):
+    """``POST /session/:id/message`` and ``/prompt_async``. Both model shapes seen in the wild are
+    accepted: ``model: {providerID, modelID}`` and the older top-level ``providerID``/``modelID``."""
+
+    messageID: MessageID | None = None
+    model: ModelChoice | None = None
+    providerID: str | None = None
+    modelID: str | None = None
+    agent: str | None = None
+    noReply: bool | None = None
+    system: str | None = None
+    variant: str | None = None
+    tools: dict[str, bool] | None = None
+    format: dict[str, Any] | None = None
+    parts: list[PartInput] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _legacy_model_fields(self) -> PromptBody:
+        if self.model is None and (self.providerID or self.modelID):
+            if not (self.providerID and self.modelID):
+                raise ValueError("providerID and modelID must be given together")
+            self.model = ModelChoice(providerID=self.providerID, modelID=self.modelID)
+        return self

@@ -1,0 +1,183 @@
+"""Legacy session routes (``/session...``): thin translations onto the runtime."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
+from app.api.errors import bad_request
+from app.api.legacy.schemas import PromptBody, SessionCreate, SessionUpdate
+from app.api.responses import JSONBody
+from app.jsonutil import dumpb, loads
+from app.providers.registry import ModelRef
+from app.runtime.admission import PromptRequest
+
+router = APIRouter(tags=["session"])
+
+_SESSION_DOC = {200: {"description": "Session info (OpenCode's Session schema)"}}
+
+
+def _prompt_request(body: PromptBody) -> PromptRequest:
+    return PromptRequest(
+        parts=[part.model_dump(exclude_none=True) for part in body.parts],
+        message_id=body.messageID,
+        model=ModelRef(body.model.providerID, body.model.modelID) if body.model else None,
+        agent=body.agent,
+        system=body.system,
+        no_reply=bool(body.noReply),
+        tools=body.tools,
+        variant=body.variant,
+    )
+
+
+def encode_cursor(message: dict[str, Any]) -> str:
+    raw = dumpb({"id": message["info"]["id"], "time": message["info"]["time"]["created"]})
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> str | None:
+    """The message id a ``before`` cursor points at, or ``None`` if it is not one of ours."""
+    try:
+        data = loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("id"), str) and data["id"].startswith("msg_"):
+        return data["id"]
+    return None
+
+
+@router.get("/session", operation_id="session.list", summary="List sessions")
+async def list_sessions(
+    runtime: RuntimeDep,
+    directory: DirectoryDep,
+    roots: Annotated[bool | None, Query()] = None,
+    start: Annotated[int | None, Query(ge=0, description="Only sessions updated at or after (ms)")] = None,
+    search: Annotated[str | None, Query(max_length=500)] = None,
+    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
+) -> Response:
+    infos = await runtime.queries.sessions(
+        directory=directory, roots=bool(roots), start=start, search=search, limit=limit if limit is not None else 100
+    )
+    return JSONBody(infos)
+
+
+@router.post("/session", operation_id="session.create", summary="Create a session", responses=_SESSION_DOC)
+async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
+    body = body or SessionCreate()
+    info = await runtime.sessions.create(
+        directory,
+        parent_id=body.parentID,
+        title=body.title,
+        permission=[rule.model_dump() for rule in body.permission] if body.permission is not None else None,
+        metadata=body.metadata,
+        workspace_id=body.workspaceID,
+    )
+    return JSONBody(info)
+
+
+@router.get("/session/status", operation_id="session.status", summary="Status of every non-idle session")
+async def session_status(runtime: RuntimeDep) -> Response:
+    return JSONBody(runtime.coordinator.statuses())
+
+
+@router.get("/session/{sessionID}", operation_id="session.get", responses=_SESSION_DOC)
+async def get_session(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await runtime.sessions.get(sessionID))
+
+
+@router.patch("/session/{sessionID}", operation_id="session.update", responses=_SESSION_DOC)
+async def update_session(runtime: RuntimeDep, sessionID: SessionIDPath, body: SessionUpdate) -> Response:
+    def change(info: dict[str, Any]) -> None:
+        if body.title is not None:
+            info["title"] = body.title
+        if body.metadata is not None:
+            info["metadata"] = body.metadata
+        if body.permission is not None:
+            info["permission"] = [rule.model_dump() for rule in body.permission]
+        if body.time is not None and body.time.archived is not None:
+            info["time"]["archived"] = body.time.archived
+
+    await runtime.sessions.get(sessionID)
+    return JSONBody(await runtime.sessions.update(sessionID, change))
+
+
+@router.delete("/session/{sessionID}", operation_id="session.delete")
+async def delete_session(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.delete_session(sessionID)
+    return JSONBody(True)
+
+
+@router.get("/session/{sessionID}/children", operation_id="session.children")
+async def session_children(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    return JSONBody(await runtime.queries.sessions(directory=None, parent_id=sessionID))
+
+
+@router.get("/session/{sessionID}/todo", operation_id="session.todo")
+async def session_todo(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    return JSONBody([])
+
+
+@router.get("/session/{sessionID}/diff", operation_id="session.diff")
+async def session_diff(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    return JSONBody([])
+
+
+@router.get("/session/{sessionID}/message", operation_id="session.messages", summary="Messages, oldest first")
+async def list_messages(
+    request: Request,
+    runtime: RuntimeDep,
+    sessionID: SessionIDPath,
+    limit: Annotated[int | None, Query(ge=0, le=10_000, description="Newest N messages")] = None,
+    before: Annotated[str | None, Query(description="Cursor from x-next-cursor")] = None,
+) -> Response:
+    await runtime.sessions.get(sessionID)
+    if before is not None and limit is None:
+        return bad_request("before requires limit", "Query")
+    before_id = None
+    if before is not None:
+        before_id = decode_cursor(before)
+        if before_id is None:
+            return bad_request("Invalid cursor", "Query")
+    if limit is None:
+        return JSONBody(await runtime.queries.messages(sessionID))
+    page = await runtime.queries.messages(sessionID, limit=limit + 1, before=before_id)
+    more = len(page) > limit
+    page = page[len(page) - limit:] if limit else []
+    response = JSONBody(page)
+    response.headers["Access-Control-Expose-Headers"] = "Link, X-Next-Cursor"
+    if more and page:
+        cursor = encode_cursor(page[0])
+        response.headers["X-Next-Cursor"] = cursor
+        response.headers["Link"] = f'<{request.url.path}?limit={limit}&before={cursor}>; rel="next"'
+    return response
+
+
+@router.get("/session/{sessionID}/message/{messageID}", operation_id="session.message")
+async def get_message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
+    return JSONBody(await runtime.message(sessionID, messageID))
+
+
+@router.post("/session/{sessionID}/message", operation_id="session.prompt",
+             summary="Send a prompt and wait for the reply")
+async def prompt(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
+    return JSONBody(await runtime.prompt_and_wait(sessionID, _prompt_request(body)))
+
+
+@router.post("/session/{sessionID}/prompt_async", operation_id="session.prompt_async", status_code=204,
+             summary="Admit a prompt and return at once")
+async def prompt_async(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
+    await runtime.prompt(sessionID, _prompt_request(body))
+    return Response(status_code=204)
+
+
+@router.post("/session/{sessionID}/abort", operation_id="session.abort")
+async def abort(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.abort(sessionID)
+    return JSONBody(True)

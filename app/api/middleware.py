@@ -1,0 +1,95 @@
+"""Pure-ASGI middleware (cheaper than BaseHTTPMiddleware on every request): a request body size
+limit, and optional HTTP basic auth as OpenCode's ``OPENCODE_SERVER_PASSWORD`` provides."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.jsonutil import dumpb
+
+
+async def _reply(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    payload = dumpb(body)
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                    *(headers or [])],
+    })
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _too_large(limit: int) -> dict:
+    return {"name": "BadRequest", "data": {"message": f"Request body exceeds {limit} bytes", "kind": "Payload"}}
+
+
+class BodyLimit:
+    """Refuses bodies over ``limit`` bytes with 413 before any route sees them."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
+            if not length.isdigit() or int(length) > self.limit:
+                await _reply(send, 413, _too_large(self.limit))
+                return
+            await self.app(scope, receive, send)
+            return
+        # No declared length (chunked): buffer up to the limit, then replay to the app.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await _reply(send, 413, _too_large(self.limit))
+                return
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class BasicAuth:
+    def __init__(self, app: ASGIApp, username: str, password: str) -> None:
+        self.app = app
+        self.expected = f"{username}:{password}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        supplied = b""
+        if header[:6].lower() == b"basic ":
+            try:
+                supplied = base64.b64decode(header[6:], validate=True)
+            except (binascii.Error, ValueError):
+                supplied = b""
+        if not secrets.compare_digest(supplied, self.expected):
+            await _reply(send, 401, {"name": "UnauthorizedError", "data": {"message": "Unauthorized"}},
+                         [(b"www-authenticate", b'Basic realm="opensession"')])
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,82 @@
+"""In-process live fan-out with one bounded queue per subscriber.
+
+A subscriber that falls ``maxsize`` events behind is cut off rather than allowed to grow memory:
+it keeps what is already queued, is told it overflowed, and its stream ends; the client
+reconnects with the last id it saw and the durable log fills the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from app.events.model import Event
+
+Accept = Callable[[Event], bool]
+
+
+class Overflowed(Exception):
+    """The subscriber fell too far behind and was disconnected from the bus."""
+
+
+class Subscription:
+    def __init__(self, bus: EventBus, accept: Accept, maxsize: int) -> None:
+        self._bus = bus
+        self._accept = accept
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
+        self.overflowed = False
+
+    def offer(self, event: Event) -> None:
+        if self.overflowed or not self._accept(event):
+            return
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            self._bus.unsubscribe(self)
+
+    async def next(self, timeout: float) -> Event | None:
+        """The next event, ``None`` after ``timeout`` seconds of silence; raises ``Overflowed``
+        once the events queued before the overflow have been handed out."""
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        if self.overflowed:
+            raise Overflowed
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def close(self) -> None:
+        self._bus.unsubscribe(self)
+
+
+class EventBus:
+    def __init__(self, queue_size: int) -> None:
+        self._subscribers: set[Subscription] = set()
+        self._queue_size = queue_size
+        self.cursor = 0  # cursor of the last durable event published
+
+    def subscribe(self, accept: Accept = lambda _e: True) -> Subscription:
+        subscription = Subscription(self, accept, self._queue_size)
+        self._subscribers.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self._subscribers.discard(subscription)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, event: Event) -> None:
+        if event.durable:
+            self.cursor = max(self.cursor, event.cursor)
+        else:
+            event.cursor = self.cursor
+        for subscription in tuple(self._subscribers):
+            subscription.offer(event)
+
+    def publish_many(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.publish(event)

@@ -1,0 +1,38 @@
+"""The event record shared by the durable log, the live bus and every stream encoder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app import ids
+from app.clock import now_ms
+
+
+@dataclass(slots=True)
+class Event:
+    """One thing that happened.
+
+    ``durable`` events are rows in the log with a per-session ``seq`` and a whole-server
+    ``cursor`` (the row id). Ephemeral events (deltas, status) carry the cursor of the last
+    durable event published before them, so a client resuming from any frame's id misses no
+    durable event.
+    """
+
+    type: str
+    properties: dict[str, Any]
+    session_id: str | None = None
+    directory: str | None = None
+    durable: bool = False
+    seq: int | None = None
+    cursor: int = 0
+    id: str = field(default_factory=ids.event_id)
+    time: int = field(default_factory=now_ms)
+    _frames: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    def encoded(self, kind: str, encode: Any) -> bytes:
+        """Encode once per stream kind and share the bytes between all subscribers."""
+        frame = self._frames.get(kind)
+        if frame is None:
+            frame = self._frames[kind] = encode(self)
+        return frame

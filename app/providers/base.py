@@ -1,0 +1,107 @@
+"""The one streaming interface every model provider implements.
+
+A provider turns a ``ChatRequest`` into an async stream of ``TextDelta`` / ``ReasoningDelta``
+events ending in one ``Finish``. Failures are raised as ``ProviderError`` carrying OpenCode's
+named-error fields, so the runner can decide about retries without knowing the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    provider_id: str
+    model_id: str
+    name: str
+    context_limit: int = 128_000
+    output_limit: int = 4_096
+    cost_input: float = 0.0  # USD per million tokens, as models.dev and opencode.json express it
+    cost_output: float = 0.0
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    model: ModelInfo
+    system: list[str]
+    messages: list[dict[str, Any]]  # OpenAI chat format: {"role": ..., "content": ...}
+    attempt: int = 1
+    session_id: str | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class Usage:
+    input: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+@dataclass(slots=True)
+class Finish:
+    reason: str  # OpenCode's finish names: stop, length, tool-calls, content-filter, error, unknown
+    usage: Usage = field(default_factory=Usage)
+
+
+StreamEvent = TextDelta | ReasoningDelta | Finish
+
+
+class ProviderError(Exception):
+    """A failed model call, described with the fields of OpenCode's named errors."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str = "APIError",
+        status_code: int | None = None,
+        is_retryable: bool = False,
+        response_headers: dict[str, str] | None = None,
+        response_body: str | None = None,
+        provider_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider_id = provider_id
+        self.message = message
+        self.name = name
+        self.status_code = status_code
+        self.is_retryable = is_retryable
+        self.response_headers = response_headers or {}
+        self.response_body = response_body
+
+    def to_named_error(self) -> dict[str, Any]:
+        if self.name == "APIError":
+            data: dict[str, Any] = {"message": self.message, "isRetryable": self.is_retryable}
+            if self.status_code is not None:
+                data["statusCode"] = self.status_code
+            if self.response_headers:
+                data["responseHeaders"] = self.response_headers
+            if self.response_body is not None:
+                data["responseBody"] = self.response_body
+            return {"name": "APIError", "data": data}
+        if self.name == "ProviderAuthError":
+            return {"name": self.name, "data": {"providerID": self.provider_id or "", "message": self.message}}
+        return {"name": self.name, "data": {"message": self.message}}
+
+
+class Provider(Protocol):
+    id: str
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...

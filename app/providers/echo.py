@@ -1,0 +1,103 @@
+"""``opensession/echo``: the built-in offline model.
+
+It answers ``Echo: <last user text>`` in several deltas, deterministically, so tests and demos need
+no network. Directives anywhere in the last user text change its behaviour:
+
+- ``SLOW:<seconds>``   wait that long before each delta (abort and crash tests)
+- ``REASON``           stream three reasoning deltas before the text
+- ``FAIL:retry[:n]``   fail the first ``n`` attempts (default 1) with a retryable 503
+- ``FAIL:fatal``       fail with a non-retryable 400
+- ``FAIL:auth``        fail with ProviderAuthError
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+from app.providers.base import (
+    ChatRequest,
+    Finish,
+    ModelInfo,
+    ProviderError,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    Usage,
+)
+
+PROVIDER_ID = "opensession"
+MODEL_ID = "echo"
+ECHO_MODEL = ModelInfo(PROVIDER_ID, MODEL_ID, "Echo (offline)", context_limit=200_000, output_limit=8_192)
+
+_SLOW = re.compile(r"SLOW:(\d+(?:\.\d+)?)")
+_FAIL = re.compile(r"FAIL:(retry|fatal|auth)(?::(\d+))?")
+_TITLE_SYSTEM_MARK = "title generator"
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def split_deltas(text: str, pieces: int = 4) -> list[str]:
+    size = max(1, -(-len(text) // pieces))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class EchoProvider:
+    id = PROVIDER_ID
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        users = [m for m in request.messages if m.get("role") == "user"]
+        prompt = _text_of(users[-1]["content"]) if users else ""
+        if any(_TITLE_SYSTEM_MARK in s for s in request.system):
+            title = prompt.strip().splitlines()[0][:50] if prompt.strip() else "Untitled"
+            yield TextDelta(title)
+            yield Finish("stop", Usage(input=_estimate_tokens(prompt), output=_estimate_tokens(title)))
+            return
+        self._maybe_fail(prompt, request.attempt)
+        slow = _SLOW.search(prompt)
+        delay = float(slow.group(1)) if slow else 0.0
+        reasoning = "Thinking about the request." if "REASON" in prompt else ""
+        for piece in split_deltas(reasoning, 3) if reasoning else []:
+            if delay:
+                await asyncio.sleep(delay)
+            yield ReasoningDelta(piece)
+        reply = f"Echo: {prompt}"
+        for piece in split_deltas(reply):
+            if delay:
+                await asyncio.sleep(delay)
+            yield TextDelta(piece)
+        context = sum(_estimate_tokens(_text_of(m.get("content"))) for m in request.messages)
+        usage = Usage(input=context, output=_estimate_tokens(reply), reasoning=_estimate_tokens(reasoning) if reasoning else 0)
+        yield Finish("stop", usage)
+
+    @staticmethod
+    def _maybe_fail(prompt: str, attempt: int) -> None:
+        match = _FAIL.search(prompt)
+        if not match:
+            return
+        kind, count = match.group(1), int(match.group(2) or 1)
+        if kind == "retry" and attempt <= count:
+            raise ProviderError(
+                "Service Unavailable: echo model asked to fail",
+                status_code=503,
+                is_retryable=True,
+                response_headers={"retry-after-ms": "10"},
+            )
+        if kind == "fatal":
+            raise ProviderError("Bad Request: echo model asked to fail", status_code=400, is_retryable=False)
+        if kind == "auth":
+            raise ProviderError("Invalid API key (echo model asked to fail)", name="ProviderAuthError", provider_id=PROVIDER_ID)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,136 @@
+"""Durable admission: a prompt is validated and committed (user message, parts, session
+agent/model and the input row, with their events) before anyone answers the client; only then is
+the session's drain woken.
+
+Idempotency: a client-chosen message id that was already admitted with the same request is a
+no-op returning the same id; with a different request, or an id used by another message, it is a
+conflict. The check runs inside the write transaction, so two racing retries cannot both insert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from app import ids
+from app.clock import now_ms
+from app.events.log import EventLog
+from app.jsonutil import dumps, loads
+from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
+from app.runtime.errors import InputConflict, InvalidInput
+from app.runtime.sessions import SessionService
+from app.store.schema import inputs, messages
+
+DEFAULT_AGENT = "build"
+
+
+@dataclass(slots=True)
+class PromptRequest:
+    parts: list[dict[str, Any]]
+    message_id: str | None = None
+    model: ModelRef | None = None
+    agent: str | None = None
+    system: str | None = None
+    no_reply: bool = False
+    tools: dict[str, bool] | None = None
+    variant: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def canonical(self) -> dict[str, Any]:
+        """The request as compared on retry (everything the client chose, nothing we generated)."""
+        return loads(dumps(
+            {
+                "parts": self.parts,
+                "model": [self.model.provider_id, self.model.model_id] if self.model else None,
+                "agent": self.agent,
+                "system": self.system,
+                "noReply": self.no_reply,
+                "tools": self.tools,
+                "variant": self.variant,
+            }
+        ))
+
+
+@dataclass(slots=True)
+class Admitted:
+    message_id: str
+    created: bool  # False when this was an idempotent retry
+
+
+class Admission:
+    def __init__(self, log: EventLog, sessions: SessionService, registry: ProviderRegistry) -> None:
+        self.log = log
+        self.sessions = sessions
+        self.registry = registry
+
+    def _model_for(self, session: dict[str, Any], request: PromptRequest) -> ModelRef:
+        if request.model is not None:
+            ref = request.model
+        elif session.get("model"):
+            ref = ModelRef(session["model"]["providerID"], session["model"]["id"])
+        else:
+            ref = self.registry.default_model(session["directory"])
+        try:
+            self.registry.resolve(session["directory"], ref)
+        except ModelNotFoundError as exc:
+            raise InvalidInput(f"{exc}. Configure it in opencode.json or choose another model.") from exc
+        return ref
+
+    async def admit(self, session_id: str, request: PromptRequest) -> Admitted:
+        session = await self.sessions.get(session_id)
+        ref = self._model_for(session, request)
+        agent = request.agent or DEFAULT_AGENT
+        message_id = request.message_id or ids.message_id()
+        canonical = request.canonical()
+        directory = session["directory"]
+        async with self.log.transaction() as tx:
+            existing = (await tx.conn.execute(select(inputs.c.session_id, inputs.c.prompt).where(inputs.c.id == message_id))).first()
+            if existing is not None:
+                if existing.session_id == session_id and loads(existing.prompt)["request"] == canonical:
+                    return Admitted(message_id, created=False)
+                raise InputConflict(message_id)
+            if await tx.conn.scalar(select(messages.c.id).where(messages.c.id == message_id)) is not None:
+                raise InputConflict(message_id)
+            created = now_ms()
+            info: dict[str, Any] = {
+                "id": message_id,
+                "sessionID": session_id,
+                "role": "user",
+                "time": {"created": created},
+                "agent": agent,
+                "model": {"providerID": ref.provider_id, "modelID": ref.model_id},
+            }
+            if request.system:
+                info["system"] = request.system
+            if request.tools is not None:
+                info["tools"] = request.tools
+            if request.variant:
+                info["model"]["variant"] = request.variant
+            admitted = await tx.emit("message.updated", {"sessionID": session_id, "info": info},
+                                     session_id=session_id, directory=directory)
+            for part in request.parts:
+                stored = {**part, "id": part.get("id") or ids.part_id(), "sessionID": session_id, "messageID": message_id}
+                await tx.emit("message.part.updated", {"sessionID": session_id, "part": stored, "time": now_ms()},
+                              session_id=session_id, directory=directory)
+
+            def remember_choice(s: dict[str, Any]) -> None:
+                s["agent"] = agent
+                s["model"] = {"id": ref.model_id, "providerID": ref.provider_id, "variant": request.variant or "default"}
+
+            await self.sessions.mutate(tx, session_id, remember_choice)
+            stored_prompt = {"request": canonical, "agent": agent, "system": request.system,
+                             "model": {"providerID": ref.provider_id, "modelID": ref.model_id}}
+            await tx.conn.execute(
+                insert(inputs).values(
+                    id=message_id,
+                    session_id=session_id,
+                    prompt=dumps(stored_prompt),
+                    delivery="queue",
+                    admitted_seq=admitted.seq,
+                    completed=request.no_reply,
+                    time_created=created,
+                )
+            )
+        return Admitted(message_id, created=True)

@@ -1,0 +1,41 @@
+"""What the model sees: the session's history turned into chat messages.
+
+User messages whose input is still queued are left out (they have not been asked yet), and
+empty assistant messages (aborted before any text) are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.store.queries import MessageWithParts
+
+BASE_SYSTEM_PROMPT = (
+    "You are opensession, a coding agent working in the user's project directory. "
+    "Answer concisely and accurately."
+)
+
+
+def _text(parts: list[dict[str, Any]]) -> str:
+    return "".join(p.get("text", "") for p in parts if p.get("type") == "text" and not p.get("ignored"))
+
+
+def chat_messages(history: list[MessageWithParts], queued_user_ids: set[str]) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = []
+    for message in history:
+        info = message["info"]
+        if info["role"] == "user" and info["id"] in queued_user_ids:
+            continue
+        text = _text(message["parts"])
+        if info["role"] == "user":
+            result.append({"role": "user", "content": text})
+        elif text:
+            result.append({"role": "assistant", "content": text})
+    return result
+
+
+def system_prompts(directory: str, extra: str | None) -> list[str]:
+    prompts = [f"{BASE_SYSTEM_PROMPT}\nWorking directory: {directory}"]
+    if extra:
+        prompts.append(extra)
+    return prompts

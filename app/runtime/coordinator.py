@@ -1,0 +1,119 @@
+"""Per-session drain coordinator: at most one drain per session, any number of sessions at once.
+
+- ``wake`` starts a drain when the session is idle, otherwise records a pending wake; any number
+  of wakes during one drain coalesce into one more pass, so waiters see one busy period.
+- ``interrupt`` fires the drain's abort signal, clears pending wakes and waits for it to settle.
+- Status (busy / retry / idle) is set here, in try/finally, and nowhere else; ``statuses``
+  lists only non-idle sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.runtime.abort import Aborted, AbortSignal
+
+log = logging.getLogger("opensession.coordinator")
+
+Drain = Callable[[str, AbortSignal], Awaitable[None]]
+StatusListener = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class _Entry:
+    signal: AbortSignal = field(default_factory=AbortSignal)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    pending_wake: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+class DrainCoordinator:
+    def __init__(self, drain: Drain, on_status: StatusListener) -> None:
+        self._drain = drain
+        self._on_status = on_status
+        self._entries: dict[str, _Entry] = {}
+        self._status: dict[str, dict[str, Any]] = {}
+        self.drains_started = 0  # observable for tests: how many drain loops ever ran
+
+    def wake(self, session_id: str) -> None:
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            # Picked up by the running loop, or by a successor if the loop is already settling.
+            entry.pending_wake = True
+            return
+        self._start(session_id)
+
+    def _start(self, session_id: str) -> None:
+        entry = _Entry()
+        self._entries[session_id] = entry
+        entry.task = asyncio.create_task(self._run(session_id, entry), name=f"drain:{session_id}")
+
+    async def _run(self, session_id: str, entry: _Entry) -> None:
+        self.drains_started += 1
+        try:
+            await self.set_status(session_id, {"type": "busy"})
+            while True:
+                entry.pending_wake = False
+                try:
+                    await self._drain(session_id, entry.signal)
+                except Aborted:
+                    break
+                except Exception:
+                    log.exception("drain of %s failed", session_id)
+                    break
+                if entry.signal.fired or not entry.pending_wake:
+                    break
+        finally:
+            entry.signal.close()
+            shutting_down = entry.signal.fired and entry.signal.reason == "shutdown"
+            if not shutting_down:
+                # Idle is published while the entry still exists, so a wake arriving meanwhile
+                # is recorded on it and starts a successor below instead of racing this one.
+                await self.set_status(session_id, {"type": "idle"})
+            if self._entries.get(session_id) is entry:
+                del self._entries[session_id]
+            entry.done.set()
+            if entry.pending_wake and not shutting_down:
+                self._start(session_id)
+
+    async def interrupt(self, session_id: str, reason: str = "abort") -> bool:
+        """Stop the session's drain; returns whether one was running. Pending wakes are dropped."""
+        entry = self._entries.get(session_id)
+        if entry is None:
+            return False
+        entry.pending_wake = False
+        entry.signal.fire(reason)
+        await entry.done.wait()
+        return True
+
+    async def await_idle(self, session_id: str) -> None:
+        while (entry := self._entries.get(session_id)) is not None:
+            await entry.done.wait()
+
+    def is_active(self, session_id: str) -> bool:
+        return session_id in self._entries
+
+    def active(self) -> list[str]:
+        return list(self._entries)
+
+    def status(self, session_id: str) -> dict[str, Any]:
+        return self._status.get(session_id, {"type": "idle"})
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        return dict(self._status)
+
+    async def set_status(self, session_id: str, status: dict[str, Any]) -> None:
+        if status["type"] == "idle":
+            self._status.pop(session_id, None)
+        else:
+            self._status[session_id] = status
+        await self._on_status(session_id, status)
+
+    async def shutdown(self) -> None:
+        """Stop every drain without settling its work: admitted inputs stay pending and the next
+        start recovers them."""
+        await asyncio.gather(*(self.interrupt(sid, "shutdown") for sid in list(self._entries)))

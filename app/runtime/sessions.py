@@ -1,0 +1,134 @@
+"""Session lifecycle: create, read, update, delete. Every change is a durable event; the session
+row is its projection."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select
+
+from app import __version__, ids
+from app.clock import iso_from_ms, now_ms
+from app.events.log import EventLog, Transaction
+from app.jsonutil import loads
+from app.runtime.errors import SessionNotFound
+from app.runtime.project import project_id
+from app.store.queries import Queries
+from app.store.schema import sessions
+
+DEFAULT_TITLE = re.compile(r"^(New session - |Child session - )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+_ADJECTIVES = ("brave", "calm", "eager", "gentle", "jolly", "keen", "lucky", "misty", "proud", "quiet",
+               "rapid", "shiny", "swift", "tidy", "vivid", "witty")
+_NOUNS = ("cabin", "comet", "falcon", "forest", "island", "knight", "meadow", "otter", "river", "star",
+          "tiger", "willow", "harbor", "canyon", "lantern", "pebble")
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def zero_tokens() -> dict[str, Any]:
+    return {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}}
+
+
+def is_default_title(title: str) -> bool:
+    return bool(DEFAULT_TITLE.match(title))
+
+
+class SessionService:
+    def __init__(self, log: EventLog, queries: Queries) -> None:
+        self.log = log
+        self.queries = queries
+        self._directories: dict[str, str] = {}
+
+    async def create(
+        self,
+        directory: str,
+        *,
+        parent_id: str | None = None,
+        title: str | None = None,
+        permission: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+        workspace_id: str | None = None,
+    ) -> dict[str, Any]:
+        if parent_id is not None:
+            await self.get(parent_id)
+        created = now_ms()
+        prefix = "Child session - " if parent_id else "New session - "
+        info: dict[str, Any] = {
+            "id": ids.session_id(),
+            "slug": f"{random.choice(_ADJECTIVES)}-{random.choice(_NOUNS)}",
+            "projectID": await project_id(directory),
+            "directory": directory,
+            "path": "",
+            "cost": 0,
+            "tokens": zero_tokens(),
+            "title": title if title is not None else prefix + iso_from_ms(created),
+            "version": __version__,
+            "time": {"created": created, "updated": created},
+        }
+        if parent_id:
+            info["parentID"] = parent_id
+        if workspace_id:
+            info["workspaceID"] = workspace_id
+        if permission is not None:
+            info["permission"] = permission
+        if metadata is not None:
+            info["metadata"] = metadata
+        async with self.log.transaction() as tx:
+            await tx.emit("session.created", {"sessionID": info["id"], "info": info},
+                          session_id=info["id"], directory=directory)
+        self._directories[info["id"]] = directory
+        return info
+
+    async def get(self, session_id: str) -> dict[str, Any]:
+        info = await self.queries.session(session_id)
+        if info is None:
+            raise SessionNotFound(session_id)
+        self._directories[session_id] = info["directory"]
+        return info
+
+    async def directory_of(self, session_id: str) -> str:
+        directory = self._directories.get(session_id)
+        if directory is None:
+            directory = (await self.get(session_id))["directory"]
+        return directory
+
+    async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> dict[str, Any]:
+        """Read-modify-write of the session info inside ``tx``: concurrent writers (the turn, the
+        title generator, an HTTP PATCH) are serialised by the write lock, so none loses another's
+        change."""
+        raw = await tx.conn.scalar(select(sessions.c.info).where(sessions.c.id == session_id))
+        if raw is None:
+            raise SessionNotFound(session_id)
+        info = loads(raw)
+        change(info)
+        if touch:
+            info["time"]["updated"] = max(now_ms(), info["time"]["updated"])
+        await tx.emit("session.updated", {"sessionID": session_id, "info": info},
+                      session_id=session_id, directory=info["directory"])
+        return info
+
+    async def update(self, session_id: str, change: Mutation) -> dict[str, Any]:
+        async with self.log.transaction() as tx:
+            return await self.mutate(tx, session_id, change)
+
+    async def subtree(self, session_id: str) -> list[dict[str, Any]]:
+        """The session and all its descendants, parents before children."""
+        tree: list[dict[str, Any]] = []
+        frontier = [await self.get(session_id)]
+        while frontier:
+            current = frontier.pop()
+            tree.append(current)
+            frontier.extend(await self.queries.sessions(directory=None, parent_id=current["id"]))
+        return tree
+
+    async def delete(self, tree: list[dict[str, Any]]) -> None:
+        """Delete the sessions of ``subtree()``, children first, in one transaction."""
+        async with self.log.transaction() as tx:
+            for info in reversed(tree):
+                await tx.emit("session.deleted", {"sessionID": info["id"], "info": info},
+                              session_id=info["id"], directory=info["directory"])
+        for info in tree:
+            self._directories.pop(info["id"], None)

@@ -1,0 +1,57 @@
+"""Replaces a session's default title after its first prompt, as OpenCode's hidden title agent
+does. Runs beside the turn so it never delays the answer; a failure keeps the default title."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, TextDelta
+from app.runtime.sessions import SessionService, is_default_title
+
+log = logging.getLogger("opensession.title")
+
+TITLE_SYSTEM = (
+    "You are a title generator. Reply with a short title (at most 50 characters) for the "
+    "conversation that starts with the user's message. Reply with the title only."
+)
+
+
+class TitleGenerator:
+    def __init__(self, sessions: SessionService) -> None:
+        self._sessions = sessions
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def schedule(self, session: dict[str, Any], user_text: str, provider: Provider, model: ModelInfo) -> None:
+        if not is_default_title(session["title"]) or not user_text.strip():
+            return
+        task = asyncio.create_task(self._generate(session["id"], user_text, provider, model))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _generate(self, session_id: str, user_text: str, provider: Provider, model: ModelInfo) -> None:
+        request = ChatRequest(model=model, system=[TITLE_SYSTEM], messages=[{"role": "user", "content": user_text}],
+                              session_id=session_id, max_tokens=64)
+        try:
+            chunks = [event.text async for event in provider.stream(request) if isinstance(event, TextDelta)]
+        except ProviderError as exc:
+            log.info("title generation failed for %s: %s", session_id, exc.message)
+            return
+        title = " ".join("".join(chunks).split()).strip().strip('"')[:100]
+        if not title:
+            return
+
+        def rename(info: dict[str, Any]) -> None:
+            if is_default_title(info["title"]):
+                info["title"] = title
+
+        try:
+            await self._sessions.update(session_id, rename)
+        except Exception:  # the session may have been deleted meanwhile
+            log.debug("could not store title for %s", session_id, exc_info=True)
+
+    async def drain(self) -> None:
+        """Wait for titles in flight (used at shutdown and by tests)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

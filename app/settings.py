@@ -1,0 +1,48 @@
+"""Server settings, from the command line or ``OPENSESSION_*`` environment variables."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from platformdirs import user_data_dir
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_database_path() -> Path:
+    return Path(user_data_dir("opensession", appauthor=False)) / "opensession.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OPENSESSION_", extra="ignore")
+
+    hostname: str = "127.0.0.1"
+    port: int = 4096
+    # A filesystem path (SQLite) or a full SQLAlchemy URL (postgresql+asyncpg://...).
+    db: str = Field(default_factory=lambda: str(default_database_path()))
+    # The directory a request is scoped to when it names none (OpenCode uses the server's cwd).
+    directory: str = Field(default_factory=lambda: str(Path.cwd()))
+    # HTTP basic auth, as OpenCode's OPENCODE_SERVER_PASSWORD / OPENCODE_SERVER_USERNAME.
+    password: str | None = Field(default=None, validation_alias=AliasChoices("OPENSESSION_PASSWORD",
+                                                                             "OPENCODE_SERVER_PASSWORD"))
+    username: str = Field(default="opencode", validation_alias=AliasChoices("OPENSESSION_USERNAME",
+                                                                             "OPENCODE_SERVER_USERNAME"))
+    # Binding a non-loopback address without a password needs this explicit opt-in.
+    allow_public: bool = False
+    max_body_bytes: int = 10 * 1024 * 1024
+    heartbeat_seconds: float = 10.0
+    # Events a live subscriber may lag behind before its stream is closed (it can resume by id).
+    subscriber_queue_size: int = 4096
+    # How often a streaming text/reasoning part is written to the database while deltas arrive.
+    part_flush_seconds: float = 0.25
+    # Overrides the user config directory that opencode.json is read from (tests use it).
+    config_dir: str | None = None
+
+    @cached_property
+    def database_url(self) -> str:
+        if "://" in self.db:
+            return self.db
+        path = Path(self.db).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite+aiosqlite:///{path}"

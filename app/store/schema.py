@@ -1,0 +1,95 @@
+"""Tables. Wire objects (session info, message info, parts) are stored whole as JSON text next to
+the few columns that queries filter or sort on; the JSON is what clients receive, so a read never
+has to re-assemble an object from columns.
+
+Invariants:
+- ``events`` is the source of truth: one row per durable event, ``(session_id, seq)`` unique and
+  gap-free per session, ``id`` a whole-server monotonically increasing cursor.
+- ``sessions``/``messages``/``parts`` are projections written in the same transaction as the event.
+- ``inputs`` is the admission queue: a row exists before the HTTP answer; ``promoted_seq`` is set
+  when its turn starts and ``completed`` when the turn has settled (answered or aborted).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL wants a 64-bit identity.
+Cursor = BigInteger().with_variant(Integer(), "sqlite")
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("directory", String, nullable=False),
+    Column("parent_id", String, nullable=True),
+    Column("title", String, nullable=False),
+    Column("time_created", BigInteger, nullable=False),
+    Column("time_updated", BigInteger, nullable=False),
+    Column("info", Text, nullable=False),
+    Index("ix_sessions_directory_updated", "directory", "time_updated"),
+    Index("ix_sessions_parent", "parent_id"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("session_id", String, nullable=False),
+    Column("role", String, nullable=False),
+    Column("time_created", BigInteger, nullable=False),
+    Column("info", Text, nullable=False),
+    Index("ix_messages_session_id", "session_id", "id"),
+)
+
+parts = Table(
+    "parts",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("message_id", String, nullable=False),
+    Column("session_id", String, nullable=False),
+    Column("data", Text, nullable=False),
+    Index("ix_parts_message_id", "message_id", "id"),
+    Index("ix_parts_session", "session_id"),
+)
+
+inputs = Table(
+    "inputs",
+    metadata,
+    Column("id", String, primary_key=True),  # the user message id
+    Column("session_id", String, nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("delivery", String, nullable=False),
+    Column("admitted_seq", BigInteger, nullable=False),
+    Column("promoted_seq", BigInteger, nullable=True),
+    Column("completed", Boolean, nullable=False, default=False),
+    Column("time_created", BigInteger, nullable=False),
+    Index("ix_inputs_pending", "session_id", "completed", "admitted_seq"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Cursor, primary_key=True, autoincrement=True),
+    Column("event_id", String, nullable=False, unique=True),
+    Column("session_id", String, nullable=False),
+    Column("directory", String, nullable=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("type", String, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("time", BigInteger, nullable=False),
+    UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
+)

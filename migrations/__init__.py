@@ -1,0 +1,1 @@
+"""Alembic migrations; the server applies them itself at start (``app.store.database``)."""
