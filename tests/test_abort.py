@@ -1,0 +1,65 @@
+"""Abort: the partial reply is kept and marked aborted; the session goes idle."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+
+from tests.helpers import assistant_text, create_session, text_prompt
+from tests.servers import ThreadServer
+from tests.sse import EventCollector
+
+
+def test_abort_keeps_partial_text_and_marks_the_reply(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    result: dict[str, httpx.Response] = {}
+    with EventCollector(f"{server.url}/event") as events:
+        waiter = threading.Thread(
+            target=lambda: result.setdefault("reply", client.post(f"/session/{sid}/message",
+                                                                   json=text_prompt("SLOW:0.4 take your time"))))
+        waiter.start()
+        events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
+        assert client.get("/session/status").json() == {sid: {"type": "busy"}}
+        assert client.post(f"/session/{sid}/abort").json() is True
+        waiter.join(timeout=10)
+        events.wait_idle(sid)
+        errors = [f.properties["error"] for f in events.of_session(sid) if f.type == "session.error"]
+    reply = result["reply"]
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["info"]["error"] == {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
+    assert "completed" in body["info"]["time"]
+    partial = assistant_text(body)
+    assert partial and "Echo: SLOW:0.4 take your time".startswith(partial) and partial != "Echo: SLOW:0.4 take your time"
+    text_part = next(p for p in body["parts"] if p["type"] == "text")
+    assert "end" in text_part["time"]
+    assert errors == [{"name": "MessageAbortedError", "data": {"message": "Aborted"}}]
+    assert client.get("/session/status").json() == {}
+    stored = client.get(f"/session/{sid}/message").json()[-1]
+    assert stored["info"]["error"]["name"] == "MessageAbortedError"
+    assert assistant_text(stored) == partial
+
+
+def test_abort_when_idle_or_missing_is_true(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        assert client.post(f"/session/{sid}/abort").json() is True
+        events.wait_idle(sid)
+    assert client.post("/session/ses_000000000000000000000000000/abort").json() is True
+
+
+def test_abort_stops_prompts_queued_behind_the_turn(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 first"))
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("second"))
+        events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
+        client.post(f"/session/{sid}/abort")
+        events.wait_idle(sid)
+    history = client.get(f"/session/{sid}/message").json()
+    assert sorted(m["info"]["role"] for m in history) == ["assistant", "user", "user"]
+    # The next prompt is answered, and only it: the aborted busy period does not resume.
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("third")).json()
+    assert assistant_text(reply) == "Echo: third"
+    assert len(client.get(f"/session/{sid}/message").json()) == 5

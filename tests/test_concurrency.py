@@ -1,0 +1,66 @@
+"""Many prompts on one session: all admitted before any answer, answered in admission order by
+one drain at a time, in a single busy period."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tests.helpers import assistant_text, create_session, text_prompt
+from tests.servers import ThreadServer
+from tests.sse import EventCollector
+
+PROMPTS = 50
+
+
+async def _fire(url: str, sid: str) -> list[int]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        responses = await asyncio.gather(
+            *(http.post(f"/session/{sid}/prompt_async", json=text_prompt(f"prompt {i}")) for i in range(PROMPTS))
+        )
+    return [r.status_code for r in responses]
+
+
+def test_fifty_concurrent_prompts_on_one_session(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        statuses = asyncio.run(_fire(server.url, sid))
+        assert statuses == [204] * PROMPTS
+        # Every prompt is durable once its 204 is out, whatever the drain is doing.
+        users = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"]
+        assert len(users) == PROMPTS
+        events.wait_for(lambda f: f.type == "session.idle" and f.properties["sessionID"] == sid
+                        and len([m for m in client.get(f"/session/{sid}/message").json()]) == 2 * PROMPTS,
+                        timeout=60)
+        status_types = [f.properties["status"]["type"] for f in events.of_session(sid) if f.type == "session.status"]
+    history = client.get(f"/session/{sid}/message").json()
+    users = [m for m in history if m["info"]["role"] == "user"]
+    replies = [m for m in history if m["info"]["role"] == "assistant"]
+    assert len(replies) == PROMPTS
+    # Answered in the order admitted: reply i answers user i and echoes its text.
+    for user, reply in zip(users, replies, strict=True):
+        assert reply["info"]["parentID"] == user["info"]["id"]
+        assert assistant_text(reply) == "Echo: " + user["parts"][0]["text"]
+        assert "error" not in reply["info"]
+    # Never two turns at once: each reply was completed before the next one was created.
+    for earlier, later in zip(replies, replies[1:], strict=False):
+        assert earlier["info"]["time"]["completed"] <= later["info"]["time"]["created"]
+    # Prompts that joined the running loop did not start extra drains or busy periods.
+    assert server.runtime.coordinator.drains_started <= 2
+    assert status_types.count("idle") == server.runtime.coordinator.drains_started
+    assert client.get("/session/status").json() == {}
+
+
+def test_sessions_run_concurrently(server: ThreadServer, client: httpx.Client) -> None:
+    first = create_session(client)["id"]
+    second = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        client.post(f"/session/{first}/prompt_async", json=text_prompt("SLOW:0.3 first"))
+        client.post(f"/session/{second}/prompt_async", json=text_prompt("SLOW:0.3 second"))
+        events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == first)
+        events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == second)
+        busy = client.get("/session/status").json()
+        assert busy == {first: {"type": "busy"}, second: {"type": "busy"}}
+        events.wait_idle(first)
+        events.wait_idle(second)

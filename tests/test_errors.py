@@ -1,0 +1,87 @@
+"""Bad input gets a 4xx with OpenCode's error body and changes nothing."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.helpers import create_session, text_prompt
+
+MISSING = "ses_000000000000000000000000000"
+
+
+def _assert_bad_request(response: httpx.Response, kind: str | None = None) -> None:
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["name"] == "BadRequest"
+    assert body["data"]["message"]
+    if kind:
+        assert body["data"]["kind"] == kind
+
+
+def test_malformed_json_and_wrong_types(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    headers = {"content-type": "application/json"}
+    _assert_bad_request(client.post("/session", content=b"{", headers=headers))
+    _assert_bad_request(client.post("/session", json={"title": 5}), "Payload")
+    _assert_bad_request(client.post(f"/session/{sid}/prompt_async", content=b"{not json", headers=headers))
+    missing_parts = client.post(f"/session/{sid}/prompt_async", json={})
+    _assert_bad_request(missing_parts, "Payload")
+    assert "parts" in missing_parts.json()["data"]["message"]
+    _assert_bad_request(client.post(f"/session/{sid}/prompt_async", json={"parts": [{"type": "text"}]}))
+    _assert_bad_request(client.post(f"/session/{sid}/prompt_async", json={"parts": [{"type": "video", "x": 1}]}))
+    _assert_bad_request(client.post(f"/session/{sid}/prompt_async", json={"parts": []}))
+    _assert_bad_request(client.post(f"/session/{sid}/prompt_async", json=text_prompt("x", model="opensession/echo")))
+    _assert_bad_request(client.post(f"/session/{sid}/prompt_async", json=text_prompt("x", messageID="abc")))
+    _assert_bad_request(client.patch(f"/session/{sid}", json={"title": ["no"]}))
+    _assert_bad_request(client.get("/session", params={"limit": "abc"}), "Query")
+    _assert_bad_request(client.get("/session", params={"directory": "relative/path"}))
+    assert client.get(f"/session/{sid}/message").json() == []
+
+
+@pytest.mark.parametrize("path", ["/session/abc", "/session/msg_123", "/session/ses_bad!id/message"])
+def test_badly_prefixed_ids_are_400(client: httpx.Client, path: str) -> None:
+    _assert_bad_request(client.get(path), "Params")
+
+
+def test_unknown_ids_are_404_with_named_error(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    for method, path in [("GET", f"/session/{MISSING}"), ("PATCH", f"/session/{MISSING}"),
+                         ("DELETE", f"/session/{MISSING}"), ("GET", f"/session/{MISSING}/message"),
+                         ("GET", f"/session/{MISSING}/children"), ("POST", f"/session/{MISSING}/message"),
+                         ("POST", f"/session/{MISSING}/prompt_async")]:
+        body = text_prompt("x") if method == "POST" else ({} if method == "PATCH" else None)
+        response = client.request(method, path, json=body)
+        assert response.status_code == 404, (method, path, response.text)
+        assert response.json() == {"name": "NotFoundError", "data": {"message": f"Session not found: {MISSING}"}}
+    missing_message = "msg_000000000000000000000000000"
+    response = client.get(f"/session/{sid}/message/{missing_message}")
+    assert response.status_code == 404
+    assert response.json()["data"]["message"] == f"Message not found: {missing_message}"
+
+
+def test_oversize_body_is_413_and_stores_nothing(client: httpx.Client, server) -> None:  # type: ignore[no-untyped-def]
+    sid = create_session(client)["id"]
+    huge = text_prompt("x" * (server.settings.max_body_bytes + 10))
+    response = client.post(f"/session/{sid}/prompt_async", json=huge)
+    assert response.status_code == 413
+    assert response.json()["name"] == "BadRequest"
+
+    def chunks():  # type: ignore[no-untyped-def]
+        yield b'{"parts": [{"type": "text", "text": "'
+        for _ in range(server.settings.max_body_bytes // 65536 + 2):
+            yield b"y" * 65536
+        yield b'"}]}'
+
+    chunked = client.post(f"/session/{sid}/prompt_async", content=chunks(), headers={"content-type": "application/json"})
+    assert chunked.status_code == 413
+    assert client.get(f"/session/{sid}/message").json() == []
+
+
+def test_unknown_route_and_method(client: httpx.Client) -> None:
+    response = client.get("/no/such/route")
+    assert response.status_code == 404
+    assert response.json()["name"] == "NotFoundError"
+    wrong = client.put("/session")
+    assert wrong.status_code == 405
+    assert wrong.json()["data"]["message"]

@@ -1,0 +1,113 @@
+"""Event streams: framing, headers, heartbeats, the global envelope and resuming by id."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.events.bus import EventBus, Overflowed
+from app.events.model import Event
+from app.settings import Settings
+from tests.helpers import create_session, text_prompt
+from tests.servers import ThreadServer, thread_server
+from tests.sse import EventCollector
+
+
+def test_stream_headers_and_first_frame(server: ThreadServer) -> None:
+    with EventCollector(f"{server.url}/event") as events:
+        first = events.wait_for(lambda _f: True)
+        headers = events.response_headers
+    assert events.status == 200
+    assert headers is not None
+    assert headers["content-type"].startswith("text/event-stream")
+    assert headers["cache-control"] == "no-cache, no-transform"
+    assert headers["x-accel-buffering"] == "no"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert first.type == "server.connected" and first.data["properties"] == {}
+    assert first.data["id"].startswith("evt_") and first.id is not None
+
+
+def test_event_stream_is_scoped_to_its_directory(server: ThreadServer, client: httpx.Client, tmp_path: Path) -> None:
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    with EventCollector(f"{server.url}/event") as mine, \
+            EventCollector(f"{server.url}/event?directory={other}") as theirs:
+        sid = create_session(client)["id"]
+        client.post(f"/session/{sid}/message", json=text_prompt("scoped"))
+        mine.wait_idle(sid)
+        other_sid = client.post("/session", params={"directory": str(other)}).json()["id"]
+        theirs.wait_for(lambda f: f.type == "session.created")
+    assert {f.properties.get("sessionID") for f in theirs.frames if f.properties} == {other_sid}
+    assert other_sid not in {f.properties.get("sessionID") for f in mine.frames}
+
+
+def test_global_stream_envelope_and_sync_twins(server: ThreadServer, client: httpx.Client) -> None:
+    with EventCollector(f"{server.url}/global/event") as events:
+        first = events.wait_for(lambda _f: True)
+        sid = create_session(client)["id"]
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("global"))
+        events.wait_for(lambda f: f.type == "session.idle" and f.properties.get("sessionID") == sid)
+    assert first.data == {"payload": {"id": first.data["payload"]["id"], "type": "server.connected", "properties": {}}}
+    created = next(f for f in events.frames if f.type == "session.created")
+    assert created.data["directory"] == str(server.settings.directory)
+    twins = [f.data["payload"]["syncEvent"] for f in events.frames if f.type == "sync"]
+    assert twins[0]["type"] == "session.created.1" and twins[0]["seq"] == 0 and twins[0]["aggregateID"] == sid
+    assert [t["seq"] for t in twins] == list(range(len(twins)))  # per-session sequence, gap-free
+    assert not any(t["type"].startswith("message.part.delta") for t in twins)
+
+
+def test_reconnect_with_last_event_id_receives_what_was_missed(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as before:
+        client.post(f"/session/{sid}/message", json=text_prompt("first"))
+        before.wait_idle(sid)
+        resume_from = before.frames[-1].id
+    assert resume_from is not None
+    # While no client is connected, another turn runs.
+    client.post(f"/session/{sid}/message", json=text_prompt("second while away"))
+    with EventCollector(f"{server.url}/event", headers={"Last-Event-ID": resume_from}) as after:
+        after.wait_for(lambda f: f.type == "message.updated" and f.properties["info"]["role"] == "assistant"
+                       and "completed" in f.properties["info"]["time"])
+        durable = [f for f in after.frames if f.type in ("message.updated", "message.part.updated")]
+    texts = [f.properties["part"].get("text") for f in durable if f.type == "message.part.updated"]
+    assert "second while away" in texts and "Echo: second while away" in texts
+    assert "first" not in texts  # nothing from before the cursor is replayed
+    ids = [int(f.id) for f in durable]
+    assert ids == sorted(set(ids))
+
+
+def test_heartbeat_is_a_json_frame(tmp_path: Path, project_dir: Path, config_dir: Path) -> None:
+    from tests.servers import free_port
+
+    settings = Settings(db=str(tmp_path / "hb.db"), directory=str(project_dir), config_dir=str(config_dir),
+                        port=free_port(), heartbeat_seconds=0.2)
+    with thread_server(settings) as server, EventCollector(f"{server.url}/event") as events:
+        beat = events.wait_for(lambda f: f.type == "server.heartbeat", timeout=5)
+    assert beat.data["properties"] == {} and beat.id is not None
+
+
+def test_bad_last_event_id_is_400(client: httpx.Client) -> None:
+    response = client.get("/event", headers={"Last-Event-ID": "not-a-number"})
+    assert response.status_code == 400
+    assert response.json()["data"]["kind"] == "Headers"
+
+
+@pytest.mark.asyncio
+async def test_slow_subscriber_is_cut_off_not_buffered() -> None:
+    bus = EventBus(queue_size=8)
+    slow = bus.subscribe()
+    fast = bus.subscribe()
+    for i in range(20):
+        bus.publish(Event("test", {"i": i}, durable=True, cursor=i + 1))
+        # the fast subscriber keeps up
+        received = await fast.next(timeout=1)
+        assert received is not None and received.properties == {"i": i}
+    assert slow.overflowed and bus.subscriber_count == 1
+    delivered = [(await slow.next(timeout=1)).properties["i"] for _ in range(8)]  # type: ignore[union-attr]
+    assert delivered == list(range(8))  # what was queued before the overflow, in order
+    with pytest.raises(Overflowed):
+        await slow.next(timeout=1)
+    await asyncio.sleep(0)

@@ -1,0 +1,144 @@
+"""Prompting over the legacy API with the built-in echo model: admission, event order, the
+synchronous reply, idempotency, retries and failures."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.helpers import assistant_text, create_session, text_prompt
+from tests.servers import ThreadServer
+from tests.sse import EventCollector
+
+
+def test_plain_turn_event_order(server: ThreadServer, client: httpx.Client) -> None:
+    session = create_session(client)
+    sid = session["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        events.wait_for(lambda f: f.type == "server.connected")
+        response = client.post(f"/session/{sid}/prompt_async", json=text_prompt("hello world"))
+        assert response.status_code == 204 and response.content == b""
+        events.wait_idle(sid)
+        frames = events.of_session(sid)
+    order = [f.type for f in frames if f.type != "session.updated"]
+    deltas = [f.properties["delta"] for f in frames if f.type == "message.part.delta"]
+    assert len(deltas) >= 2
+    expected = (["message.updated", "message.part.updated", "session.status", "message.updated",
+                 "message.part.updated", "message.part.updated"] + ["message.part.delta"] * len(deltas)
+                + ["message.part.updated", "message.part.updated", "message.updated", "session.status",
+                   "session.idle"])
+    assert order == expected
+    parts = [f.properties["part"] for f in frames if f.type == "message.part.updated"]
+    assert [p["type"] for p in parts] == ["text", "step-start", "text", "text", "step-finish"]
+    assert parts[2]["text"] == "" and "end" not in parts[2]["time"]
+    assert parts[3]["text"] == "".join(deltas) == "Echo: hello world"
+    assert parts[4]["reason"] == "stop" and parts[4]["tokens"]["output"] > 0
+    statuses = [f.properties["status"]["type"] for f in frames if f.type == "session.status"]
+    assert statuses == ["busy", "idle"]
+    final = [f.properties["info"] for f in frames if f.type == "message.updated"][-1]
+    assert final["role"] == "assistant" and final["finish"] == "stop" and "completed" in final["time"]
+    # Every frame carries an SSE id that never goes backwards.
+    cursors = [int(f.id) for f in frames if f.id is not None]
+    assert len(cursors) == len(frames) and cursors == sorted(cursors)
+
+
+def test_sync_prompt_returns_reply_and_history(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("sync please"))
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["info"]["role"] == "assistant"
+    assert assistant_text(body) == "Echo: sync please"
+    assert [p["type"] for p in body["parts"]] == ["step-start", "text", "step-finish"]
+    history = client.get(f"/session/{sid}/message").json()
+    assert [m["info"]["role"] for m in history] == ["user", "assistant"]
+    assert history[1]["info"]["parentID"] == history[0]["info"]["id"]
+    single = client.get(f"/session/{sid}/message/{body['info']['id']}").json()
+    assert single == history[1]
+    info = client.get(f"/session/{sid}").json()
+    assert info["title"] == "sync please"  # the default title was replaced after the first prompt
+    assert info["agent"] == "build"
+    assert info["model"] == {"id": "echo", "providerID": "opensession", "variant": "default"}
+    assert info["tokens"]["output"] == body["info"]["tokens"]["output"]
+
+
+def test_no_reply_stores_user_message_only(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("just store", noReply=True)).json()
+    assert reply["info"]["role"] == "user"
+    assert [m["info"]["role"] for m in client.get(f"/session/{sid}/message").json()] == ["user"]
+
+
+def test_both_model_shapes_are_accepted(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    nested = text_prompt("one", model={"providerID": "opensession", "modelID": "echo"})
+    flat = text_prompt("two", providerID="opensession", modelID="echo")
+    for body in (nested, flat):
+        reply = client.post(f"/session/{sid}/message", json=body)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["info"]["modelID"] == "echo"
+
+
+def test_unknown_model_is_rejected_before_anything_is_stored(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    response = client.post(f"/session/{sid}/prompt_async",
+                           json=text_prompt("x", model={"providerID": "nope", "modelID": "nope"}))
+    assert response.status_code == 400
+    assert response.json()["name"] == "BadRequest"
+    assert "Model not found: nope/nope" in response.json()["data"]["message"]
+    assert client.get(f"/session/{sid}/message").json() == []
+
+
+def test_client_message_id_is_idempotent_and_conflicts_on_new_content(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    message_id = "msg_00000000000100000000000001"
+    body = text_prompt("once only", messageID=message_id)
+    first = client.post(f"/session/{sid}/message", json=body)
+    again = client.post(f"/session/{sid}/message", json=body)
+    assert first.status_code == again.status_code == 200
+    assert again.json()["info"]["id"] == first.json()["info"]["id"]
+    history = client.get(f"/session/{sid}/message").json()
+    assert [m["info"]["role"] for m in history] == ["user", "assistant"]
+    assert history[0]["info"]["id"] == message_id
+    conflict = client.post(f"/session/{sid}/prompt_async", json=text_prompt("other text", messageID=message_id))
+    assert conflict.status_code == 409
+    assert conflict.json()["_tag"] == "ConflictError"
+    assert message_id in conflict.json()["message"]
+    assert len(client.get(f"/session/{sid}/message").json()) == 2
+
+
+def test_reasoning_part_precedes_text(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("REASON about this")).json()
+    types = [p["type"] for p in reply["parts"]]
+    assert types == ["step-start", "reasoning", "text", "step-finish"]
+    reasoning = reply["parts"][1]
+    assert reasoning["text"] and reasoning["time"]["end"] >= reasoning["time"]["start"]
+
+
+def test_retryable_failure_is_retried_with_retry_status(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        reply = client.post(f"/session/{sid}/message", json=text_prompt("FAIL:retry:2 then answer"))
+        events.wait_idle(sid)
+        statuses = [f.properties["status"] for f in events.of_session(sid) if f.type == "session.status"]
+    assert reply.status_code == 200
+    assert "error" not in reply.json()["info"]
+    assert assistant_text(reply.json()) == "Echo: FAIL:retry:2 then answer"
+    retries = [s for s in statuses if s["type"] == "retry"]
+    assert [s["attempt"] for s in retries] == [1, 2]
+    assert all(s["message"] and s["next"] > 0 for s in retries)
+    assert statuses[-1] == {"type": "idle"}
+
+
+def test_fatal_failure_ends_the_turn_with_an_api_error(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        reply = client.post(f"/session/{sid}/message", json=text_prompt("FAIL:fatal")).json()
+        events.wait_idle(sid)
+        errors = [f.properties for f in events.of_session(sid) if f.type == "session.error"]
+    assert reply["info"]["error"]["name"] == "APIError"
+    assert reply["info"]["error"]["data"]["isRetryable"] is False
+    assert reply["info"]["error"]["data"]["statusCode"] == 400
+    assert errors and errors[0]["error"]["name"] == "APIError"
+    assert "completed" in reply["info"]["time"]
+    assert client.get("/session/status").json() == {}
