@@ -32,8 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to listen on (default 4096)")
     serve.add_argument("--db", help="SQLite file path or database URL (default: user data directory)")
     serve.add_argument("--directory", help="default project directory (default: current directory)")
-    serve.add_argument("--allow-public", action="store_true",
-                       help="allow binding a non-loopback address without a password")
+    serve.add_argument(
+        "--allow-public", action="store_true", help="allow binding a non-loopback address without a password"
+    )
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -42,24 +43,39 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from app.settings import Settings
 
-    overrides = {k: v for k, v in {"hostname": args.hostname, "port": args.port, "db": args.db,
-                                   "directory": args.directory}.items() if v is not None}
+    overrides = {
+        k: v
+        for k, v in {"hostname": args.hostname, "port": args.port, "db": args.db, "directory": args.directory}.items()
+        if v is not None
+    }
     if args.allow_public:
         overrides["allow_public"] = True
     settings = Settings(**overrides)
     if not _is_loopback(settings.hostname) and not settings.password and not settings.allow_public:
-        print(f"refusing to serve on {settings.hostname} without a password: set OPENCODE_SERVER_PASSWORD "
-              "or pass --allow-public", file=sys.stderr)
+        print(
+            f"refusing to serve on {settings.hostname} without a password: set OPENCODE_SERVER_PASSWORD "
+            "or pass --allow-public",
+            file=sys.stderr,
+        )
         return 2
 
     import uvicorn
 
     from app.api.app import create_app
 
-    print(f"opensession {__version__} listening on http://{settings.hostname}:{settings.port} "
-          f"(database: {settings.database_url})", flush=True)
-    uvicorn.run(create_app(settings), host=settings.hostname, port=settings.port, log_level=args.log_level,
-                access_log=False, timeout_graceful_shutdown=5)
+    print(
+        f"opensession {__version__} listening on http://{settings.hostname}:{settings.port} "
+        f"(database: {settings.database_url})",
+        flush=True,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.hostname,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
     return 0
 
 

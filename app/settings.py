@@ -24,10 +24,12 @@ class Settings(BaseSettings):
     # The directory a request is scoped to when it names none (OpenCode uses the server's cwd).
     directory: str = Field(default_factory=lambda: str(Path.cwd()))
     # HTTP basic auth, as OpenCode's OPENCODE_SERVER_PASSWORD / OPENCODE_SERVER_USERNAME.
-    password: str | None = Field(default=None, validation_alias=AliasChoices("OPENSESSION_PASSWORD",
-                                                                             "OPENCODE_SERVER_PASSWORD"))
-    username: str = Field(default="opencode", validation_alias=AliasChoices("OPENSESSION_USERNAME",
-                                                                             "OPENCODE_SERVER_USERNAME"))
+    password: str | None = Field(
+        default=None, validation_alias=AliasChoices("OPENSESSION_PASSWORD", "OPENCODE_SERVER_PASSWORD")
+    )
+    username: str = Field(
+        default="opencode", validation_alias=AliasChoices("OPENSESSION_USERNAME", "OPENCODE_SERVER_USERNAME")
+    )
     # Binding a non-loopback address without a password needs this explicit opt-in.
     allow_public: bool = False
     max_body_bytes: int = 10 * 1024 * 1024

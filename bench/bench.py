@@ -88,8 +88,15 @@ def _fmt(value: float | None, unit: str) -> str:
 def print_table(metrics: list[Metric]) -> None:
     headers = ("metric", "n", "median", "p90", "target", "OpenCode", "")
     rows = [
-        (m.name, str(len(m.samples) or 1), _fmt(m.median, m.unit), _fmt(m.p90, m.unit),
-         "<= " + _fmt(m.target, m.unit), _fmt(m.opencode, m.unit), "ok" if m.ok else "MISS")
+        (
+            m.name,
+            str(len(m.samples) or 1),
+            _fmt(m.median, m.unit),
+            _fmt(m.p90, m.unit),
+            "<= " + _fmt(m.target, m.unit),
+            _fmt(m.opencode, m.unit),
+            "ok" if m.ok else "MISS",
+        )
         for m in metrics
     ]
     widths = [max(len(r[i]) for r in (headers, *rows)) for i in range(len(headers))]
@@ -115,11 +122,27 @@ class Server:
     def __init__(self, db: Path, directory: Path, config_dir: Path, log_path: Path) -> None:
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
-        self.args = [sys.executable, "-m", "app.cli", "serve", "--hostname", HOST, "--port", str(self.port),
-                     "--db", str(db), "--directory", str(directory)]
+        self.args = [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--hostname",
+            HOST,
+            "--port",
+            str(self.port),
+            "--db",
+            str(db),
+            "--directory",
+            str(directory),
+        ]
         # An empty config dir keeps a user's opencode.json from changing the default (echo) model.
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENSESSION_CONFIG_DIR": str(config_dir),
-                    "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "OPENSESSION_CONFIG_DIR": str(config_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -245,8 +268,9 @@ def timed(call: Callable[[], httpx.Response], expect: int) -> float:
     response = call()
     elapsed = time.perf_counter() - started
     if response.status_code != expect:
-        raise RuntimeError(f"{response.request.method} {response.request.url} -> {response.status_code}: "
-                           f"{response.text[:300]}")
+        raise RuntimeError(
+            f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text[:300]}"
+        )
     return elapsed * 1000
 
 
@@ -262,8 +286,15 @@ def bench_create(client: httpx.Client, metric: Metric, warmup: int, iterations: 
     metric.samples = [timed(lambda: client.post("/session"), 200) for _ in range(iterations)]
 
 
-def bench_prompts(client: httpx.Client, events: EventStream, admit: Metric, first_delta: Metric, idle: Metric,
-                  warmup: int, iterations: int) -> None:
+def bench_prompts(
+    client: httpx.Client,
+    events: EventStream,
+    admit: Metric,
+    first_delta: Metric,
+    idle: Metric,
+    warmup: int,
+    iterations: int,
+) -> None:
     """Each prompt goes to a fresh, idle session and the turn is awaited to ``session.idle`` before
     the next one, so no background turn overlaps a measurement."""
     for index in range(warmup + iterations):
@@ -341,8 +372,7 @@ def run(quick: bool) -> list[Metric]:
         start_fresh.samples = bench_startups(lambda i: server(base / f"fresh-{i}.db"), startups)
 
         main_db = base / "main.db"
-        with (running(server(main_db)) as srv,
-              httpx.Client(base_url=srv.url, timeout=10, trust_env=False) as client):
+        with running(server(main_db)) as srv, httpx.Client(base_url=srv.url, timeout=10, trust_env=False) as client:
             progress(f"server at {srv.url}: POST /session")
             bench_create(client, create, warmup, cheap)
             progress("prompts on fresh sessions")

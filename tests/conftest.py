@@ -29,8 +29,13 @@ def config_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def settings(tmp_path: Path, project_dir: Path, config_dir: Path) -> Settings:
-    return Settings(db=str(tmp_path / "opensession.db"), directory=str(project_dir), config_dir=str(config_dir),
-                    port=free_port(), heartbeat_seconds=10.0)
+    return Settings(
+        db=str(tmp_path / "opensession.db"),
+        directory=str(project_dir),
+        config_dir=str(config_dir),
+        port=free_port(),
+        heartbeat_seconds=10.0,
+    )
 
 
 @pytest.fixture

@@ -65,11 +65,16 @@ class ThreadServer:
 
 @contextmanager
 def thread_server(settings: Settings) -> Iterator[ThreadServer]:
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=settings.port,
-                            # uvicorn reports SSE streams it cancels at teardown as errors; ours log on
-                            # their own loggers ("opensession.*"), so real failures stay visible.
-                            log_level="critical",
-                            lifespan="on", timeout_graceful_shutdown=0.2)
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=settings.port,
+        # uvicorn reports SSE streams it cancels at teardown as errors; ours log on
+        # their own loggers ("opensession.*"), so real failures stay visible.
+        log_level="critical",
+        lifespan="on",
+        timeout_graceful_shutdown=0.2,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="opensession-test-server", daemon=True)
     thread.start()
@@ -115,8 +120,18 @@ class ProcessServer:
 
 def process_server(db: Path, directory: Path, config_dir: Path) -> ProcessServer:
     port = free_port()
-    args = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--db", str(db),
-            "--directory", str(directory)]
+    args = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        str(db),
+        "--directory",
+        str(directory),
+    ]
     env = {**os.environ, "OPENSESSION_CONFIG_DIR": str(config_dir), "PYTHONPATH": str(ROOT)}
     return ProcessServer(args, env, f"http://127.0.0.1:{port}")
 
@@ -136,8 +151,9 @@ class StubReply:
     status: int = 200
     body: str = ""
     headers: dict[str, str] = field(default_factory=dict)
-    usage: dict[str, Any] = field(default_factory=lambda: {"prompt_tokens": 11, "completion_tokens": 3,
-                                                           "total_tokens": 14})
+    usage: dict[str, Any] = field(
+        default_factory=lambda: {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+    )
     delay: float = 0.0
 
 
@@ -179,9 +195,12 @@ def openai_stub(reply: Reply | None = None) -> Iterator[OpenAIStub]:
             self.end_headers()
 
             def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
-                data: dict[str, Any] = {"id": "chatcmpl-stub", "object": "chat.completion.chunk",
-                                        "model": body.get("model"),
-                                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                data: dict[str, Any] = {
+                    "id": "chatcmpl-stub",
+                    "object": "chat.completion.chunk",
+                    "model": body.get("model"),
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
                 if usage is not None:
                     data = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "choices": [], "usage": usage}
                 self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())

@@ -85,8 +85,9 @@ class EventCollector:
                 self._lock.wait(remaining)
 
     def wait_idle(self, session_id: str, timeout: float = 10.0) -> Frame:
-        return self.wait_for(lambda f: f.type == "session.idle" and f.properties.get("sessionID") == session_id,
-                             timeout)
+        return self.wait_for(
+            lambda f: f.type == "session.idle" and f.properties.get("sessionID") == session_id, timeout
+        )
 
     def of_session(self, session_id: str) -> list[Frame]:
         with self._lock:

@@ -16,8 +16,10 @@ def test_abort_keeps_partial_text_and_marks_the_reply(server: ThreadServer, clie
     result: dict[str, httpx.Response] = {}
     with EventCollector(f"{server.url}/event") as events:
         waiter = threading.Thread(
-            target=lambda: result.setdefault("reply", client.post(f"/session/{sid}/message",
-                                                                   json=text_prompt("SLOW:0.4 take your time"))))
+            target=lambda: result.setdefault(
+                "reply", client.post(f"/session/{sid}/message", json=text_prompt("SLOW:0.4 take your time"))
+            )
+        )
         waiter.start()
         events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
         assert client.get("/session/status").json() == {sid: {"type": "busy"}}
@@ -31,7 +33,9 @@ def test_abort_keeps_partial_text_and_marks_the_reply(server: ThreadServer, clie
     assert body["info"]["error"] == {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
     assert "completed" in body["info"]["time"]
     partial = assistant_text(body)
-    assert partial and "Echo: SLOW:0.4 take your time".startswith(partial) and partial != "Echo: SLOW:0.4 take your time"
+    assert (
+        partial and "Echo: SLOW:0.4 take your time".startswith(partial) and partial != "Echo: SLOW:0.4 take your time"
+    )
     text_part = next(p for p in body["parts"] if p["type"] == "text")
     assert "end" in text_part["time"]
     assert errors == [{"name": "MessageAbortedError", "data": {"message": "Aborted"}}]

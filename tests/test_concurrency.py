@@ -4,6 +4,7 @@ one drain at a time, in a single busy period."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import httpx
 
@@ -30,9 +31,14 @@ def test_fifty_concurrent_prompts_on_one_session(server: ThreadServer, client: h
         # Every prompt is durable once its 204 is out, whatever the drain is doing.
         users = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"]
         assert len(users) == PROMPTS
-        events.wait_for(lambda f: f.type == "session.idle" and f.properties["sessionID"] == sid
-                        and len([m for m in client.get(f"/session/{sid}/message").json()]) == 2 * PROMPTS,
-                        timeout=60)
+        events.wait_for(
+            lambda f: (
+                f.type == "session.idle"
+                and f.properties["sessionID"] == sid
+                and len([m for m in client.get(f"/session/{sid}/message").json()]) == 2 * PROMPTS
+            ),
+            timeout=60,
+        )
         status_types = [f.properties["status"]["type"] for f in events.of_session(sid) if f.type == "session.status"]
     history = client.get(f"/session/{sid}/message").json()
     users = [m for m in history if m["info"]["role"] == "user"]
@@ -44,7 +50,7 @@ def test_fifty_concurrent_prompts_on_one_session(server: ThreadServer, client: h
         assert assistant_text(reply) == "Echo: " + user["parts"][0]["text"]
         assert "error" not in reply["info"]
     # Never two turns at once: each reply was completed before the next one was created.
-    for earlier, later in zip(replies, replies[1:], strict=False):
+    for earlier, later in itertools.pairwise(replies):
         assert earlier["info"]["time"]["completed"] <= later["info"]["time"]["created"]
     # Prompts that joined the running loop did not start extra drains or busy periods.
     assert server.runtime.coordinator.drains_started <= 2

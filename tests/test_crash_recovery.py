@@ -21,8 +21,11 @@ def _wait_for_answers(url: str, sid: str, count: int, timeout: float = 30) -> li
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         history = httpx.get(f"{url}/session/{sid}/message").json()
-        done = [m for m in history if m["info"]["role"] == "assistant" and "error" not in m["info"]
-                and "completed" in m["info"]["time"]]
+        done = [
+            m
+            for m in history
+            if m["info"]["role"] == "assistant" and "error" not in m["info"] and "completed" in m["info"]["time"]
+        ]
         if len(done) >= count and httpx.get(f"{url}/session/status").json() == {}:
             return history
         time.sleep(0.1)
@@ -36,8 +39,13 @@ def test_kill_9_during_a_turn_then_restart(tmp_path: Path, project_dir: Path, co
     try:
         sid = httpx.post(f"{server.url}/session").json()["id"]
         with EventCollector(f"{server.url}/event") as events:
-            assert httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt(SLOW_PROMPT)).status_code == 204
-            assert httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("queued behind")).status_code == 204
+            assert (
+                httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt(SLOW_PROMPT)).status_code == 204
+            )
+            assert (
+                httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("queued behind")).status_code
+                == 204
+            )
             deltas = 0
 
             def two_deltas(frame) -> bool:  # type: ignore[no-untyped-def]

@@ -46,10 +46,15 @@ def test_badly_prefixed_ids_are_400(client: httpx.Client, path: str) -> None:
 
 def test_unknown_ids_are_404_with_named_error(client: httpx.Client) -> None:
     sid = create_session(client)["id"]
-    for method, path in [("GET", f"/session/{MISSING}"), ("PATCH", f"/session/{MISSING}"),
-                         ("DELETE", f"/session/{MISSING}"), ("GET", f"/session/{MISSING}/message"),
-                         ("GET", f"/session/{MISSING}/children"), ("POST", f"/session/{MISSING}/message"),
-                         ("POST", f"/session/{MISSING}/prompt_async")]:
+    for method, path in [
+        ("GET", f"/session/{MISSING}"),
+        ("PATCH", f"/session/{MISSING}"),
+        ("DELETE", f"/session/{MISSING}"),
+        ("GET", f"/session/{MISSING}/message"),
+        ("GET", f"/session/{MISSING}/children"),
+        ("POST", f"/session/{MISSING}/message"),
+        ("POST", f"/session/{MISSING}/prompt_async"),
+    ]:
         body = text_prompt("x") if method == "POST" else ({} if method == "PATCH" else None)
         response = client.request(method, path, json=body)
         assert response.status_code == 404, (method, path, response.text)
@@ -73,7 +78,9 @@ def test_oversize_body_is_413_and_stores_nothing(client: httpx.Client, server) -
             yield b"y" * 65536
         yield b'"}]}'
 
-    chunked = client.post(f"/session/{sid}/prompt_async", content=chunks(), headers={"content-type": "application/json"})
+    chunked = client.post(
+        f"/session/{sid}/prompt_async", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert chunked.status_code == 413
     assert client.get(f"/session/{sid}/message").json() == []
 

@@ -33,8 +33,10 @@ def test_stream_headers_and_first_frame(server: ThreadServer) -> None:
 def test_event_stream_is_scoped_to_its_directory(server: ThreadServer, client: httpx.Client, tmp_path: Path) -> None:
     other = tmp_path / "elsewhere"
     other.mkdir()
-    with EventCollector(f"{server.url}/event") as mine, \
-            EventCollector(f"{server.url}/event?directory={other}") as theirs:
+    with (
+        EventCollector(f"{server.url}/event") as mine,
+        EventCollector(f"{server.url}/event?directory={other}") as theirs,
+    ):
         sid = create_session(client)["id"]
         client.post(f"/session/{sid}/message", json=text_prompt("scoped"))
         mine.wait_idle(sid)
@@ -69,8 +71,13 @@ def test_reconnect_with_last_event_id_receives_what_was_missed(server: ThreadSer
     # While no client is connected, another turn runs.
     client.post(f"/session/{sid}/message", json=text_prompt("second while away"))
     with EventCollector(f"{server.url}/event", headers={"Last-Event-ID": resume_from}) as after:
-        after.wait_for(lambda f: f.type == "message.updated" and f.properties["info"]["role"] == "assistant"
-                       and "completed" in f.properties["info"]["time"])
+        after.wait_for(
+            lambda f: (
+                f.type == "message.updated"
+                and f.properties["info"]["role"] == "assistant"
+                and "completed" in f.properties["info"]["time"]
+            )
+        )
         durable = [f for f in after.frames if f.type in ("message.updated", "message.part.updated")]
     texts = [f.properties["part"].get("text") for f in durable if f.type == "message.part.updated"]
     assert "second while away" in texts and "Echo: second while away" in texts
@@ -82,8 +89,13 @@ def test_reconnect_with_last_event_id_receives_what_was_missed(server: ThreadSer
 def test_heartbeat_is_a_json_frame(tmp_path: Path, project_dir: Path, config_dir: Path) -> None:
     from tests.servers import free_port
 
-    settings = Settings(db=str(tmp_path / "hb.db"), directory=str(project_dir), config_dir=str(config_dir),
-                        port=free_port(), heartbeat_seconds=0.2)
+    settings = Settings(
+        db=str(tmp_path / "hb.db"),
+        directory=str(project_dir),
+        config_dir=str(config_dir),
+        port=free_port(),
+        heartbeat_seconds=0.2,
+    )
     with thread_server(settings) as server, EventCollector(f"{server.url}/event") as events:
         beat = events.wait_for(lambda f: f.type == "server.heartbeat", timeout=5)
     assert beat.data["properties"] == {} and beat.id is not None
@@ -111,3 +123,11 @@ async def test_slow_subscriber_is_cut_off_not_buffered() -> None:
     with pytest.raises(Overflowed):
         await slow.next(timeout=1)
     await asyncio.sleep(0)
+
+
+def test_frames_use_bare_newlines(server: ThreadServer) -> None:
+    """The official SDK splits events on "\\n\\n" only; "\\r\\n" framing would starve it."""
+    with httpx.Client(timeout=5) as http, http.stream("GET", f"{server.url}/event") as response:
+        first = next(response.iter_raw())
+    assert b"\r" not in first
+    assert first.startswith(b"id: ") and first.endswith(b"\n\n") and b"\ndata: {" in first

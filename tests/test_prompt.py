@@ -22,10 +22,18 @@ def test_plain_turn_event_order(server: ThreadServer, client: httpx.Client) -> N
     order = [f.type for f in frames if f.type != "session.updated"]
     deltas = [f.properties["delta"] for f in frames if f.type == "message.part.delta"]
     assert len(deltas) >= 2
-    expected = (["message.updated", "message.part.updated", "session.status", "message.updated",
-                 "message.part.updated", "message.part.updated"] + ["message.part.delta"] * len(deltas)
-                + ["message.part.updated", "message.part.updated", "message.updated", "session.status",
-                   "session.idle"])
+    expected = (
+        [
+            "message.updated",
+            "message.part.updated",
+            "session.status",
+            "message.updated",
+            "message.part.updated",
+            "message.part.updated",
+        ]
+        + ["message.part.delta"] * len(deltas)
+        + ["message.part.updated", "message.part.updated", "message.updated", "session.status", "session.idle"]
+    )
     assert order == expected
     parts = [f.properties["part"] for f in frames if f.type == "message.part.updated"]
     assert [p["type"] for p in parts] == ["text", "step-start", "text", "text", "step-finish"]
@@ -80,8 +88,9 @@ def test_both_model_shapes_are_accepted(client: httpx.Client) -> None:
 
 def test_unknown_model_is_rejected_before_anything_is_stored(client: httpx.Client) -> None:
     sid = create_session(client)["id"]
-    response = client.post(f"/session/{sid}/prompt_async",
-                           json=text_prompt("x", model={"providerID": "nope", "modelID": "nope"}))
+    response = client.post(
+        f"/session/{sid}/prompt_async", json=text_prompt("x", model={"providerID": "nope", "modelID": "nope"})
+    )
     assert response.status_code == 400
     assert response.json()["name"] == "BadRequest"
     assert "Model not found: nope/nope" in response.json()["data"]["message"]

@@ -41,8 +41,14 @@ def _node() -> str:
 def test_official_sdk_flow(server: ThreadServer) -> None:
     node = _node()
     try:
-        proc = subprocess.run([node, str(FLOW), server.url], cwd=SDK_DIR, capture_output=True, text=True,
-                              timeout=FLOW_TIMEOUT, check=False)
+        proc = subprocess.run(
+            [node, str(FLOW), server.url],
+            cwd=SDK_DIR,
+            capture_output=True,
+            text=True,
+            timeout=FLOW_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"flow.mjs did not finish within {FLOW_TIMEOUT} s; stdout so far:\n{exc.stdout}")
     report = f"exit code {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"

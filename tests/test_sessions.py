@@ -39,7 +39,9 @@ def test_list_filters_roots_search_start_limit(client: httpx.Client) -> None:
     roots = client.get("/session", params={"roots": "true"}).json()
     assert {s["title"] for s in roots} == {"alpha parent", "beta"}
     assert {s["title"] for s in client.get("/session", params={"search": "alpha"}).json()} == {
-        "alpha parent", "alpha child"}
+        "alpha parent",
+        "alpha child",
+    }
     assert len(client.get("/session", params={"limit": 1}).json()) == 1
     future = int(time.time() * 1000) + 60_000
     assert client.get("/session", params={"start": future}).json() == []

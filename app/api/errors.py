@@ -11,9 +11,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from app.api.responses import JSONBody
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.responses import JSONBody
 from app.runtime.errors import InputConflict, InvalidInput, MessageNotFound, SessionBusy, SessionNotFound
 
 log = logging.getLogger("opensession.api")
@@ -37,10 +37,7 @@ def _describe(error: dict[str, Any]) -> str:
     location = [str(p) for p in error.get("loc", ())[1:]]
     if error.get("type") == "json_invalid":
         return f"Malformed JSON: {error.get('ctx', {}).get('error', 'cannot decode body')}"
-    if error.get("type") == "missing":
-        message = "Missing key"
-    else:
-        message = error.get("msg", "Invalid value")
+    message = "Missing key" if error.get("type") == "missing" else error.get("msg", "Invalid value")
     return f"{message}\n  at {location}" if location else message
 
 

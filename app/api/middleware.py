@@ -14,12 +14,17 @@ from app.jsonutil import dumpb
 
 async def _reply(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     payload = dumpb(body)
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                    *(headers or [])],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -89,7 +94,11 @@ class BasicAuth:
             except (binascii.Error, ValueError):
                 supplied = b""
         if not secrets.compare_digest(supplied, self.expected):
-            await _reply(send, 401, {"name": "UnauthorizedError", "data": {"message": "Unauthorized"}},
-                         [(b"www-authenticate", b'Basic realm="opensession"')])
+            await _reply(
+                send,
+                401,
+                {"name": "UnauthorizedError", "data": {"message": "Unauthorized"}},
+                [(b"www-authenticate", b'Basic realm="opensession"')],
+            )
             return
         await self.app(scope, receive, send)

@@ -27,6 +27,12 @@ Encode = Callable[[Event], bytes]
 Control = Callable[[str], bytes]  # encodes server.connected / server.heartbeat frames
 
 
+def _sse(data: bytes, cursor: int) -> ServerSentEvent:
+    # sse-starlette's per-response ``sep`` does not reach ServerSentEvent objects; OpenCode (and
+    # the official SDK's parser) use bare "\n" line endings.
+    return ServerSentEvent(data=data.decode(), id=str(cursor), sep="\n")
+
+
 def parse_cursor(value: str | None) -> int | None:
     if value is None or value == "":
         return None
@@ -51,13 +57,13 @@ async def _frames(
     heartbeat = runtime.settings.heartbeat_seconds
 
     def frame(event: Event) -> list[ServerSentEvent]:
-        frames = [ServerSentEvent(data=event.encoded(kind, encode).decode(), id=str(event.cursor))]
+        frames = [_sse(event.encoded(kind, encode), event.cursor)]
         if twin is not None and event.durable:
-            frames.append(ServerSentEvent(data=event.encoded(kind + ":sync", twin).decode(), id=str(event.cursor)))
+            frames.append(_sse(event.encoded(kind + ":sync", twin), event.cursor))
         return frames
 
     try:
-        yield ServerSentEvent(data=control("server.connected").decode(), id=str(bus.cursor))
+        yield _sse(control("server.connected"), bus.cursor)
         replayed_to = -1
         if after is not None:
             cursor = after
@@ -74,7 +80,7 @@ async def _frames(
         while True:
             event = await subscription.next(heartbeat)
             if event is None:
-                yield ServerSentEvent(data=control("server.heartbeat").decode(), id=str(bus.cursor))
+                yield _sse(control("server.heartbeat"), bus.cursor)
                 continue
             if event.durable and event.cursor <= replayed_to:
                 continue

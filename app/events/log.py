@@ -31,15 +31,14 @@ class Transaction:
     async def _allocate_seq(self, session_id: str) -> int:
         seq = self._next_seq.get(session_id)
         if seq is None:
-            latest = await self.conn.scalar(
-                select(func.max(events.c.seq)).where(events.c.session_id == session_id)
-            )
+            latest = await self.conn.scalar(select(func.max(events.c.seq)).where(events.c.session_id == session_id))
             seq = 0 if latest is None else latest + 1
         self._next_seq[session_id] = seq + 1
         return seq
 
-    async def emit(self, event_type: str, properties: dict[str, Any], *, session_id: str,
-                   directory: str | None) -> Event:
+    async def emit(
+        self, event_type: str, properties: dict[str, Any], *, session_id: str, directory: str | None
+    ) -> Event:
         event = Event(event_type, properties, session_id, directory, durable=True)
         event.seq = await self._allocate_seq(session_id)
         await project(self.conn, event_type, properties)
@@ -60,8 +59,14 @@ class Transaction:
         self.events.append(event)
         return event
 
-    def publish(self, event_type: str, properties: dict[str, Any], *, session_id: str | None = None,
-                directory: str | None = None) -> None:
+    def publish(
+        self,
+        event_type: str,
+        properties: dict[str, Any],
+        *,
+        session_id: str | None = None,
+        directory: str | None = None,
+    ) -> None:
         self.events.append(Event(event_type, properties, session_id, directory))
 
 
@@ -95,8 +100,14 @@ class EventLog:
             yield tx
             scope.after_commit(lambda: self.bus.publish_many(tx.events))
 
-    def publish(self, event_type: str, properties: dict[str, Any], *, session_id: str | None = None,
-                directory: str | None = None) -> None:
+    def publish(
+        self,
+        event_type: str,
+        properties: dict[str, Any],
+        *,
+        session_id: str | None = None,
+        directory: str | None = None,
+    ) -> None:
         """Publish an ephemeral event (never stored)."""
         self.bus.publish(Event(event_type, properties, session_id, directory))
 

@@ -78,7 +78,9 @@ class EchoProvider:
                 await asyncio.sleep(delay)
             yield TextDelta(piece)
         context = sum(_estimate_tokens(_text_of(m.get("content"))) for m in request.messages)
-        usage = Usage(input=context, output=_estimate_tokens(reply), reasoning=_estimate_tokens(reasoning) if reasoning else 0)
+        usage = Usage(
+            input=context, output=_estimate_tokens(reply), reasoning=_estimate_tokens(reasoning) if reasoning else 0
+        )
         yield Finish("stop", usage)
 
     @staticmethod
@@ -97,7 +99,9 @@ class EchoProvider:
         if kind == "fatal":
             raise ProviderError("Bad Request: echo model asked to fail", status_code=400, is_retryable=False)
         if kind == "auth":
-            raise ProviderError("Invalid API key (echo model asked to fail)", name="ProviderAuthError", provider_id=PROVIDER_ID)
+            raise ProviderError(
+                "Invalid API key (echo model asked to fail)", name="ProviderAuthError", provider_id=PROVIDER_ID
+            )
 
     async def aclose(self) -> None:
         return None

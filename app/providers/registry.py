@@ -27,6 +27,9 @@ class ModelRef:
     provider_id: str
     model_id: str
 
+    def __str__(self) -> str:
+        return f"{self.provider_id}/{self.model_id}"
+
 
 def _model_info(provider: ProviderConfig, model_id: str) -> ModelInfo:
     spec = provider.models.get(model_id, {})
@@ -77,9 +80,7 @@ class ProviderRegistry:
 
     def _configured(self, directory: str) -> dict[str, ProviderConfig]:
         providers = self._config.load(directory).providers
-        return {
-            pid: p for pid, p in providers.items() if p.npm in OPENAI_COMPATIBLE_PACKAGES and p.base_url
-        }
+        return {pid: p for pid, p in providers.items() if p.npm in OPENAI_COMPATIBLE_PACKAGES and p.base_url}
 
     def default_model(self, directory: str) -> ModelRef:
         configured = self._config.load(directory).model
@@ -117,8 +118,14 @@ class ProviderRegistry:
         for provider in self._configured(directory).values():
             models = {mid: _model_entry(_model_info(provider, mid), provider.base_url) for mid in provider.models}
             result.append(
-                {"id": provider.id, "name": provider.name, "source": "config", "env": [], "options": {},
-                 "models": models}
+                {
+                    "id": provider.id,
+                    "name": provider.name,
+                    "source": "config",
+                    "env": [],
+                    "options": {},
+                    "models": models,
+                }
             )
         return result
 

@@ -40,17 +40,19 @@ class PromptRequest:
 
     def canonical(self) -> dict[str, Any]:
         """The request as compared on retry (everything the client chose, nothing we generated)."""
-        return loads(dumps(
-            {
-                "parts": self.parts,
-                "model": [self.model.provider_id, self.model.model_id] if self.model else None,
-                "agent": self.agent,
-                "system": self.system,
-                "noReply": self.no_reply,
-                "tools": self.tools,
-                "variant": self.variant,
-            }
-        ))
+        return loads(
+            dumps(
+                {
+                    "parts": self.parts,
+                    "model": [self.model.provider_id, self.model.model_id] if self.model else None,
+                    "agent": self.agent,
+                    "system": self.system,
+                    "noReply": self.no_reply,
+                    "tools": self.tools,
+                    "variant": self.variant,
+                }
+            )
+        )
 
 
 @dataclass(slots=True)
@@ -86,7 +88,9 @@ class Admission:
         canonical = request.canonical()
         directory = session["directory"]
         async with self.log.transaction() as tx:
-            existing = (await tx.conn.execute(select(inputs.c.session_id, inputs.c.prompt).where(inputs.c.id == message_id))).first()
+            existing = (
+                await tx.conn.execute(select(inputs.c.session_id, inputs.c.prompt).where(inputs.c.id == message_id))
+            ).first()
             if existing is not None:
                 if existing.session_id == session_id and loads(existing.prompt)["request"] == canonical:
                     return Admitted(message_id, created=False)
@@ -108,20 +112,38 @@ class Admission:
                 info["tools"] = request.tools
             if request.variant:
                 info["model"]["variant"] = request.variant
-            admitted = await tx.emit("message.updated", {"sessionID": session_id, "info": info},
-                                     session_id=session_id, directory=directory)
+            admitted = await tx.emit(
+                "message.updated", {"sessionID": session_id, "info": info}, session_id=session_id, directory=directory
+            )
             for part in request.parts:
-                stored = {**part, "id": part.get("id") or ids.part_id(), "sessionID": session_id, "messageID": message_id}
-                await tx.emit("message.part.updated", {"sessionID": session_id, "part": stored, "time": now_ms()},
-                              session_id=session_id, directory=directory)
+                stored = {
+                    **part,
+                    "id": part.get("id") or ids.part_id(),
+                    "sessionID": session_id,
+                    "messageID": message_id,
+                }
+                await tx.emit(
+                    "message.part.updated",
+                    {"sessionID": session_id, "part": stored, "time": now_ms()},
+                    session_id=session_id,
+                    directory=directory,
+                )
 
             def remember_choice(s: dict[str, Any]) -> None:
                 s["agent"] = agent
-                s["model"] = {"id": ref.model_id, "providerID": ref.provider_id, "variant": request.variant or "default"}
+                s["model"] = {
+                    "id": ref.model_id,
+                    "providerID": ref.provider_id,
+                    "variant": request.variant or "default",
+                }
 
             await self.sessions.mutate(tx, session_id, remember_choice)
-            stored_prompt = {"request": canonical, "agent": agent, "system": request.system,
-                             "model": {"providerID": ref.provider_id, "modelID": ref.model_id}}
+            stored_prompt = {
+                "request": canonical,
+                "agent": agent,
+                "system": request.system,
+                "model": {"providerID": ref.provider_id, "modelID": ref.model_id},
+            }
             await tx.conn.execute(
                 insert(inputs).values(
                     id=message_id,

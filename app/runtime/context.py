@@ -11,8 +11,7 @@ from typing import Any
 from app.store.queries import MessageWithParts
 
 BASE_SYSTEM_PROMPT = (
-    "You are opensession, a coding agent working in the user's project directory. "
-    "Answer concisely and accurately."
+    "You are opensession, a coding agent working in the user's project directory. Answer concisely and accurately."
 )
 
 

@@ -15,10 +15,10 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
+from app.jsonutil import dumps
 from app.providers.base import Finish, ModelInfo, Usage
 from app.store.projectors import touch_input, upsert
 from app.store.schema import parts
-from app.jsonutil import dumps
 
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
 
@@ -91,8 +91,13 @@ class AssistantRecorder:
         stream.chunks.append(text)
         self.log.publish(
             "message.part.delta",
-            {"sessionID": self.session_id, "messageID": self.info["id"], "partID": stream.part["id"],
-             "field": "text", "delta": text},
+            {
+                "sessionID": self.session_id,
+                "messageID": self.info["id"],
+                "partID": stream.part["id"],
+                "field": "text",
+                "delta": text,
+            },
             session_id=self.session_id,
             directory=self.directory,
         )
@@ -104,8 +109,11 @@ class AssistantRecorder:
         stream.last_flush = time.monotonic()
         row = stream.snapshot(final=False)
         async with self.log.db.write() as scope:
-            await upsert(scope.conn, parts, {"id": row["id"], "message_id": row["messageID"],
-                                             "session_id": self.session_id, "data": dumps(row)})
+            await upsert(
+                scope.conn,
+                parts,
+                {"id": row["id"], "message_id": row["messageID"], "session_id": self.session_id, "data": dumps(row)},
+            )
 
     async def _close_open(self, tx: Transaction) -> None:
         if self._open is not None:

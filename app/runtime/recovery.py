@@ -29,8 +29,13 @@ def _closed_part(part: dict[str, Any], at: int) -> dict[str, Any] | None:
         start = (state.get("time") or {}).get("start", at)
         return {
             **part,
-            "state": {"status": "error", "input": state.get("input", {}), "error": "Tool execution aborted",
-                      "metadata": {"interrupted": True}, "time": {"start": start, "end": at}},
+            "state": {
+                "status": "error",
+                "input": state.get("input", {}),
+                "error": "Tool execution aborted",
+                "metadata": {"interrupted": True},
+                "time": {"start": start, "end": at},
+            },
         }
     return None
 
@@ -52,11 +57,19 @@ async def recover(log_: EventLog, queries: Queries, coordinator: DrainCoordinato
                 for part in message["parts"]:
                     closed = _closed_part(part, at)
                     if closed is not None:
-                        await tx.emit("message.part.updated", {"sessionID": session_id, "part": closed, "time": at},
-                                      session_id=session_id, directory=directory)
+                        await tx.emit(
+                            "message.part.updated",
+                            {"sessionID": session_id, "part": closed, "time": at},
+                            session_id=session_id,
+                            directory=directory,
+                        )
                 msg = {**msg, "error": INTERRUPTED, "time": {**msg["time"], "completed": at}}
-                await tx.emit("message.updated", {"sessionID": session_id, "info": msg},
-                              session_id=session_id, directory=directory)
+                await tx.emit(
+                    "message.updated",
+                    {"sessionID": session_id, "info": msg},
+                    session_id=session_id,
+                    directory=directory,
+                )
         coordinator.wake(session_id)
     if session_ids:
         log.info("recovered %d session(s) with unanswered prompts", len(session_ids))

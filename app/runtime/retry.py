@@ -48,7 +48,9 @@ def retry_delay_ms(error: ProviderError, attempt: int) -> int:
             return min(_ABSOLUTE_CAP_MS, max(0, math.ceil(float(value) * 1000)))
         except ValueError:
             try:
-                return min(_ABSOLUTE_CAP_MS, max(0, int(parsedate_to_datetime(value).timestamp() * 1000 - time.time() * 1000)))
+                return min(
+                    _ABSOLUTE_CAP_MS, max(0, int(parsedate_to_datetime(value).timestamp() * 1000 - time.time() * 1000))
+                )
             except (TypeError, ValueError):
                 pass
     base = 2000 * 2 ** (attempt - 1)

@@ -78,7 +78,9 @@ class Runner:
         history as user messages but are not answered (as in OpenCode)."""
         async with self.log.db.write() as scope:
             await scope.conn.execute(
-                update(inputs).where(inputs.c.session_id == session_id, inputs.c.completed.is_(False)).values(completed=True)
+                update(inputs)
+                .where(inputs.c.session_id == session_id, inputs.c.completed.is_(False))
+                .values(completed=True)
             )
         self.waiters.settle_session(session_id)
 
@@ -117,8 +119,12 @@ class Runner:
         if len(history) <= 2:
             user_text = messages[-1]["content"] if messages else ""
             self.titles.schedule(session, user_text, provider, model)
-        request = ChatRequest(model=model, system=system_prompts(directory, prompt.get("system")),
-                              messages=messages, session_id=session_id)
+        request = ChatRequest(
+            model=model,
+            system=system_prompts(directory, prompt.get("system")),
+            messages=messages,
+            session_id=session_id,
+        )
         try:
             usage = await self._stream_with_retries(session_id, recorder, provider, request, signal)
         except Aborted as exc:
@@ -133,7 +139,11 @@ class Runner:
             await self.sessions.mutate(tx, session_id, lambda s: _add_usage(s, usage))
 
     async def _stream_with_retries(
-        self, session_id: str, recorder: AssistantRecorder, provider: Provider, request: ChatRequest,
+        self,
+        session_id: str,
+        recorder: AssistantRecorder,
+        provider: Provider,
+        request: ChatRequest,
         signal: AbortSignal,
     ) -> dict[str, Any]:
         await recorder.start_step()
@@ -156,8 +166,9 @@ class Runner:
                 await self.coordinator.set_status(session_id, {"type": "busy"})
 
     @staticmethod
-    async def _stream_once(recorder: AssistantRecorder, provider: Provider, request: ChatRequest,
-                           signal: AbortSignal) -> Finish:
+    async def _stream_once(
+        recorder: AssistantRecorder, provider: Provider, request: ChatRequest, signal: AbortSignal
+    ) -> Finish:
         stream = provider.stream(request).__aiter__()
         try:
             while True:
@@ -178,7 +189,10 @@ class Runner:
 
     async def _fail(self, recorder: AssistantRecorder, input_id: str, error: dict[str, Any]) -> None:
         async with self.log.transaction() as tx:
-            tx.publish("session.error", {"sessionID": recorder.session_id, "error": error},
-                       session_id=recorder.session_id, directory=recorder.directory)
+            tx.publish(
+                "session.error",
+                {"sessionID": recorder.session_id, "error": error},
+                session_id=recorder.session_id,
+                directory=recorder.directory,
+            )
             await recorder.complete(tx, input_id, error)
-

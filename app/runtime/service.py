@@ -34,8 +34,9 @@ class Runtime:
         self.sessions = SessionService(self.log, self.queries)
         self.waiters = InputWaiters()
         self.titles = TitleGenerator(self.sessions)
-        self.runner = Runner(self.log, self.queries, self.sessions, self.registry, self.titles, self.waiters,
-                             settings.part_flush_seconds)
+        self.runner = Runner(
+            self.log, self.queries, self.sessions, self.registry, self.titles, self.waiters, settings.part_flush_seconds
+        )
         self.coordinator = DrainCoordinator(self.runner.drain, self._publish_status)
         self.runner.coordinator = self.coordinator
         self.admission = Admission(self.log, self.sessions, self.registry)
@@ -53,8 +54,9 @@ class Runtime:
 
     async def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:
         directory = await self._directory_or_none(session_id)
-        self.log.publish("session.status", {"sessionID": session_id, "status": status},
-                         session_id=session_id, directory=directory)
+        self.log.publish(
+            "session.status", {"sessionID": session_id, "status": status}, session_id=session_id, directory=directory
+        )
         if status["type"] == "idle":
             self.log.publish("session.idle", {"sessionID": session_id}, session_id=session_id, directory=directory)
             self.waiters.settle_session(session_id)

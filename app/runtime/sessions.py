@@ -20,10 +20,42 @@ from app.store.queries import Queries
 from app.store.schema import sessions
 
 DEFAULT_TITLE = re.compile(r"^(New session - |Child session - )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
-_ADJECTIVES = ("brave", "calm", "eager", "gentle", "jolly", "keen", "lucky", "misty", "proud", "quiet",
-               "rapid", "shiny", "swift", "tidy", "vivid", "witty")
-_NOUNS = ("cabin", "comet", "falcon", "forest", "island", "knight", "meadow", "otter", "river", "star",
-          "tiger", "willow", "harbor", "canyon", "lantern", "pebble")
+_ADJECTIVES = (
+    "brave",
+    "calm",
+    "eager",
+    "gentle",
+    "jolly",
+    "keen",
+    "lucky",
+    "misty",
+    "proud",
+    "quiet",
+    "rapid",
+    "shiny",
+    "swift",
+    "tidy",
+    "vivid",
+    "witty",
+)
+_NOUNS = (
+    "cabin",
+    "comet",
+    "falcon",
+    "forest",
+    "island",
+    "knight",
+    "meadow",
+    "otter",
+    "river",
+    "star",
+    "tiger",
+    "willow",
+    "harbor",
+    "canyon",
+    "lantern",
+    "pebble",
+)
 
 Mutation = Callable[[dict[str, Any]], None]
 
@@ -77,8 +109,9 @@ class SessionService:
         if metadata is not None:
             info["metadata"] = metadata
         async with self.log.transaction() as tx:
-            await tx.emit("session.created", {"sessionID": info["id"], "info": info},
-                          session_id=info["id"], directory=directory)
+            await tx.emit(
+                "session.created", {"sessionID": info["id"], "info": info}, session_id=info["id"], directory=directory
+            )
         self._directories[info["id"]] = directory
         return info
 
@@ -106,8 +139,12 @@ class SessionService:
         change(info)
         if touch:
             info["time"]["updated"] = max(now_ms(), info["time"]["updated"])
-        await tx.emit("session.updated", {"sessionID": session_id, "info": info},
-                      session_id=session_id, directory=info["directory"])
+        await tx.emit(
+            "session.updated",
+            {"sessionID": session_id, "info": info},
+            session_id=session_id,
+            directory=info["directory"],
+        )
         return info
 
     async def update(self, session_id: str, change: Mutation) -> dict[str, Any]:
@@ -128,7 +165,11 @@ class SessionService:
         """Delete the sessions of ``subtree()``, children first, in one transaction."""
         async with self.log.transaction() as tx:
             for info in reversed(tree):
-                await tx.emit("session.deleted", {"sessionID": info["id"], "info": info},
-                              session_id=info["id"], directory=info["directory"])
+                await tx.emit(
+                    "session.deleted",
+                    {"sessionID": info["id"], "info": info},
+                    session_id=info["id"],
+                    directory=info["directory"],
+                )
         for info in tree:
             self._directories.pop(info["id"], None)

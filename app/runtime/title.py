@@ -31,8 +31,13 @@ class TitleGenerator:
         task.add_done_callback(self._tasks.discard)
 
     async def _generate(self, session_id: str, user_text: str, provider: Provider, model: ModelInfo) -> None:
-        request = ChatRequest(model=model, system=[TITLE_SYSTEM], messages=[{"role": "user", "content": user_text}],
-                              session_id=session_id, max_tokens=64)
+        request = ChatRequest(
+            model=model,
+            system=[TITLE_SYSTEM],
+            messages=[{"role": "user", "content": user_text}],
+            session_id=session_id,
+            max_tokens=64,
+        )
         try:
             chunks = [event.text async for event in provider.stream(request) if isinstance(event, TextDelta)]
         except ProviderError as exc:

@@ -91,8 +91,10 @@ class Queries:
             if info is None:
                 return None
             data = (
-                await conn.execute(select(parts.c.data).where(parts.c.message_id == message_id).order_by(parts.c.id))
-            ).scalars().all()
+                (await conn.execute(select(parts.c.data).where(parts.c.message_id == message_id).order_by(parts.c.id)))
+                .scalars()
+                .all()
+            )
         return {"info": loads(info), "parts": [loads(d) for d in data]}
 
     async def last_assistant(self, session_id: str, parent_id: str | None = None) -> MessageWithParts | None:

@@ -24,13 +24,22 @@ def _legacy(event: Event) -> bytes:
 
 
 def _global(event: Event) -> bytes:
-    return dumpb({"directory": event.directory or "global", "payload": envelope(event.type, event.properties, event.id)})
+    return dumpb(
+        {"directory": event.directory or "global", "payload": envelope(event.type, event.properties, event.id)}
+    )
 
 
 def _sync_twin(event: Event) -> bytes:
-    sync = {"id": event.id, "type": f"{event.type}.1", "seq": event.seq, "aggregateID": event.session_id,
-            "data": event.properties}
-    return dumpb({"directory": event.directory or "global", "payload": {"type": "sync", "syncEvent": sync, "id": event.id}})
+    sync = {
+        "id": event.id,
+        "type": f"{event.type}.1",
+        "seq": event.seq,
+        "aggregateID": event.session_id,
+        "data": event.properties,
+    }
+    return dumpb(
+        {"directory": event.directory or "global", "payload": {"type": "sync", "syncEvent": sync, "id": event.id}}
+    )
 
 
 def _legacy_control(event_type: str) -> bytes:
@@ -50,8 +59,15 @@ async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id:
         after = parse_cursor(last_event_id)
     except ValueError:
         return bad_request("Last-Event-ID must be an event id sent by this server", "Headers")
-    return event_source(runtime, accept=lambda e: e.directory == directory, kind="legacy", encode=_legacy,
-                        control=_legacy_control, after=after, replay_directory=directory)
+    return event_source(
+        runtime,
+        accept=lambda e: e.directory == directory,
+        kind="legacy",
+        encode=_legacy,
+        control=_legacy_control,
+        after=after,
+        replay_directory=directory,
+    )
 
 
 @router.get("/global/event", operation_id="global.event", summary="Events of every directory (SSE)")
@@ -60,5 +76,12 @@ async def global_subscribe(request: Request, runtime: RuntimeDep, last_event_id:
         after = parse_cursor(last_event_id)
     except ValueError:
         return bad_request("Last-Event-ID must be an event id sent by this server", "Headers")
-    return event_source(runtime, accept=lambda _e: True, kind="global", encode=_global, control=_global_control,
-                        after=after, twin=_sync_twin)
+    return event_source(
+        runtime,
+        accept=lambda _e: True,
+        kind="global",
+        encode=_global,
+        control=_global_control,
+        after=after,
+        twin=_sync_twin,
+    )

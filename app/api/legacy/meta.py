@@ -44,19 +44,21 @@ async def health() -> Response:
 @router.get("/path", operation_id="path.get")
 async def paths(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     home = str(Path.home())
-    return JSONBody({
-        "home": home,
-        "state": str(Path(runtime.settings.database_url.split("///", 1)[-1]).parent),
-        "config": str(user_config_directory(runtime.settings.config_dir)),
-        "worktree": directory,
-        "directory": directory,
-    })
+    return JSONBody(
+        {
+            "home": home,
+            "state": str(Path(runtime.settings.database_url.split("///", 1)[-1]).parent),
+            "config": str(user_config_directory(runtime.settings.config_dir)),
+            "worktree": directory,
+            "directory": directory,
+        }
+    )
 
 
 @router.get("/config", operation_id="config.get")
 async def config(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     raw = dict(runtime.config.load(directory).raw)
-    raw.setdefault("model", "/".join(vars(runtime.registry.default_model(directory)).values()))
+    raw.setdefault("model", str(runtime.registry.default_model(directory)))
     raw.setdefault("share", "disabled")
     return JSONBody(raw)
 
@@ -69,8 +71,9 @@ async def config_providers(runtime: RuntimeDep, directory: DirectoryDep) -> Resp
 @router.get("/provider", operation_id="provider.list")
 async def providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     catalog = runtime.registry.catalog(directory)
-    return JSONBody({"all": catalog, "default": _default_choice(runtime, directory),
-                     "connected": [p["id"] for p in catalog]})
+    return JSONBody(
+        {"all": catalog, "default": _default_choice(runtime, directory), "connected": [p["id"] for p in catalog]}
+    )
 
 
 @router.get("/provider/auth", operation_id="provider.auth")
@@ -87,14 +90,22 @@ async def agents() -> Response:
 async def project_current(directory: DirectoryDep) -> Response:
     pid = await project_id(directory)
     created = int(os.stat(directory).st_ctime * 1000) if os.path.isdir(directory) else 0
-    return JSONBody({"id": pid, "worktree": directory, "vcs": "git" if pid != "global" else None,
-                     "time": {"created": created, "updated": created}, "sandboxes": []})
+    return JSONBody(
+        {
+            "id": pid,
+            "worktree": directory,
+            "vcs": "git" if pid != "global" else None,
+            "time": {"created": created, "updated": created},
+            "sandboxes": [],
+        }
+    )
 
 
 def _git_branch(directory: str) -> str | None:
     try:
-        out = subprocess.run(["git", "branch", "--show-current"], cwd=directory, capture_output=True, text=True,
-                             timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "branch", "--show-current"], cwd=directory, capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -116,8 +127,16 @@ async def console() -> Response:
     return JSONBody({"consoleManagedProviders": [], "switchableOrgCount": 0})
 
 
-_EMPTY_LISTS = ("/command", "/lsp", "/formatter", "/permission", "/question", "/experimental/resource",
-                "/experimental/workspace", "/experimental/workspace/status")
+_EMPTY_LISTS = (
+    "/command",
+    "/lsp",
+    "/formatter",
+    "/permission",
+    "/question",
+    "/experimental/resource",
+    "/experimental/workspace",
+    "/experimental/workspace/status",
+)
 
 
 def _empty_list(request: Request) -> Response:

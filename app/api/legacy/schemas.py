@@ -92,9 +92,7 @@ class SubtaskPartInput(_PartInput):
     command: str | None = None
 
 
-PartInput = Annotated[
-    TextPartInput | FilePartInput | AgentPartInput | SubtaskPartInput, Field(discriminator="type")
-]
+PartInput = Annotated[TextPartInput | FilePartInput | AgentPartInput | SubtaskPartInput, Field(discriminator="type")]
 
 
 class PromptBody(_Body):

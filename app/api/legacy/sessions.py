@@ -149,7 +149,7 @@ async def list_messages(
         return JSONBody(await runtime.queries.messages(sessionID))
     page = await runtime.queries.messages(sessionID, limit=limit + 1, before=before_id)
     more = len(page) > limit
-    page = page[len(page) - limit:] if limit else []
+    page = page[len(page) - limit :] if limit else []
     response = JSONBody(page)
     response.headers["Access-Control-Expose-Headers"] = "Link, X-Next-Cursor"
     if more and page:
@@ -164,14 +164,19 @@ async def get_message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: 
     return JSONBody(await runtime.message(sessionID, messageID))
 
 
-@router.post("/session/{sessionID}/message", operation_id="session.prompt",
-             summary="Send a prompt and wait for the reply")
+@router.post(
+    "/session/{sessionID}/message", operation_id="session.prompt", summary="Send a prompt and wait for the reply"
+)
 async def prompt(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
     return JSONBody(await runtime.prompt_and_wait(sessionID, _prompt_request(body)))
 
 
-@router.post("/session/{sessionID}/prompt_async", operation_id="session.prompt_async", status_code=204,
-             summary="Admit a prompt and return at once")
+@router.post(
+    "/session/{sessionID}/prompt_async",
+    operation_id="session.prompt_async",
+    status_code=204,
+    summary="Admit a prompt and return at once",
+)
 async def prompt_async(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
     await runtime.prompt(sessionID, _prompt_request(body))
     return Response(status_code=204)

@@ -1,0 +1,15 @@
+FROM python:3.11-slim
+
+RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*
+WORKDIR /srv/opensession
+COPY pyproject.toml README.md alembic.ini ./
+COPY app ./app
+COPY migrations ./migrations
+RUN pip install --no-cache-dir .
+
+RUN useradd --create-home opensession && mkdir -p /data /workspace && chown opensession /data /workspace
+USER opensession
+VOLUME ["/data"]
+EXPOSE 4096
+# A public bind requires OPENCODE_SERVER_PASSWORD (basic auth); the server refuses to start otherwise.
+CMD ["opensession", "serve", "--hostname", "0.0.0.0", "--port", "4096", "--db", "/data/opensession.db", "--directory", "/workspace"]
