@@ -83,7 +83,7 @@ class Admission:
     async def admit(self, session_id: str, request: PromptRequest) -> Admitted:
         session = await self.sessions.get(session_id)
         ref = self._model_for(session, request)
-        agent = request.agent or DEFAULT_AGENT
+        agent = request.agent or session.get("agent") or DEFAULT_AGENT
         message_id = request.message_id or ids.message_id()
         canonical = request.canonical()
         directory = session["directory"]

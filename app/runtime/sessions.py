@@ -83,6 +83,8 @@ class SessionService:
         permission: list[dict[str, Any]] | None = None,
         metadata: dict[str, Any] | None = None,
         workspace_id: str | None = None,
+        agent: str | None = None,
+        model: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         if parent_id is not None:
             await self.get(parent_id)
@@ -108,6 +110,10 @@ class SessionService:
             info["permission"] = permission
         if metadata is not None:
             info["metadata"] = metadata
+        if agent:
+            info["agent"] = agent
+        if model:
+            info["model"] = model
         async with self.log.transaction() as tx:
             await tx.emit(
                 "session.created", {"sessionID": info["id"], "info": info}, session_id=info["id"], directory=directory

@@ -75,6 +75,8 @@ async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: Ses
         permission=[rule.model_dump() for rule in body.permission] if body.permission is not None else None,
         metadata=body.metadata,
         workspace_id=body.workspaceID,
+        agent=body.agent,
+        model=body.model.model_dump(exclude_none=True) if body.model else None,
     )
     return JSONBody(info)
 
