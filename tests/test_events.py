@@ -55,6 +55,7 @@ def test_global_stream_envelope_and_sync_twins(server: ThreadServer, client: htt
     assert first.data == {"payload": {"id": first.data["payload"]["id"], "type": "server.connected", "properties": {}}}
     created = next(f for f in events.frames if f.type == "session.created")
     assert created.data["directory"] == str(server.settings.directory)
+    assert created.data["project"] == "global"  # the test project is not a git repository
     twins = [f.data["payload"]["syncEvent"] for f in events.frames if f.type == "sync"]
     assert twins[0]["type"] == "session.created.1" and twins[0]["seq"] == 0 and twins[0]["aggregateID"] == sid
     assert [t["seq"] for t in twins] == list(range(len(twins)))  # per-session sequence, gap-free

@@ -30,3 +30,8 @@ async def project_id(directory: str) -> str:
     if cached is None:
         cached = _cache[directory] = await asyncio.to_thread(_root_commit, directory)
     return cached
+
+
+def cached_project_id(directory: str) -> str | None:
+    """The project id if already resolved (never blocks; used when encoding event frames)."""
+    return _cache.get(directory)

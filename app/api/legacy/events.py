@@ -4,7 +4,7 @@ each durable event, as the OpenCode TUI consumes them)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from starlette.responses import Response
@@ -15,6 +15,7 @@ from app.api.errors import bad_request
 from app.api.sse import envelope, event_source, parse_cursor
 from app.events.model import Event
 from app.jsonutil import dumpb
+from app.runtime.project import cached_project_id
 
 router = APIRouter(tags=["event"])
 
@@ -23,10 +24,17 @@ def _legacy(event: Event) -> bytes:
     return dumpb(envelope(event.type, event.properties, event.id))
 
 
+def _global_frame(event: Event, payload: dict[str, Any]) -> bytes:
+    frame: dict[str, Any] = {"directory": event.directory or "global"}
+    project = cached_project_id(event.directory) if event.directory else None
+    if project is not None:
+        frame["project"] = project
+    frame["payload"] = payload
+    return dumpb(frame)
+
+
 def _global(event: Event) -> bytes:
-    return dumpb(
-        {"directory": event.directory or "global", "payload": envelope(event.type, event.properties, event.id)}
-    )
+    return _global_frame(event, envelope(event.type, event.properties, event.id))
 
 
 def _sync_twin(event: Event) -> bytes:
@@ -37,9 +45,7 @@ def _sync_twin(event: Event) -> bytes:
         "aggregateID": event.session_id,
         "data": event.properties,
     }
-    return dumpb(
-        {"directory": event.directory or "global", "payload": {"type": "sync", "syncEvent": sync, "id": event.id}}
-    )
+    return _global_frame(event, {"type": "sync", "syncEvent": sync, "id": event.id})
 
 
 def _legacy_control(event_type: str) -> bytes:
