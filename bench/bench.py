@@ -13,6 +13,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -110,6 +111,12 @@ def print_table(metrics: list[Metric]) -> None:
 # -- the server process ---------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM if the benchmark itself is killed, so none is left behind."""
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -150,7 +157,9 @@ class Server:
         """Spawn and poll ``/global/health``; returns seconds from spawn to the first 200."""
         with self.log_path.open("ab") as log:
             started = time.perf_counter()
-            self.proc = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(
+                self.args, cwd=ROOT, env=self.env, stdout=log, stderr=log, preexec_fn=_die_with_parent
+            )
         with httpx.Client(base_url=self.url, timeout=1.0, trust_env=False) as client:
             while time.perf_counter() - started < HEALTH_TIMEOUT_S:
                 if self.proc.poll() is not None:
@@ -395,13 +404,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)
 
+    # SIGTERM (e.g. from a CI timeout) unwinds like Ctrl-C, so the server and temp files go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    load_before = os.getloadavg()
     metrics = run(args.quick)
+    load_after = os.getloadavg()
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, 1-min load average "
+        f"{load_before[0]:.2f} before / {load_after[0]:.2f} after (other load skews the figures)"
+    )
     print_table(metrics)
     if args.json:
         payload = {
             "quick": args.quick,
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),
+            "loadavg_before": load_before,
+            "loadavg_after": load_after,
             "metrics": [m.as_dict() for m in metrics],
         }
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
