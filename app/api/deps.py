@@ -18,11 +18,11 @@ SessionIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="ses"), des
 MessageIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="msg"), description="Message ID (msg_...)")]
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     return request.app.state.runtime  # type: ignore[no-any-return]
 
 
-def instance_directory(
+async def instance_directory(
     request: Request,
     directory: Annotated[str | None, Query(description="Project directory the request is scoped to")] = None,
 ) -> str:
@@ -30,7 +30,7 @@ def instance_directory(
     the server's own directory."""
     value = directory or request.headers.get("x-opencode-directory")
     if not value:
-        return get_runtime(request).settings.directory
+        return request.app.state.runtime.settings.directory  # type: ignore[no-any-return]
     value = unquote(value)
     if not os.path.isabs(value):
         raise InvalidInput(f"directory must be an absolute path, got {value!r}")

@@ -1,5 +1,13 @@
 """The durable event log: append (with projection) in one transaction, fan out after commit,
-replay by cursor."""
+replay by cursor.
+
+Sequence numbers are allocated inside the write transaction: the per-session ``seq`` continues
+from the last committed one (cached; read from the log the first time a session is written in
+this process) and the whole-server ``cursor`` from a counter. Both are only ever advanced under
+the database's write lock, and a rolled-back transaction gives its session sequence numbers back,
+so ``seq`` stays gap-free per session. This relies on this process being the only writer, which
+the SQLite deployment guarantees.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +15,32 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.events.bus import EventBus
 from app.events.model import Event
 from app.jsonutil import dumps, loads
-from app.store.database import Database
+from app.store import sql
+from app.store.database import Database, Params, Row, WriteScope
 from app.store.projectors import project
-from app.store.schema import events
 
 
 class Transaction:
-    """A write transaction that records events. ``emit`` appends a durable event and runs its
-    projector now; ``publish`` queues an ephemeral event. Both reach the bus only after commit,
-    in the order they were added."""
+    """A write transaction that records events. ``emit`` appends a durable event and queues its
+    projection; ``publish`` queues an ephemeral event. Both reach the bus only after commit, in
+    the order they were added."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    def __init__(self, scope: WriteScope, log: EventLog) -> None:
+        self.scope = scope
+        self._log = log
         self.events: list[Event] = []
-        self._next_seq: dict[str, int] = {}
+        self.next_seq: dict[str, int] = {}
+        # Objects changed in this transaction (by id), for read-your-writes before commit.
+        self.overlay: dict[str, dict[str, Any]] = {}
 
     async def _allocate_seq(self, session_id: str) -> int:
-        seq = self._next_seq.get(session_id)
+        seq = self.next_seq.get(session_id)
         if seq is None:
-            latest = await self.conn.scalar(select(func.max(events.c.seq)).where(events.c.session_id == session_id))
-            seq = 0 if latest is None else latest + 1
-        self._next_seq[session_id] = seq + 1
+            seq = await self._log.next_seq(self.scope, session_id)
+        self.next_seq[session_id] = seq + 1
         return seq
 
     async def emit(
@@ -41,21 +48,21 @@ class Transaction:
     ) -> Event:
         event = Event(event_type, properties, session_id, directory, durable=True)
         event.seq = await self._allocate_seq(session_id)
-        await project(self.conn, event_type, properties)
-        result = await self.conn.execute(
-            insert(events)
-            .values(
-                event_id=event.id,
-                session_id=session_id,
-                directory=directory,
-                seq=event.seq,
-                type=event_type,
-                data=dumps(properties),
-                time=event.time,
-            )
-            .returning(events.c.id)
+        event.cursor = self._log.allocate_cursor()
+        project(self.scope, event_type, properties)
+        self.scope.append(
+            sql.INSERT_EVENT,
+            {
+                "id": event.cursor,
+                "event_id": event.id,
+                "session_id": session_id,
+                "directory": directory,
+                "seq": event.seq,
+                "type": event_type,
+                "data": dumps(properties),
+                "time": event.time,
+            },
         )
-        event.cursor = result.scalar_one()
         self.events.append(event)
         return event
 
@@ -69,18 +76,18 @@ class Transaction:
     ) -> None:
         self.events.append(Event(event_type, properties, session_id, directory))
 
+    def execute(self, statement: str, params: Params) -> None:
+        """Queue a statement outside the projections (admission-queue bookkeeping)."""
+        self.scope.execute(statement, params)
 
-def _row_to_event(row: Any) -> Event:
+    async def fetch(self, statement: str, params: Params) -> list[Row]:
+        return await self.scope.fetch(statement, params)
+
+
+def _row_to_event(row: Row) -> Event:
+    cursor, event_id, session_id, directory, seq, event_type, data, time = row
     return Event(
-        type=row.type,
-        properties=loads(row.data),
-        session_id=row.session_id,
-        directory=row.directory,
-        durable=True,
-        seq=row.seq,
-        cursor=row.id,
-        id=row.event_id,
-        time=row.time,
+        event_type, loads(data), session_id, directory, durable=True, seq=seq, cursor=cursor, id=event_id, time=time
     )
 
 
@@ -88,17 +95,37 @@ class EventLog:
     def __init__(self, db: Database, bus: EventBus) -> None:
         self.db = db
         self.bus = bus
+        self._last_seq: dict[str, int] = {}
+        self._cursor = 0
 
     async def start(self) -> None:
-        async with self.db.read() as conn:
-            self.bus.cursor = await conn.scalar(select(func.coalesce(func.max(events.c.id), 0))) or 0
+        row = await self.db.fetch_one(sql.MAX_CURSOR)
+        self._cursor = int(row[0]) if row else 0
+        self.bus.cursor = self._cursor
+
+    def allocate_cursor(self) -> int:
+        self._cursor += 1
+        return self._cursor
+
+    async def next_seq(self, scope: WriteScope, session_id: str) -> int:
+        last = self._last_seq.get(session_id)
+        if last is None:
+            rows = await scope.fetch(sql.MAX_SEQ, {"session_id": session_id})
+            last = rows[0][0] if rows and rows[0][0] is not None else -1
+        return last + 1
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         async with self.db.write() as scope:
-            tx = Transaction(scope.conn)
+            tx = Transaction(scope, self)
             yield tx
-            scope.after_commit(lambda: self.bus.publish_many(tx.events))
+
+            def committed() -> None:
+                for session_id, seq in tx.next_seq.items():
+                    self._last_seq[session_id] = seq - 1
+                self.bus.publish_many(tx.events)
+
+            scope.after_commit(committed)
 
     def publish(
         self,
@@ -113,9 +140,10 @@ class EventLog:
 
     async def since(self, cursor: int, *, limit: int = 1000, directory: str | None = None) -> list[Event]:
         """Durable events after a whole-server cursor, oldest first."""
-        query = select(events).where(events.c.id > cursor).order_by(events.c.id).limit(limit)
-        if directory is not None:
-            query = query.where(events.c.directory == directory)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).all()
+        if directory is None:
+            rows = await self.db.fetch(sql.EVENTS_SINCE, {"cursor": cursor, "limit": limit})
+        else:
+            rows = await self.db.fetch(
+                sql.EVENTS_SINCE_IN_DIRECTORY, {"cursor": cursor, "limit": limit, "directory": directory}
+            )
         return [_row_to_event(row) for row in rows]

@@ -12,16 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import insert, select
-
 from app import ids
 from app.clock import now_ms
-from app.events.log import EventLog
+from app.events.log import EventLog, Transaction
 from app.jsonutil import dumps, loads
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.errors import InputConflict, InvalidInput
 from app.runtime.sessions import SessionService
-from app.store.schema import inputs, messages
+from app.store import sql
+from app.store.queries import InputRow
 
 DEFAULT_AGENT = "build"
 
@@ -61,6 +60,10 @@ class Admitted:
     created: bool  # False when this was an idempotent retry
 
 
+class _Duplicate(Exception):
+    """Internal: the request repeats an admitted prompt; the transaction is rolled back empty."""
+
+
 class Admission:
     def __init__(self, log: EventLog, sessions: SessionService, registry: ProviderRegistry) -> None:
         self.log = log
@@ -81,6 +84,12 @@ class Admission:
         return ref
 
     async def admit(self, session_id: str, request: PromptRequest) -> Admitted:
+        try:
+            return await self._admit(session_id, request)
+        except _Duplicate:
+            return Admitted(request.message_id or "", created=False)
+
+    async def _admit(self, session_id: str, request: PromptRequest) -> Admitted:
         session = await self.sessions.get(session_id)
         ref = self._model_for(session, request)
         agent = request.agent or session.get("agent") or DEFAULT_AGENT
@@ -88,15 +97,8 @@ class Admission:
         canonical = request.canonical()
         directory = session["directory"]
         async with self.log.transaction() as tx:
-            existing = (
-                await tx.conn.execute(select(inputs.c.session_id, inputs.c.prompt).where(inputs.c.id == message_id))
-            ).first()
-            if existing is not None:
-                if existing.session_id == session_id and loads(existing.prompt)["request"] == canonical:
-                    return Admitted(message_id, created=False)
-                raise InputConflict(message_id)
-            if await tx.conn.scalar(select(messages.c.id).where(messages.c.id == message_id)) is not None:
-                raise InputConflict(message_id)
+            if request.message_id is not None:  # ids we generate are new by construction
+                await self._check_reuse(tx, session_id, message_id, canonical)
             created = now_ms()
             info: dict[str, Any] = {
                 "id": message_id,
@@ -144,15 +146,30 @@ class Admission:
                 "system": request.system,
                 "model": {"providerID": ref.provider_id, "modelID": ref.model_id},
             }
-            await tx.conn.execute(
-                insert(inputs).values(
-                    id=message_id,
-                    session_id=session_id,
-                    prompt=dumps(stored_prompt),
-                    delivery="queue",
-                    admitted_seq=admitted.seq,
-                    completed=request.no_reply,
-                    time_created=created,
-                )
+            tx.execute(
+                sql.INSERT_INPUT,
+                {
+                    "id": message_id,
+                    "session_id": session_id,
+                    "prompt": dumps(stored_prompt),
+                    "delivery": "queue",
+                    "admitted_seq": admitted.seq,
+                    "promoted_seq": None,
+                    "completed": request.no_reply,
+                    "time_created": created,
+                },
             )
         return Admitted(message_id, created=True)
+
+    @staticmethod
+    async def _check_reuse(tx: Transaction, session_id: str, message_id: str, canonical: dict[str, Any]) -> None:
+        """A client-chosen id: an identical retry ends admission early (``_Duplicate``), any other
+        reuse of the id is a conflict."""
+        rows = await tx.fetch(sql.INPUT_BY_ID, {"id": message_id})
+        if rows:
+            row = InputRow(*rows[0])
+            if row.session_id == session_id and loads(row.prompt)["request"] == canonical:
+                raise _Duplicate
+            raise InputConflict(message_id)
+        if await tx.fetch(sql.MESSAGE_ID_EXISTS, {"id": message_id}):
+            raise InputConflict(message_id)

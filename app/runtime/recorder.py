@@ -15,10 +15,9 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
-from app.jsonutil import dumps
 from app.providers.base import Finish, ModelInfo, Usage
-from app.store.projectors import touch_input, upsert
-from app.store.schema import parts
+from app.store import sql
+from app.store.projectors import part_row
 
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
 
@@ -76,9 +75,11 @@ class AssistantRecorder:
         self.parts.append(part)
         return part
 
-    async def start_step(self) -> None:
-        async with self.log.transaction() as tx:
-            await self.emit_part(tx, self._new_part("step-start"))
+    async def begin(self, tx: Transaction, input_id: str) -> None:
+        """Create the message and its step-start, and mark the input promoted into this turn."""
+        await self.emit_info(tx)
+        tx.execute(sql.PROMOTE_INPUT, {"id": input_id, "promoted_seq": tx.events[-1].seq})
+        await self.emit_part(tx, self._new_part("step-start"))
 
     async def delta(self, kind: str, text: str) -> None:
         """Append streamed ``text`` to the open part of ``kind`` (``text`` or ``reasoning``)."""
@@ -107,29 +108,23 @@ class AssistantRecorder:
     async def _checkpoint(self, stream: _StreamingPart) -> None:
         """Persist the partial text without an event: a crash then loses at most one interval."""
         stream.last_flush = time.monotonic()
-        row = stream.snapshot(final=False)
         async with self.log.db.write() as scope:
-            await upsert(
-                scope.conn,
-                parts,
-                {"id": row["id"], "message_id": row["messageID"], "session_id": self.session_id, "data": dumps(row)},
-            )
+            scope.execute(sql.UPSERT_PART, part_row(stream.snapshot(final=False)))
 
     async def _close_open(self, tx: Transaction) -> None:
         if self._open is not None:
             await self.emit_part(tx, self._open.snapshot(final=True))
             self._open = None
 
-    async def finish_step(self, finish: Finish, model: ModelInfo) -> dict[str, Any]:
+    async def finish_step(self, tx: Transaction, finish: Finish, model: ModelInfo) -> dict[str, Any]:
         """Close the step: final parts, step-finish with usage, the message's finish and tokens."""
         tokens = tokens_of(finish.usage)
         cost = cost_of(model, finish.usage)
-        async with self.log.transaction() as tx:
-            await self._close_open(tx)
-            await self.emit_part(tx, self._new_part("step-finish", reason=finish.reason, cost=cost, tokens=tokens))
-            self.info["finish"] = finish.reason
-            self.info["tokens"] = tokens
-            self.info["cost"] = self.info.get("cost", 0) + cost
+        await self._close_open(tx)
+        await self.emit_part(tx, self._new_part("step-finish", reason=finish.reason, cost=cost, tokens=tokens))
+        self.info["finish"] = finish.reason
+        self.info["tokens"] = tokens
+        self.info["cost"] = self.info.get("cost", 0) + cost
         return {"cost": cost, "tokens": tokens}
 
     async def complete(self, tx: Transaction, input_id: str, error: dict[str, Any] | None = None) -> None:
@@ -139,4 +134,4 @@ class AssistantRecorder:
             self.info["error"] = error
         self.info["time"]["completed"] = now_ms()
         await self.emit_info(tx)
-        await touch_input(tx.conn, input_id, completed=True)
+        tx.execute(sql.COMPLETE_INPUT, {"id": input_id})

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
-
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog
@@ -28,9 +26,8 @@ from app.runtime.retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_
 from app.runtime.sessions import SessionService
 from app.runtime.title import TitleGenerator
 from app.runtime.waiters import InputWaiters
-from app.store.projectors import touch_input
-from app.store.queries import Queries
-from app.store.schema import inputs
+from app.store import sql
+from app.store.queries import InputRow, Queries
 
 
 def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
@@ -77,14 +74,10 @@ class Runner:
         """An abort stops the whole busy period: inputs queued behind the aborted turn stay in the
         history as user messages but are not answered (as in OpenCode)."""
         async with self.log.db.write() as scope:
-            await scope.conn.execute(
-                update(inputs)
-                .where(inputs.c.session_id == session_id, inputs.c.completed.is_(False))
-                .values(completed=True)
-            )
+            scope.execute(sql.COMPLETE_SESSION_INPUTS, {"session_id": session_id})
         self.waiters.settle_session(session_id)
 
-    async def _turn(self, session_id: str, row: Any, signal: AbortSignal) -> None:
+    async def _turn(self, session_id: str, row: InputRow, signal: AbortSignal) -> None:
         session = await self.sessions.get(session_id)
         directory = session["directory"]
         prompt = loads(row.prompt)
@@ -104,21 +97,16 @@ class Runner:
             "cost": 0,
             "tokens": {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}},
         }
+        history = await self.queries.messages(session_id)
+        messages = chat_messages(history, await self.queries.queued_user_ids(session_id) - {row.id})
         recorder = AssistantRecorder(self.log, info, directory, self.flush_seconds)
         async with self.log.transaction() as tx:
-            await recorder.emit_info(tx)
-            await touch_input(tx.conn, row.id, promoted_seq=tx.events[-1].seq)
+            await recorder.begin(tx, row.id)
         try:
             provider, model = self.registry.resolve(directory, ref)
         except ModelNotFoundError as exc:
             await self._fail(recorder, row.id, {"name": "UnknownError", "data": {"message": str(exc)}})
             return
-        history = await self.queries.messages(session_id)
-        queued = await self.queries.unsettled_user_ids(session_id)
-        messages = chat_messages([m for m in history if m["info"]["id"] != info["id"]], queued)
-        if len(history) <= 2:
-            user_text = messages[-1]["content"] if messages else ""
-            self.titles.schedule(session, user_text, provider, model)
         request = ChatRequest(
             model=model,
             system=system_prompts(directory, prompt.get("system")),
@@ -126,7 +114,7 @@ class Runner:
             session_id=session_id,
         )
         try:
-            usage = await self._stream_with_retries(session_id, recorder, provider, request, signal)
+            finish = await self._stream_with_retries(session_id, recorder, provider, request, signal)
         except Aborted as exc:
             if exc.reason == "abort":
                 await self._fail(recorder, row.id, ABORTED)
@@ -135,8 +123,12 @@ class Runner:
             await self._fail(recorder, row.id, exc.to_named_error())
             return
         async with self.log.transaction() as tx:
+            usage = await recorder.finish_step(tx, finish, model)
             await recorder.complete(tx, row.id)
             await self.sessions.mutate(tx, session_id, lambda s: _add_usage(s, usage))
+        if not any(m["info"]["role"] == "assistant" for m in history) and messages:
+            # After the answer rather than beside it: the title is not worth delaying the reply.
+            self.titles.schedule(session, messages[-1]["content"], provider, model)
 
     async def _stream_with_retries(
         self,
@@ -145,14 +137,12 @@ class Runner:
         provider: Provider,
         request: ChatRequest,
         signal: AbortSignal,
-    ) -> dict[str, Any]:
-        await recorder.start_step()
+    ) -> Finish:
         attempt = 0
         while True:
             request.attempt = attempt + 1
             try:
-                finish = await self._stream_once(recorder, provider, request, signal)
-                return await recorder.finish_step(finish, request.model)
+                return await self._stream_once(recorder, provider, request, signal)
             except ProviderError as exc:
                 attempt += 1
                 if not is_retryable(exc) or attempt > MAX_RETRIES:

@@ -42,7 +42,7 @@ class Runtime:
         self.admission = Admission(self.log, self.sessions, self.registry)
 
     async def start(self) -> None:
-        await self.db.migrate()
+        await self.db.open()
         await self.log.start()
         await recover(self.log, self.queries, self.coordinator)
 

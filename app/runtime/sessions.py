@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import random
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
-
-from sqlalchemy import select
 
 from app import __version__, ids
 from app.clock import iso_from_ms, now_ms
 from app.events.log import EventLog, Transaction
-from app.jsonutil import loads
+from app.jsonutil import dumps, loads
 from app.runtime.errors import SessionNotFound
 from app.runtime.project import project_id
+from app.store import sql
 from app.store.queries import Queries
-from app.store.schema import sessions
 
 DEFAULT_TITLE = re.compile(r"^(New session - |Child session - )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 _ADJECTIVES = (
@@ -68,11 +67,36 @@ def is_default_title(title: str) -> bool:
     return bool(DEFAULT_TITLE.match(title))
 
 
+class _InfoCache:
+    """Committed session infos (as JSON text) of recently used sessions, so the hot path does
+    not re-read a row it wrote a moment ago. Entries change only after a commit."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, session_id: str) -> dict[str, Any] | None:
+        raw = self._entries.get(session_id)
+        if raw is None:
+            return None
+        self._entries.move_to_end(session_id)
+        return loads(raw)  # a fresh copy: callers may change it
+
+    def put(self, info: dict[str, Any]) -> None:
+        self._entries[info["id"]] = dumps(info)
+        self._entries.move_to_end(info["id"])
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def drop(self, session_id: str) -> None:
+        self._entries.pop(session_id, None)
+
+
 class SessionService:
     def __init__(self, log: EventLog, queries: Queries) -> None:
         self.log = log
         self.queries = queries
-        self._directories: dict[str, str] = {}
+        self._cache = _InfoCache()
 
     async def create(
         self,
@@ -118,30 +142,31 @@ class SessionService:
             await tx.emit(
                 "session.created", {"sessionID": info["id"], "info": info}, session_id=info["id"], directory=directory
             )
-        self._directories[info["id"]] = directory
+            tx.scope.after_commit(lambda: self._cache.put(info))
         return info
 
     async def get(self, session_id: str) -> dict[str, Any]:
-        info = await self.queries.session(session_id)
+        info = self._cache.get(session_id)
         if info is None:
-            raise SessionNotFound(session_id)
-        self._directories[session_id] = info["directory"]
+            info = await self.queries.session(session_id)
+            if info is None:
+                raise SessionNotFound(session_id)
+            self._cache.put(info)
         return info
 
     async def directory_of(self, session_id: str) -> str:
-        directory = self._directories.get(session_id)
-        if directory is None:
-            directory = (await self.get(session_id))["directory"]
-        return directory
+        return (await self.get(session_id))["directory"]
 
     async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> dict[str, Any]:
         """Read-modify-write of the session info inside ``tx``: concurrent writers (the turn, the
         title generator, an HTTP PATCH) are serialised by the write lock, so none loses another's
         change."""
-        raw = await tx.conn.scalar(select(sessions.c.info).where(sessions.c.id == session_id))
-        if raw is None:
-            raise SessionNotFound(session_id)
-        info = loads(raw)
+        info = tx.overlay.get(session_id) or self._cache.get(session_id)
+        if info is None:
+            rows = await tx.fetch(sql.SESSION_INFO, {"id": session_id})
+            if not rows:
+                raise SessionNotFound(session_id)
+            info = loads(rows[0][0])
         change(info)
         if touch:
             info["time"]["updated"] = max(now_ms(), info["time"]["updated"])
@@ -151,6 +176,8 @@ class SessionService:
             session_id=session_id,
             directory=info["directory"],
         )
+        tx.overlay[session_id] = info
+        tx.scope.after_commit(lambda: self._cache.put(info))
         return info
 
     async def update(self, session_id: str, change: Mutation) -> dict[str, Any]:
@@ -177,5 +204,8 @@ class SessionService:
                     session_id=info["id"],
                     directory=info["directory"],
                 )
+            tx.scope.after_commit(lambda: self._forget(tree))
+
+    def _forget(self, tree: list[dict[str, Any]]) -> None:
         for info in tree:
-            self._directories.pop(info["id"], None)
+            self._cache.drop(info["id"])

@@ -1,31 +1,20 @@
 """Projectors: each durable event type updates the query tables, inside the transaction that
-appends the event. Nothing else writes ``sessions``, ``messages`` or ``parts``, so the tables can
-always be rebuilt from the log."""
+appends the event. Nothing else writes ``sessions``, ``messages`` or ``parts`` (apart from
+streaming checkpoints of a part's text), so the tables can always be rebuilt from the log."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Table, delete, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.jsonutil import dumps
-from app.store.schema import inputs, messages, parts, sessions
+from app.store import sql
+from app.store.database import WriteScope
 
-Projector = Callable[[AsyncConnection, dict[str, Any]], Awaitable[None]]
-
-
-async def upsert(conn: AsyncConnection, table: Table, values: dict[str, Any]) -> None:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(table).values(**values)
-    key = [column.name for column in table.primary_key.columns]
-    changes = {name: statement.excluded[name] for name in values if name not in key}
-    await conn.execute(statement.on_conflict_do_update(index_elements=key, set_=changes))
+Projector = Callable[[WriteScope, dict[str, Any]], None]
 
 
-def _session_row(info: dict[str, Any]) -> dict[str, Any]:
+def session_row(info: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": info["id"],
         "directory": info["directory"],
@@ -37,22 +26,25 @@ def _session_row(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _session_upserted(conn: AsyncConnection, props: dict[str, Any]) -> None:
-    await upsert(conn, sessions, _session_row(props["info"]))
+def part_row(part: dict[str, Any]) -> dict[str, Any]:
+    return {"id": part["id"], "message_id": part["messageID"], "session_id": part["sessionID"], "data": dumps(part)}
 
 
-async def _session_deleted(conn: AsyncConnection, props: dict[str, Any]) -> None:
+def _session_upserted(scope: WriteScope, props: dict[str, Any]) -> None:
+    scope.execute(sql.UPSERT_SESSION, session_row(props["info"]))
+
+
+def _session_deleted(scope: WriteScope, props: dict[str, Any]) -> None:
     session_id = props["sessionID"]
-    for table in (parts, messages, inputs):
-        await conn.execute(delete(table).where(table.c.session_id == session_id))
-    await conn.execute(delete(sessions).where(sessions.c.id == session_id))
+    for statement in sql.DELETE_SESSION_ROWS.values():
+        scope.execute(statement, {"session_id": session_id})
+    scope.execute(sql.DELETE_SESSION, {"id": session_id})
 
 
-async def _message_updated(conn: AsyncConnection, props: dict[str, Any]) -> None:
+def _message_updated(scope: WriteScope, props: dict[str, Any]) -> None:
     info = props["info"]
-    await upsert(
-        conn,
-        messages,
+    scope.execute(
+        sql.UPSERT_MESSAGE,
         {
             "id": info["id"],
             "session_id": info["sessionID"],
@@ -63,23 +55,17 @@ async def _message_updated(conn: AsyncConnection, props: dict[str, Any]) -> None
     )
 
 
-async def _message_removed(conn: AsyncConnection, props: dict[str, Any]) -> None:
-    message_id = props["messageID"]
-    await conn.execute(delete(parts).where(parts.c.message_id == message_id))
-    await conn.execute(delete(messages).where(messages.c.id == message_id))
+def _message_removed(scope: WriteScope, props: dict[str, Any]) -> None:
+    scope.execute(sql.DELETE_PARTS_OF_MESSAGE, {"message_id": props["messageID"]})
+    scope.execute(sql.DELETE_MESSAGE, {"id": props["messageID"]})
 
 
-async def _part_updated(conn: AsyncConnection, props: dict[str, Any]) -> None:
-    part = props["part"]
-    await upsert(
-        conn,
-        parts,
-        {"id": part["id"], "message_id": part["messageID"], "session_id": part["sessionID"], "data": dumps(part)},
-    )
+def _part_updated(scope: WriteScope, props: dict[str, Any]) -> None:
+    scope.execute(sql.UPSERT_PART, part_row(props["part"]))
 
 
-async def _part_removed(conn: AsyncConnection, props: dict[str, Any]) -> None:
-    await conn.execute(delete(parts).where(parts.c.id == props["partID"]))
+def _part_removed(scope: WriteScope, props: dict[str, Any]) -> None:
+    scope.execute(sql.DELETE_PART, {"id": props["partID"]})
 
 
 PROJECTORS: dict[str, Projector] = {
@@ -93,13 +79,7 @@ PROJECTORS: dict[str, Projector] = {
 }
 
 
-async def project(conn: AsyncConnection, event_type: str, props: dict[str, Any]) -> None:
+def project(scope: WriteScope, event_type: str, props: dict[str, Any]) -> None:
     projector = PROJECTORS.get(event_type)
     if projector is not None:
-        await projector(conn, props)
-
-
-async def touch_input(conn: AsyncConnection, input_id: str, **values: Any) -> None:
-    """Admission-queue bookkeeping (promotion, completion) rides in the same transaction as the
-    events that caused it."""
-    await conn.execute(update(inputs).where(inputs.c.id == input_id).values(**values))
+        projector(scope, props)

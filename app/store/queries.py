@@ -3,15 +3,48 @@ scan whose cost depends on the page asked for, not on how long a session is."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, select
-
 from app.jsonutil import loads
+from app.store import sql
 from app.store.database import Database
-from app.store.schema import inputs, messages, parts, sessions
 
 MessageWithParts = dict[str, Any]
+
+
+@dataclass(slots=True)
+class RawMessage:
+    """A message as stored: its info and parts as JSON text, ready to be spliced into a response
+    without decoding and re-encoding."""
+
+    id: str
+    info: str
+    parts: list[str]
+
+    def decode(self) -> MessageWithParts:
+        return {"info": loads(self.info), "parts": [loads(p) for p in self.parts]}
+
+
+@dataclass(slots=True)
+class InputRow:
+    id: str
+    session_id: str
+    prompt: str
+    delivery: str
+    admitted_seq: int
+    promoted_seq: int | None
+    completed: bool
+    time_created: int
+
+
+def raw_messages_json(messages: list[RawMessage]) -> bytes:
+    body = ",".join('{"info":' + m.info + ',"parts":[' + ",".join(m.parts) + "]}" for m in messages)
+    return ("[" + body + "]").encode()
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 class Queries:
@@ -19,9 +52,8 @@ class Queries:
         self.db = db
 
     async def session(self, session_id: str) -> dict[str, Any] | None:
-        async with self.db.read() as conn:
-            info = await conn.scalar(select(sessions.c.info).where(sessions.c.id == session_id))
-        return loads(info) if info is not None else None
+        row = await self.db.fetch_one(sql.SESSION_INFO, {"id": session_id})
+        return loads(row[0]) if row else None
 
     async def sessions(
         self,
@@ -33,108 +65,83 @@ class Queries:
         limit: int | None = None,
         parent_id: str | None = None,
     ) -> list[dict[str, Any]]:
-        query = select(sessions.c.info).order_by(sessions.c.time_updated.desc(), sessions.c.id)
-        if directory is not None:
-            query = query.where(sessions.c.directory == directory)
-        if roots:
-            query = query.where(sessions.c.parent_id.is_(None))
-        if parent_id is not None:
-            query = query.where(sessions.c.parent_id == parent_id)
-        if start is not None:
-            query = query.where(sessions.c.time_updated >= start)
-        if search:
-            escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            query = query.where(sessions.c.title.ilike(f"%{escaped}%", escape="\\"))
-        if limit is not None:
-            query = query.limit(limit)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).scalars().all()
-        return [loads(info) for info in rows]
+        statement = sql.session_list(
+            directory=directory is not None,
+            roots=roots,
+            parent=parent_id is not None,
+            start=start is not None,
+            search=bool(search),
+            limit=limit is not None,
+        )
+        params = {
+            "directory": directory,
+            "parent_id": parent_id,
+            "start": start,
+            "search": f"%{_escape_like(search)}%" if search else None,
+            "limit": limit,
+        }
+        rows = await self.db.fetch(statement, {k: v for k, v in params.items() if v is not None})
+        return [loads(row[0]) for row in rows]
+
+    async def raw_messages(
+        self, session_id: str, *, limit: int | None = None, before: str | None = None
+    ) -> list[RawMessage]:
+        """Messages oldest first; with ``limit`` the newest ``limit`` older than ``before``."""
+        if limit is None and before is None:
+            rows = await self.db.fetch(sql.ALL_MESSAGES, {"session_id": session_id})
+        else:
+            params: dict[str, Any] = {"session_id": session_id, "limit": -1 if limit is None else limit}
+            if before is not None:
+                params["before"] = before
+            rows = await self.db.fetch(sql.newest_messages(before is not None), params)
+            rows.reverse()
+        if not rows:
+            return []
+        messages = {row[0]: RawMessage(row[0], row[1], []) for row in rows}
+        if limit is None and before is None:
+            part_rows = await self.db.fetch(sql.PARTS_OF_SESSION, {"session_id": session_id})
+        else:
+            part_rows = await self.db.fetch(
+                sql.PARTS_IN_RANGE, {"session_id": session_id, "first": rows[0][0], "last": rows[-1][0]}
+            )
+        for message_id, data in part_rows:
+            message = messages.get(message_id)
+            if message is not None:
+                message.parts.append(data)
+        return list(messages.values())
 
     async def messages(
         self, session_id: str, *, limit: int | None = None, before: str | None = None
     ) -> list[MessageWithParts]:
-        """Messages oldest first; with ``limit`` the newest ``limit`` older than ``before``."""
-        query = select(messages.c.id, messages.c.info).where(messages.c.session_id == session_id)
-        if before is not None:
-            query = query.where(messages.c.id < before)
-        if limit is not None:
-            query = query.order_by(messages.c.id.desc()).limit(limit)
-        else:
-            query = query.order_by(messages.c.id)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).all()
-            if limit is not None:
-                rows.reverse()
-            if not rows:
-                return []
-            part_query = select(parts.c.message_id, parts.c.data).order_by(parts.c.message_id, parts.c.id)
-            if limit is None and before is None:
-                part_query = part_query.where(parts.c.session_id == session_id)
-            else:
-                part_query = part_query.where(
-                    and_(parts.c.session_id == session_id, parts.c.message_id.between(rows[0].id, rows[-1].id))
-                )
-            part_rows = (await conn.execute(part_query)).all()
-        by_message: dict[str, list[dict[str, Any]]] = {row.id: [] for row in rows}
-        for row in part_rows:
-            bucket = by_message.get(row.message_id)
-            if bucket is not None:
-                bucket.append(loads(row.data))
-        return [{"info": loads(row.info), "parts": by_message[row.id]} for row in rows]
+        return [m.decode() for m in await self.raw_messages(session_id, limit=limit, before=before)]
 
     async def message(self, session_id: str, message_id: str) -> MessageWithParts | None:
-        async with self.db.read() as conn:
-            info = await conn.scalar(
-                select(messages.c.info).where(messages.c.id == message_id, messages.c.session_id == session_id)
-            )
-            if info is None:
-                return None
-            data = (
-                (await conn.execute(select(parts.c.data).where(parts.c.message_id == message_id).order_by(parts.c.id)))
-                .scalars()
-                .all()
-            )
-        return {"info": loads(info), "parts": [loads(d) for d in data]}
+        row = await self.db.fetch_one(sql.MESSAGE_INFO, {"id": message_id, "session_id": session_id})
+        if row is None:
+            return None
+        part_rows = await self.db.fetch(sql.PARTS_OF_MESSAGE, {"id": message_id})
+        return {"info": loads(row[0]), "parts": [loads(p[0]) for p in part_rows]}
 
     async def last_assistant(self, session_id: str, parent_id: str | None = None) -> MessageWithParts | None:
         """The newest assistant message of a session (answering ``parent_id`` when given)."""
-        query = (
-            select(messages.c.id, messages.c.info)
-            .where(messages.c.session_id == session_id, messages.c.role == "assistant")
-            .order_by(messages.c.id.desc())
-            .limit(50 if parent_id else 1)
-        )
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query)).all()
-        for row in rows:
-            if parent_id is None or loads(row.info).get("parentID") == parent_id:
-                return await self.message(session_id, row.id)
+        rows = await self.db.fetch(sql.LAST_ASSISTANTS, {"session_id": session_id, "limit": 50 if parent_id else 1})
+        for message_id, info in rows:
+            if parent_id is None or loads(info).get("parentID") == parent_id:
+                return await self.message(session_id, message_id)
         return None
 
-    async def input(self, input_id: str) -> Any:
-        async with self.db.read() as conn:
-            return (await conn.execute(select(inputs).where(inputs.c.id == input_id))).first()
+    async def input(self, input_id: str) -> InputRow | None:
+        row = await self.db.fetch_one(sql.INPUT_BY_ID, {"id": input_id})
+        return InputRow(*row) if row else None
 
-    async def next_input(self, session_id: str) -> Any:
+    async def next_input(self, session_id: str) -> InputRow | None:
         """The oldest admitted input whose turn has not settled."""
-        query = (
-            select(inputs)
-            .where(inputs.c.session_id == session_id, inputs.c.completed.is_(False))
-            .order_by(inputs.c.admitted_seq)
-            .limit(1)
-        )
-        async with self.db.read() as conn:
-            return (await conn.execute(query)).first()
+        row = await self.db.fetch_one(sql.NEXT_INPUT, {"session_id": session_id})
+        return InputRow(*row) if row else None
 
     async def sessions_with_unsettled_inputs(self) -> list[str]:
-        query = select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()
-        async with self.db.read() as conn:
-            return list((await conn.execute(query)).scalars().all())
+        return [row[0] for row in await self.db.fetch(sql.SESSIONS_WITH_UNSETTLED_INPUTS)]
 
-    async def unsettled_user_ids(self, session_id: str) -> set[str]:
-        query = select(inputs.c.id).where(
-            inputs.c.session_id == session_id, inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None)
-        )
-        async with self.db.read() as conn:
-            return set((await conn.execute(query)).scalars().all())
+    async def queued_user_ids(self, session_id: str) -> set[str]:
+        """User messages admitted but not yet promoted into a turn."""
+        return {row[0] for row in await self.db.fetch(sql.QUEUED_USER_IDS, {"session_id": session_id})}

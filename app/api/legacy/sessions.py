@@ -15,6 +15,7 @@ from app.api.responses import JSONBody
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.admission import PromptRequest
+from app.store.queries import raw_messages_json
 
 router = APIRouter(tags=["session"])
 
@@ -34,8 +35,8 @@ def _prompt_request(body: PromptBody) -> PromptRequest:
     )
 
 
-def encode_cursor(message: dict[str, Any]) -> str:
-    raw = dumpb({"id": message["info"]["id"], "time": message["info"]["time"]["created"]})
+def encode_cursor(message_id: str, created: int) -> str:
+    raw = dumpb({"id": message_id, "time": created})
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
@@ -148,14 +149,14 @@ async def list_messages(
         if before_id is None:
             return bad_request("Invalid cursor", "Query")
     if limit is None:
-        return JSONBody(await runtime.queries.messages(sessionID))
-    page = await runtime.queries.messages(sessionID, limit=limit + 1, before=before_id)
+        return Response(raw_messages_json(await runtime.queries.raw_messages(sessionID)), media_type="application/json")
+    page = await runtime.queries.raw_messages(sessionID, limit=limit + 1, before=before_id)
     more = len(page) > limit
     page = page[len(page) - limit :] if limit else []
-    response = JSONBody(page)
+    response = Response(raw_messages_json(page), media_type="application/json")
     response.headers["Access-Control-Expose-Headers"] = "Link, X-Next-Cursor"
     if more and page:
-        cursor = encode_cursor(page[0])
+        cursor = encode_cursor(page[0].id, loads(page[0].info)["time"]["created"])
         response.headers["X-Next-Cursor"] = cursor
         response.headers["Link"] = f'<{request.url.path}?limit={limit}&before={cursor}>; rel="next"'
     return response

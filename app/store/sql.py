@@ -1,0 +1,143 @@
+"""Every SQL statement the running server issues, built with SQLAlchemy Core from the table
+definitions and compiled once for SQLite with named parameters (``:name``)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from sqlalchemy import ClauseElement, Table, bindparam, delete, func, literal_column, select, true, update
+from sqlalchemy.dialects import sqlite
+
+from app.store.schema import events, inputs, messages, parts, sessions
+
+_DIALECT = sqlite.dialect(paramstyle="named")
+
+
+def compile_sql(statement: ClauseElement) -> str:
+    # SQLite's compiler pairs a bound LIMIT with an (unneeded) bound OFFSET; drop it.
+    text = str(statement.compile(dialect=_DIALECT)).replace(" OFFSET :param_1", "")
+    anonymous = re.findall(r":(\w+_\d+)\b", text)
+    if anonymous:  # a Python literal became a parameter nobody will supply
+        raise ValueError(f"statement has anonymous parameters {anonymous}; use bindparam() or literal_column()")
+    return text
+
+
+def _upsert(table: Table) -> str:
+    columns = [c.name for c in table.columns]
+    key = [c.name for c in table.primary_key.columns]
+    statement = sqlite.insert(table).values({name: bindparam(name) for name in columns})
+    statement = statement.on_conflict_do_update(
+        index_elements=key, set_={name: statement.excluded[name] for name in columns if name not in key}
+    )
+    return compile_sql(statement)
+
+
+# -- writes ---------------------------------------------------------------------------------------
+UPSERT_SESSION = _upsert(sessions)
+UPSERT_MESSAGE = _upsert(messages)
+UPSERT_PART = _upsert(parts)
+INSERT_EVENT = compile_sql(events.insert().values({c.name: bindparam(c.name) for c in events.columns}))
+INSERT_INPUT = compile_sql(inputs.insert().values({c.name: bindparam(c.name) for c in inputs.columns}))
+DELETE_SESSION = compile_sql(delete(sessions).where(sessions.c.id == bindparam("id")))
+DELETE_MESSAGE = compile_sql(delete(messages).where(messages.c.id == bindparam("id")))
+DELETE_PART = compile_sql(delete(parts).where(parts.c.id == bindparam("id")))
+DELETE_PARTS_OF_MESSAGE = compile_sql(delete(parts).where(parts.c.message_id == bindparam("message_id")))
+DELETE_SESSION_ROWS = {
+    table.name: compile_sql(delete(table).where(table.c.session_id == bindparam("session_id")))
+    for table in (parts, messages, inputs)
+}
+PROMOTE_INPUT = compile_sql(
+    update(inputs).where(inputs.c.id == bindparam("id")).values(promoted_seq=bindparam("promoted_seq"))
+)
+COMPLETE_INPUT = compile_sql(update(inputs).where(inputs.c.id == bindparam("id")).values(completed=true()))
+COMPLETE_SESSION_INPUTS = compile_sql(
+    update(inputs)
+    .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
+    .values(completed=true())
+)
+
+# -- reads ----------------------------------------------------------------------------------------
+SESSION_INFO = compile_sql(select(sessions.c.info).where(sessions.c.id == bindparam("id")))
+MAX_CURSOR = compile_sql(select(func.coalesce(func.max(events.c.id), literal_column("0"))))
+MAX_SEQ = compile_sql(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")))
+EVENTS_SINCE = compile_sql(
+    select(events).where(events.c.id > bindparam("cursor")).order_by(events.c.id).limit(bindparam("limit"))
+)
+EVENTS_SINCE_IN_DIRECTORY = compile_sql(
+    select(events)
+    .where(events.c.id > bindparam("cursor"), events.c.directory == bindparam("directory"))
+    .order_by(events.c.id)
+    .limit(bindparam("limit"))
+)
+MESSAGE_INFO = compile_sql(
+    select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
+)
+MESSAGE_ID_EXISTS = compile_sql(select(messages.c.id).where(messages.c.id == bindparam("id")))
+PARTS_OF_MESSAGE = compile_sql(select(parts.c.data).where(parts.c.message_id == bindparam("id")).order_by(parts.c.id))
+PARTS_OF_SESSION = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .where(parts.c.session_id == bindparam("session_id"))
+    .order_by(parts.c.message_id, parts.c.id)
+)
+PARTS_IN_RANGE = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .where(
+        parts.c.session_id == bindparam("session_id"),
+        parts.c.message_id.between(bindparam("first"), bindparam("last")),
+    )
+    .order_by(parts.c.message_id, parts.c.id)
+)
+ALL_MESSAGES = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"))
+    .order_by(messages.c.id)
+)
+LAST_ASSISTANTS = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.role == literal_column("'assistant'"))
+    .order_by(messages.c.id.desc())
+    .limit(bindparam("limit"))
+)
+INPUT_BY_ID = compile_sql(select(inputs).where(inputs.c.id == bindparam("id")))
+NEXT_INPUT = compile_sql(
+    select(inputs)
+    .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
+    .order_by(inputs.c.admitted_seq)
+    .limit(literal_column("1"))
+)
+SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
+    select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()
+)
+QUEUED_USER_IDS = compile_sql(
+    select(inputs.c.id).where(
+        inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None)
+    )
+)
+
+
+@lru_cache(maxsize=64)
+def newest_messages(before: bool) -> str:
+    query = select(messages.c.id, messages.c.info).where(messages.c.session_id == bindparam("session_id"))
+    if before:
+        query = query.where(messages.c.id < bindparam("before"))
+    return compile_sql(query.order_by(messages.c.id.desc()).limit(bindparam("limit")))
+
+
+@lru_cache(maxsize=64)
+def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, search: bool, limit: bool) -> str:
+    """The session list query for one combination of filters (compiled once per combination)."""
+    query = select(sessions.c.info).order_by(sessions.c.time_updated.desc(), sessions.c.id)
+    if directory:
+        query = query.where(sessions.c.directory == bindparam("directory"))
+    if roots:
+        query = query.where(sessions.c.parent_id.is_(None))
+    if parent:
+        query = query.where(sessions.c.parent_id == bindparam("parent_id"))
+    if start:
+        query = query.where(sessions.c.time_updated >= bindparam("start"))
+    if search:
+        query = query.where(sessions.c.title.ilike(bindparam("search"), escape="\\"))
+    if limit:
+        query = query.limit(bindparam("limit"))
+    return compile_sql(query)
