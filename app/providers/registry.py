@@ -10,7 +10,6 @@ from typing import Any
 from app.config import ConfigLoader, ProviderConfig
 from app.providers.base import ModelInfo, Provider
 from app.providers.echo import ECHO_MODEL, EchoProvider
-from app.providers.openai_compat import OpenAICompatibleProvider
 
 OPENAI_COMPATIBLE_PACKAGES = {"@ai-sdk/openai-compatible", "@ai-sdk/openai", None}
 
@@ -99,6 +98,9 @@ class ProviderRegistry:
         client = self._clients.get(key)
         if client is None:
             assert provider.base_url is not None
+            # Imported on first use: httpx is not needed to serve the offline model (start-up time).
+            from app.providers.openai_compat import OpenAICompatibleProvider
+
             client = self._clients[key] = OpenAICompatibleProvider(
                 provider.id, provider.base_url, provider.api_key, provider.headers
             )

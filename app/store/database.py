@@ -80,6 +80,31 @@ def _current_revision(path: str) -> str | None:
     return row[0] if row else None
 
 
+def _is_empty(path: str) -> bool:
+    if not Path(path).exists():
+        return True
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] == 0
+
+
+def _create_fresh(path: str, head: str) -> None:
+    """A new database gets the current schema in one step and is stamped with the head revision,
+    as Alembic recommends, instead of replaying every migration (and importing Alembic) at first
+    start. A test checks that this schema equals the one the migrations build."""
+    from sqlalchemy import create_engine, text
+
+    from app.store.schema import metadata
+
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        with engine.begin() as conn:
+            metadata.create_all(conn)
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"))
+            conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:head)"), {"head": head})
+    finally:
+        engine.dispose()
+
+
 class WriteScope:
     """An open write transaction. Statements are queued and sent in batches (consecutive uses of
     one statement become one ``executemany``); reads through ``fetch`` see queued writes."""
@@ -145,7 +170,10 @@ class Database:
 
     async def open(self) -> None:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        if _current_revision(self.path) != _head_revision():
+        current, head = _current_revision(self.path), _head_revision()
+        if current is None and _is_empty(self.path):
+            await asyncio.to_thread(_create_fresh, self.path, head)
+        elif current != head:
             await self.migrate()
         self._writer = await self._connect()
         for _ in range(READERS):

@@ -1,0 +1,35 @@
+"""The schema a fresh database is created with equals the one the Alembic migrations build, so
+either path leads to the same database."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from app.store.database import Database, _create_fresh, _head_revision
+
+
+def _schema(path: Path) -> dict[str, list[tuple]]:
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        result: dict[str, list[tuple]] = {}
+        for table in tables:
+            columns = [tuple(row[1:]) for row in conn.execute(f"PRAGMA table_info('{table}')")]
+            indexes = sorted(
+                (row[1], row[2], tuple(c[2] for c in conn.execute(f"PRAGMA index_info('{row[1]}')")))
+                for row in conn.execute(f"PRAGMA index_list('{table}')")
+            )
+            result[table] = [*sorted(columns), *indexes]
+        versions = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    result["alembic_version rows"] = versions
+    return result
+
+
+def test_fresh_schema_matches_migrations(tmp_path: Path) -> None:
+    migrated = tmp_path / "migrated.db"
+    asyncio.run(Database(f"sqlite+aiosqlite:///{migrated}").migrate())
+    fresh = tmp_path / "fresh.db"
+    _create_fresh(str(fresh), _head_revision())
+    assert _schema(fresh) == _schema(migrated)
+    assert _schema(fresh)["alembic_version rows"] == [(_head_revision(),)]
