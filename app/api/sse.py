@@ -23,7 +23,7 @@ SSE_HEADERS = {
 }
 REPLAY_BATCH = 1000
 
-Encode = Callable[[Event], bytes]
+Encode = Callable[[Event], bytes]  # b"" means: no frame for this event on this stream
 Control = Callable[[str], bytes]  # encodes server.connected / server.heartbeat frames
 
 
@@ -57,7 +57,8 @@ async def _frames(
     heartbeat = runtime.settings.heartbeat_seconds
 
     def frame(event: Event) -> list[ServerSentEvent]:
-        frames = [_sse(event.encoded(kind, encode), event.cursor)]
+        primary = event.encoded(kind, encode)
+        frames = [_sse(primary, event.cursor)] if primary else []
         if twin is not None and event.durable:
             frames.append(_sse(event.encoded(kind + ":sync", twin), event.cursor))
         return frames

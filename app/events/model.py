@@ -8,6 +8,9 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 
+# Durable event types whose payload shape has a version other than 1 (as OpenCode numbers them).
+VERSIONS = {"session.next.step.ended": 2, "session.next.step.failed": 2}
+
 
 @dataclass(slots=True)
 class Event:
@@ -29,6 +32,15 @@ class Event:
     id: str = field(default_factory=ids.event_id)
     time: int = field(default_factory=now_ms)
     _frames: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def version(self) -> int:
+        return VERSIONS.get(self.type, 1)
+
+    @property
+    def is_next(self) -> bool:
+        """A V2 ``session.next.*`` event (legacy streams leave these out)."""
+        return self.type.startswith("session.next.")
 
     def encoded(self, kind: str, encode: Any) -> bytes:
         """Encode once per stream kind and share the bytes between all subscribers."""

@@ -1,15 +1,19 @@
-"""Durable admission: a prompt is validated and committed (user message, parts, session
-agent/model and the input row, with their events) before anyone answers the client; only then is
-the session's drain woken.
+"""Durable admission: a prompt is validated and committed (its input row and events, and for the
+legacy protocol its user message and parts) before anyone answers the client; only then is the
+session's drain woken.
 
-Idempotency: a client-chosen message id that was already admitted with the same request is a
-no-op returning the same id; with a different request, or an id used by another message, it is a
-conflict. The check runs inside the write transaction, so two racing retries cannot both insert.
+- ``delivery``: ``queue`` prompts each get their own turn, oldest first; ``steer`` prompts are
+  promoted at the next step boundary, before any queued prompt (the runner applies this).
+- ``deferred`` (the V2 protocol): the user message is written when the prompt is promoted into a
+  turn, not at admission, so an admitted-but-waiting prompt is not yet part of the history.
+- Idempotency: a client-chosen message id already admitted with the same request returns the same
+  record; with a different request, or an id used by another message, it is a conflict. The check
+  runs inside the write transaction, so two racing retries cannot both insert.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app import ids
@@ -23,6 +27,7 @@ from app.store import sql
 from app.store.queries import InputRow
 
 DEFAULT_AGENT = "build"
+DELIVERIES = ("steer", "queue")
 
 
 @dataclass(slots=True)
@@ -35,7 +40,10 @@ class PromptRequest:
     no_reply: bool = False
     tools: dict[str, bool] | None = None
     variant: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    delivery: str = "queue"
+    deferred: bool = False
+    # The prompt as the V2 protocol shows it ({text, files?, agents?}); derived from parts if absent.
+    view: dict[str, Any] | None = None
 
     def canonical(self) -> dict[str, Any]:
         """The request as compared on retry (everything the client chose, nothing we generated)."""
@@ -49,19 +57,77 @@ class PromptRequest:
                     "noReply": self.no_reply,
                     "tools": self.tools,
                     "variant": self.variant,
+                    "delivery": self.delivery,
+                    "deferred": self.deferred,
                 }
             )
         )
 
+    def prompt_view(self) -> dict[str, Any]:
+        if self.view is not None:
+            return self.view
+        view: dict[str, Any] = {"text": "".join(p.get("text", "") for p in self.parts if p["type"] == "text")}
+        files = [{"uri": p["url"], "mime": p["mime"]} for p in self.parts if p["type"] == "file"]
+        if files:
+            view["files"] = files
+        return view
+
 
 @dataclass(slots=True)
 class Admitted:
-    message_id: str
+    record: InputRow
     created: bool  # False when this was an idempotent retry
+
+    @property
+    def message_id(self) -> str:
+        return self.record.id
+
+
+def user_message_info(session_id: str, message_id: str, stored: dict[str, Any], created: int) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "id": message_id,
+        "sessionID": session_id,
+        "role": "user",
+        "time": {"created": created},
+        "agent": stored["agent"],
+        "model": dict(stored["model"]),
+    }
+    for key in ("system", "tools"):
+        if stored.get(key) is not None:
+            info[key] = stored[key]
+    return info
+
+
+async def emit_user_message(
+    tx: Transaction, session: dict[str, Any], message_id: str, stored: dict[str, Any], created: int
+) -> None:
+    """The user message and its parts, as legacy clients see a prompt."""
+    session_id, directory = session["id"], session["directory"]
+    info = user_message_info(session_id, message_id, stored, created)
+    await tx.emit(
+        "message.updated", {"sessionID": session_id, "info": info}, session_id=session_id, directory=directory
+    )
+    for part in stored["parts"]:
+        row = {**part, "id": part.get("id") or ids.part_id(), "sessionID": session_id, "messageID": message_id}
+        await tx.emit(
+            "message.part.updated",
+            {"sessionID": session_id, "part": row, "time": now_ms()},
+            session_id=session_id,
+            directory=directory,
+        )
+
+
+def next_event(session_id: str, **fields: Any) -> dict[str, Any]:
+    """Payload of a ``session.next.*`` event: every one carries a timestamp and the session id."""
+    return {"timestamp": now_ms(), "sessionID": session_id, **fields}
 
 
 class _Duplicate(Exception):
     """Internal: the request repeats an admitted prompt; the transaction is rolled back empty."""
+
+    def __init__(self, record: InputRow) -> None:
+        super().__init__(record.id)
+        self.record = record
 
 
 class Admission:
@@ -70,9 +136,9 @@ class Admission:
         self.sessions = sessions
         self.registry = registry
 
-    def _model_for(self, session: dict[str, Any], request: PromptRequest) -> ModelRef:
-        if request.model is not None:
-            ref = request.model
+    def model_for(self, session: dict[str, Any], requested: ModelRef | None) -> ModelRef:
+        if requested is not None:
+            ref = requested
         elif session.get("model"):
             ref = ModelRef(session["model"]["providerID"], session["model"]["id"])
         else:
@@ -84,52 +150,44 @@ class Admission:
         return ref
 
     async def admit(self, session_id: str, request: PromptRequest) -> Admitted:
+        if request.delivery not in DELIVERIES:
+            raise InvalidInput(f"delivery must be one of {DELIVERIES}")
         try:
             return await self._admit(session_id, request)
-        except _Duplicate:
-            return Admitted(request.message_id or "", created=False)
+        except _Duplicate as duplicate:
+            return Admitted(duplicate.record, created=False)
 
     async def _admit(self, session_id: str, request: PromptRequest) -> Admitted:
         session = await self.sessions.get(session_id)
-        ref = self._model_for(session, request)
+        ref = self.model_for(session, request.model)
         agent = request.agent or session.get("agent") or DEFAULT_AGENT
         message_id = request.message_id or ids.message_id()
         canonical = request.canonical()
         directory = session["directory"]
+        created = now_ms()
+        view = request.prompt_view()
+        stored = {
+            "request": canonical,
+            "agent": agent,
+            "system": request.system,
+            "tools": request.tools,
+            "model": {"providerID": ref.provider_id, "modelID": ref.model_id}
+            | ({"variant": request.variant} if request.variant else {}),
+            "prompt": view,
+            "parts": request.parts,
+            "deferred": request.deferred,
+        }
         async with self.log.transaction() as tx:
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
-            created = now_ms()
-            info: dict[str, Any] = {
-                "id": message_id,
-                "sessionID": session_id,
-                "role": "user",
-                "time": {"created": created},
-                "agent": agent,
-                "model": {"providerID": ref.provider_id, "modelID": ref.model_id},
-            }
-            if request.system:
-                info["system"] = request.system
-            if request.tools is not None:
-                info["tools"] = request.tools
-            if request.variant:
-                info["model"]["variant"] = request.variant
             admitted = await tx.emit(
-                "message.updated", {"sessionID": session_id, "info": info}, session_id=session_id, directory=directory
+                "session.next.prompt.admitted",
+                next_event(session_id, messageID=message_id, prompt=view, delivery=request.delivery),
+                session_id=session_id,
+                directory=directory,
             )
-            for part in request.parts:
-                stored = {
-                    **part,
-                    "id": part.get("id") or ids.part_id(),
-                    "sessionID": session_id,
-                    "messageID": message_id,
-                }
-                await tx.emit(
-                    "message.part.updated",
-                    {"sessionID": session_id, "part": stored, "time": now_ms()},
-                    session_id=session_id,
-                    directory=directory,
-                )
+            if not request.deferred:
+                await emit_user_message(tx, session, message_id, stored, created)
 
             def remember_choice(s: dict[str, Any]) -> None:
                 s["agent"] = agent
@@ -140,26 +198,18 @@ class Admission:
                 }
 
             await self.sessions.mutate(tx, session_id, remember_choice)
-            stored_prompt = {
-                "request": canonical,
-                "agent": agent,
-                "system": request.system,
-                "model": {"providerID": ref.provider_id, "modelID": ref.model_id},
-            }
-            tx.execute(
-                sql.INSERT_INPUT,
-                {
-                    "id": message_id,
-                    "session_id": session_id,
-                    "prompt": dumps(stored_prompt),
-                    "delivery": "queue",
-                    "admitted_seq": admitted.seq,
-                    "promoted_seq": None,
-                    "completed": request.no_reply,
-                    "time_created": created,
-                },
+            record = InputRow(
+                id=message_id,
+                session_id=session_id,
+                prompt=dumps(stored),
+                delivery=request.delivery,
+                admitted_seq=admitted.seq or 0,
+                promoted_seq=None,
+                completed=request.no_reply,
+                time_created=created,
             )
-        return Admitted(message_id, created=True)
+            tx.execute(sql.INSERT_INPUT, record.as_params())
+        return Admitted(record, created=True)
 
     @staticmethod
     async def _check_reuse(tx: Transaction, session_id: str, message_id: str, canonical: dict[str, Any]) -> None:
@@ -169,7 +219,7 @@ class Admission:
         if rows:
             row = InputRow(*rows[0])
             if row.session_id == session_id and loads(row.prompt)["request"] == canonical:
-                raise _Duplicate
+                raise _Duplicate(row)
             raise InputConflict(message_id)
         if await tx.fetch(sql.MESSAGE_ID_EXISTS, {"id": message_id}):
             raise InputConflict(message_id)

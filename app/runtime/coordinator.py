@@ -3,8 +3,9 @@
 - ``wake`` starts a drain when the session is idle, otherwise records a pending wake; any number
   of wakes during one drain coalesce into one more pass, so waiters see one busy period.
 - ``interrupt`` fires the drain's abort signal, clears pending wakes and waits for it to settle.
-- Status (busy / retry / idle) is set here, in try/finally, and nowhere else; ``statuses``
-  lists only non-idle sessions.
+- Status (busy / retry / idle) is set here and nowhere else. The active set and the status map
+  change together, synchronously (no await in between), so ``active()`` and ``statuses()`` agree
+  at every moment, and each change is announced at once, in order.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from app.runtime.abort import Aborted, AbortSignal
 log = logging.getLogger("opensession.coordinator")
 
 Drain = Callable[[str, AbortSignal], Awaitable[None]]
-StatusListener = Callable[[str, dict[str, Any]], Awaitable[None]]
+StatusListener = Callable[[str, dict[str, Any]], None]
+
+BUSY = {"type": "busy"}
+IDLE = {"type": "idle"}
 
 
 @dataclass
@@ -50,12 +54,12 @@ class DrainCoordinator:
     def _start(self, session_id: str) -> None:
         entry = _Entry()
         self._entries[session_id] = entry
+        self.drains_started += 1
+        self.set_status(session_id, BUSY)
         entry.task = asyncio.create_task(self._run(session_id, entry), name=f"drain:{session_id}")
 
     async def _run(self, session_id: str, entry: _Entry) -> None:
-        self.drains_started += 1
         try:
-            await self.set_status(session_id, {"type": "busy"})
             while True:
                 entry.pending_wake = False
                 try:
@@ -70,23 +74,24 @@ class DrainCoordinator:
         finally:
             entry.signal.close()
             shutting_down = entry.signal.fired and entry.signal.reason == "shutdown"
-            if not shutting_down:
-                # Idle is published while the entry still exists, so a wake arriving meanwhile
-                # is recorded on it and starts a successor below instead of racing this one.
-                await self.set_status(session_id, {"type": "idle"})
             if self._entries.get(session_id) is entry:
                 del self._entries[session_id]
+            if shutting_down:
+                self._status.pop(session_id, None)
+            else:
+                self.set_status(session_id, IDLE)
             entry.done.set()
             if entry.pending_wake and not shutting_down:
                 self._start(session_id)
 
-    async def interrupt(self, session_id: str, reason: str = "abort") -> bool:
-        """Stop the session's drain; returns whether one was running. Pending wakes are dropped."""
+    async def interrupt(self, session_id: str, reason: str = "abort", *, settle_pending: bool = True) -> bool:
+        """Stop the session's drain; returns whether one was running. Pending wakes are dropped;
+        ``settle_pending`` says whether inputs waiting behind the stopped step are settled too."""
         entry = self._entries.get(session_id)
         if entry is None:
             return False
         entry.pending_wake = False
-        entry.signal.fire(reason)
+        entry.signal.fire(reason, settle_pending=settle_pending)
         await entry.done.wait()
         return True
 
@@ -101,17 +106,17 @@ class DrainCoordinator:
         return list(self._entries)
 
     def status(self, session_id: str) -> dict[str, Any]:
-        return self._status.get(session_id, {"type": "idle"})
+        return self._status.get(session_id, IDLE)
 
     def statuses(self) -> dict[str, dict[str, Any]]:
         return dict(self._status)
 
-    async def set_status(self, session_id: str, status: dict[str, Any]) -> None:
+    def set_status(self, session_id: str, status: dict[str, Any]) -> None:
         if status["type"] == "idle":
             self._status.pop(session_id, None)
         else:
             self._status[session_id] = status
-        await self._on_status(session_id, status)
+        self._on_status(session_id, status)
 
     async def shutdown(self) -> None:
         """Stop every drain without settling its work: admitted inputs stay pending and the next

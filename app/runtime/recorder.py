@@ -1,10 +1,13 @@
-"""Writes one assistant message as the model streams it, in OpenCode's part order:
-step-start, reasoning (optional), text, step-finish, then the finished message.
+"""Writes one assistant message (one step) as the model streams it, in both event families:
+
+- legacy: ``message.updated`` / ``message.part.updated`` in OpenCode's part order (step-start,
+  reasoning, text, step-finish) with ``message.part.delta`` deltas;
+- V2: ``session.next.step.started``, ``text|reasoning.started/delta/ended``, ``step.ended`` or
+  ``step.failed``.
 
 Deltas are published live but are not events in the log; the streaming part's row is
-checkpointed at most every ``flush_seconds`` so a crash keeps nearly all of the partial text,
-and the final ``message.part.updated`` carries the complete text (equal to the concatenated
-deltas).
+checkpointed at most every ``flush_seconds`` so a crash keeps nearly all of the partial text, and
+the final part event carries the complete text (equal to the concatenated deltas).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.providers.base import Finish, ModelInfo, Usage
+from app.runtime.admission import next_event
 from app.store import sql
 from app.store.projectors import part_row
 
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
+INTERRUPTED_STEP = "Provider turn interrupted"
 
 
 def tokens_of(usage: Usage) -> dict[str, Any]:
@@ -37,11 +42,19 @@ def cost_of(model: ModelInfo, usage: Usage) -> float:
     return (usage.input * model.cost_input + (usage.output + usage.reasoning) * model.cost_output) / 1_000_000
 
 
+def error_message(error: dict[str, Any]) -> str:
+    return str((error.get("data") or {}).get("message") or error.get("name") or "error")
+
+
 class _StreamingPart:
     def __init__(self, part: dict[str, Any]) -> None:
         self.part = part
         self.chunks: list[str] = []
         self.last_flush = time.monotonic()
+
+    @property
+    def id_field(self) -> str:
+        return "textID" if self.part["type"] == "text" else "reasoningID"
 
     def snapshot(self, *, final: bool) -> dict[str, Any]:
         self.part["text"] = "".join(self.chunks)
@@ -63,6 +76,14 @@ class AssistantRecorder:
     async def _emit(self, tx: Transaction, event_type: str, props: dict[str, Any]) -> None:
         await tx.emit(event_type, props, session_id=self.session_id, directory=self.directory)
 
+    async def _emit_next(self, tx: Transaction, kind: str, **fields: Any) -> None:
+        await self._emit(
+            tx, f"session.next.{kind}", next_event(self.session_id, assistantMessageID=self.info["id"], **fields)
+        )
+
+    def _publish(self, event_type: str, props: dict[str, Any]) -> None:
+        self.log.publish(event_type, props, session_id=self.session_id, directory=self.directory)
+
     async def emit_part(self, tx: Transaction, part: dict[str, Any]) -> None:
         await self._emit(tx, "message.part.updated", {"sessionID": self.session_id, "part": part, "time": now_ms()})
 
@@ -75,11 +96,16 @@ class AssistantRecorder:
         self.parts.append(part)
         return part
 
-    async def begin(self, tx: Transaction, input_id: str) -> None:
-        """Create the message and its step-start, and mark the input promoted into this turn."""
+    async def begin(self, tx: Transaction) -> None:
+        """Create the message and its step-start."""
         await self.emit_info(tx)
-        tx.execute(sql.PROMOTE_INPUT, {"id": input_id, "promoted_seq": tx.events[-1].seq})
         await self.emit_part(tx, self._new_part("step-start"))
+        await self._emit_next(
+            tx,
+            "step.started",
+            agent=self.info["agent"],
+            model={"id": self.info["modelID"], "providerID": self.info["providerID"]},
+        )
 
     async def delta(self, kind: str, text: str) -> None:
         """Append streamed ``text`` to the open part of ``kind`` (``text`` or ``reasoning``)."""
@@ -88,19 +114,23 @@ class AssistantRecorder:
                 await self._close_open(tx)
                 self._open = _StreamingPart(self._new_part(kind, text="", time={"start": now_ms()}))
                 await self.emit_part(tx, dict(self._open.part))
+                await self._emit_next(tx, f"{kind}.started", **{self._open.id_field: self._open.part["id"]})
         stream = self._open
         stream.chunks.append(text)
-        self.log.publish(
+        part_id = stream.part["id"]
+        self._publish(
             "message.part.delta",
             {
                 "sessionID": self.session_id,
                 "messageID": self.info["id"],
-                "partID": stream.part["id"],
+                "partID": part_id,
                 "field": "text",
                 "delta": text,
             },
-            session_id=self.session_id,
-            directory=self.directory,
+        )
+        self._publish(
+            f"session.next.{kind}.delta",
+            next_event(self.session_id, assistantMessageID=self.info["id"], **{stream.id_field: part_id}, delta=text),
         )
         if time.monotonic() - stream.last_flush >= self.flush_seconds:
             await self._checkpoint(stream)
@@ -112,9 +142,12 @@ class AssistantRecorder:
             scope.execute(sql.UPSERT_PART, part_row(stream.snapshot(final=False)))
 
     async def _close_open(self, tx: Transaction) -> None:
-        if self._open is not None:
-            await self.emit_part(tx, self._open.snapshot(final=True))
-            self._open = None
+        stream, self._open = self._open, None
+        if stream is not None:
+            final = stream.snapshot(final=True)
+            await self.emit_part(tx, final)
+            kind = final["type"]
+            await self._emit_next(tx, f"{kind}.ended", **{stream.id_field: final["id"]}, text=final["text"])
 
     async def finish_step(self, tx: Transaction, finish: Finish, model: ModelInfo) -> dict[str, Any]:
         """Close the step: final parts, step-finish with usage, the message's finish and tokens."""
@@ -125,13 +158,18 @@ class AssistantRecorder:
         self.info["finish"] = finish.reason
         self.info["tokens"] = tokens
         self.info["cost"] = self.info.get("cost", 0) + cost
+        v2_tokens = {k: v for k, v in tokens.items() if k != "total"}
+        await self._emit_next(tx, "step.ended", finish=finish.reason, cost=cost, tokens=v2_tokens, files=[])
         return {"cost": cost, "tokens": tokens}
 
-    async def complete(self, tx: Transaction, input_id: str, error: dict[str, Any] | None = None) -> None:
-        """Mark the message completed (with ``error`` if it failed) and settle its input."""
+    async def complete(self, tx: Transaction, input_ids: list[str], error: dict[str, Any] | None = None) -> None:
+        """Mark the message completed (with ``error`` if it failed) and settle the inputs it answers."""
         await self._close_open(tx)
         if error is not None:
             self.info["error"] = error
+            message = INTERRUPTED_STEP if error is ABORTED else error_message(error)
+            await self._emit_next(tx, "step.failed", error={"type": "unknown", "message": message})
         self.info["time"]["completed"] = now_ms()
         await self.emit_info(tx)
-        tx.execute(sql.COMPLETE_INPUT, {"id": input_id})
+        for input_id in input_ids:
+            tx.execute(sql.COMPLETE_INPUT, {"id": input_id})

@@ -14,6 +14,8 @@ from typing import Any
 from app.clock import now_ms
 from app.events.log import EventLog
 from app.runtime.coordinator import DrainCoordinator
+from app.runtime.errors import SessionNotFound
+from app.runtime.sessions import SessionService
 from app.store.queries import Queries
 
 log = logging.getLogger("opensession.recovery")
@@ -40,12 +42,13 @@ def _closed_part(part: dict[str, Any], at: int) -> dict[str, Any] | None:
     return None
 
 
-async def recover(log_: EventLog, queries: Queries, coordinator: DrainCoordinator) -> int:
+async def recover(log_: EventLog, queries: Queries, sessions: SessionService, coordinator: DrainCoordinator) -> int:
     """Close what a crash left open and wake sessions with pending work; returns sessions woken."""
     session_ids = await queries.sessions_with_unsettled_inputs()
     for session_id in session_ids:
-        info = await queries.session(session_id)
-        if info is None:
+        try:
+            info = await sessions.get(session_id)
+        except SessionNotFound:
             continue
         directory = info["directory"]
         at = now_ms()

@@ -1,11 +1,18 @@
-"""The drain loop: take the session's oldest unsettled input, run its turn against the model,
-settle it, repeat until nothing is pending.
+"""The drain loop: promote what is waiting, run one step against the model, repeat until nothing
+is pending.
 
-A turn: promote the input (an assistant message answering it), stream the model into that
-message, retry retryable provider failures per OpenCode's policy (status ``retry`` meanwhile),
-and settle. An abort keeps the partial text, ends the message with ``MessageAbortedError`` and
-settles the inputs that were waiting behind it; a shutdown settles nothing, so the next start
-recovers the work.
+Which inputs a step answers (OpenCode's delivery rules):
+- inputs promoted before a crash and never answered are answered first (recovery);
+- otherwise every waiting ``steer`` input, promoted together at this step boundary;
+- otherwise the single oldest waiting ``queue`` input.
+So a steer admitted mid-turn is answered right after the current step, before earlier queued
+prompts, and queued prompts each get their own turn, oldest first.
+
+A step: promote the inputs (``session.next.prompted``; a deferred V2 prompt gets its user message
+now), open an assistant message answering the last of them, stream the model into it, retry
+retryable provider failures per OpenCode's policy (status ``retry`` meanwhile), and settle the
+inputs. An abort keeps the partial text and ends the message with ``MessageAbortedError``; a
+shutdown settles nothing, so the next start recovers the work.
 """
 
 from __future__ import annotations
@@ -14,29 +21,43 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.events.log import EventLog
+from app.events.log import EventLog, Transaction
 from app.jsonutil import loads
 from app.providers.base import ChatRequest, Finish, Provider, ProviderError, ReasoningDelta, TextDelta
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.admission import emit_user_message, next_event
 from app.runtime.context import chat_messages, system_prompts
-from app.runtime.coordinator import DrainCoordinator
+from app.runtime.coordinator import BUSY, DrainCoordinator
 from app.runtime.recorder import ABORTED, AssistantRecorder
 from app.runtime.retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
-from app.runtime.sessions import SessionService
+from app.runtime.sessions import SessionService, zero_tokens
 from app.runtime.title import TitleGenerator
 from app.runtime.waiters import InputWaiters
 from app.store import sql
 from app.store.queries import InputRow, Queries
 
+MAX_STEERS_PER_STEP = 100
+
 
 def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
     totals["cost"] = totals.get("cost", 0) + step["cost"]
-    tokens = totals.setdefault("tokens", {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}})
+    tokens = totals.setdefault("tokens", zero_tokens())
     for key in ("input", "output", "reasoning"):
         tokens[key] = tokens.get(key, 0) + step["tokens"][key]
     for key in ("read", "write"):
         tokens["cache"][key] = tokens["cache"].get(key, 0) + step["tokens"]["cache"][key]
+
+
+def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
+    """The inputs the next step answers (see the module docstring)."""
+    interrupted = [row for row in unsettled if row.promoted_seq is not None]
+    if interrupted:
+        return interrupted
+    steers = [row for row in unsettled if row.delivery == "steer"]
+    if steers:
+        return steers[:MAX_STEERS_PER_STEP]
+    return unsettled[:1]
 
 
 class Runner:
@@ -61,26 +82,43 @@ class Runner:
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
         try:
-            while (row := await self.queries.next_input(session_id)) is not None:
+            while batch := next_batch(await self.queries.unsettled_inputs(session_id)):
                 signal.check()
-                await self._turn(session_id, row, signal)
-                self.waiters.settle(row.id)
+                await self._step(session_id, batch, signal)
+                for row in batch:
+                    self.waiters.settle(row.id)
         except Aborted as exc:
-            if exc.reason == "abort":
+            if exc.reason == "abort" and signal.settle_pending:
                 await self._settle_waiting(session_id)
             raise
 
     async def _settle_waiting(self, session_id: str) -> None:
-        """An abort stops the whole busy period: inputs queued behind the aborted turn stay in the
-        history as user messages but are not answered (as in OpenCode)."""
+        """A legacy abort stops the whole busy period: inputs queued behind the aborted turn stay
+        in the history as user messages but are not answered (as in OpenCode)."""
         async with self.log.db.write() as scope:
             scope.execute(sql.COMPLETE_SESSION_INPUTS, {"session_id": session_id})
         self.waiters.settle_session(session_id)
 
-    async def _turn(self, session_id: str, row: InputRow, signal: AbortSignal) -> None:
+    async def _promote(self, tx: Transaction, session: dict[str, Any], batch: list[InputRow]) -> None:
+        for row in batch:
+            if row.promoted_seq is not None:
+                continue
+            stored = loads(row.prompt)
+            prompted = await tx.emit(
+                "session.next.prompted",
+                next_event(session["id"], messageID=row.id, prompt=stored["prompt"], delivery=row.delivery),
+                session_id=session["id"],
+                directory=session["directory"],
+            )
+            if stored.get("deferred"):
+                await emit_user_message(tx, session, row.id, stored, now_ms())
+            tx.execute(sql.PROMOTE_INPUT, {"id": row.id, "promoted_seq": prompted.seq})
+
+    async def _step(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
         session = await self.sessions.get(session_id)
         directory = session["directory"]
-        prompt = loads(row.prompt)
+        answered = batch[-1]
+        prompt = loads(answered.prompt)
         ref = ModelRef(prompt["model"]["providerID"], prompt["model"]["modelID"])
         agent = prompt.get("agent") or "build"
         info: dict[str, Any] = {
@@ -88,24 +126,26 @@ class Runner:
             "sessionID": session_id,
             "role": "assistant",
             "time": {"created": now_ms()},
-            "parentID": row.id,
+            "parentID": answered.id,
             "modelID": ref.model_id,
             "providerID": ref.provider_id,
             "mode": agent,
             "agent": agent,
             "path": {"cwd": directory, "root": directory},
             "cost": 0,
-            "tokens": {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+            "tokens": zero_tokens(),
         }
-        history = await self.queries.messages(session_id)
-        messages = chat_messages(history, await self.queries.queued_user_ids(session_id) - {row.id})
         recorder = AssistantRecorder(self.log, info, directory, self.flush_seconds)
+        input_ids = [row.id for row in batch]
         async with self.log.transaction() as tx:
-            await recorder.begin(tx, row.id)
+            await self._promote(tx, session, batch)
+            await recorder.begin(tx)
+        history = [m for m in await self.queries.messages(session_id) if m["info"]["id"] != info["id"]]
+        messages = chat_messages(history, await self.queries.queued_user_ids(session_id))
         try:
             provider, model = self.registry.resolve(directory, ref)
         except ModelNotFoundError as exc:
-            await self._fail(recorder, row.id, {"name": "UnknownError", "data": {"message": str(exc)}})
+            await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": str(exc)}})
             return
         request = ChatRequest(
             model=model,
@@ -117,14 +157,14 @@ class Runner:
             finish = await self._stream_with_retries(session_id, recorder, provider, request, signal)
         except Aborted as exc:
             if exc.reason == "abort":
-                await self._fail(recorder, row.id, ABORTED)
+                await self._fail(recorder, input_ids, ABORTED)
             raise
         except ProviderError as exc:
-            await self._fail(recorder, row.id, exc.to_named_error())
+            await self._fail(recorder, input_ids, exc.to_named_error())
             return
         async with self.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model)
-            await recorder.complete(tx, row.id)
+            await recorder.complete(tx, input_ids)
             await self.sessions.mutate(tx, session_id, lambda s: _add_usage(s, usage))
         if not any(m["info"]["role"] == "assistant" for m in history) and messages:
             # After the answer rather than beside it: the title is not worth delaying the reply.
@@ -148,12 +188,19 @@ class Runner:
                 if not is_retryable(exc) or attempt > MAX_RETRIES:
                     raise
                 delay = retry_delay_ms(exc, attempt)
-                await self.coordinator.set_status(
+                async with self.log.transaction() as tx:
+                    await tx.emit(
+                        "session.next.retried",
+                        next_event(session_id, attempt=attempt, error=exc.to_named_error()["data"]),
+                        session_id=session_id,
+                        directory=recorder.directory,
+                    )
+                self.coordinator.set_status(
                     session_id,
                     {"type": "retry", "attempt": attempt, "message": status_message(exc), "next": now_ms() + delay},
                 )
                 await signal.sleep(delay / 1000)
-                await self.coordinator.set_status(session_id, {"type": "busy"})
+                self.coordinator.set_status(session_id, BUSY)
 
     @staticmethod
     async def _stream_once(
@@ -177,7 +224,7 @@ class Runner:
             if aclose is not None:
                 await aclose()
 
-    async def _fail(self, recorder: AssistantRecorder, input_id: str, error: dict[str, Any]) -> None:
+    async def _fail(self, recorder: AssistantRecorder, input_ids: list[str], error: dict[str, Any]) -> None:
         async with self.log.transaction() as tx:
             tx.publish(
                 "session.error",
@@ -185,4 +232,4 @@ class Runner:
                 session_id=recorder.session_id,
                 directory=recorder.directory,
             )
-            await recorder.complete(tx, input_id, error)
+            await recorder.complete(tx, input_ids, error)

@@ -3,15 +3,17 @@ runner, and offers the operations every protocol translator (legacy, V2) calls."
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
+from app import ids
 from app.config import ConfigLoader
 from app.events.bus import EventBus
 from app.events.log import EventLog
-from app.providers.registry import ProviderRegistry
-from app.runtime.admission import Admission, PromptRequest
+from app.providers.registry import ModelRef, ProviderRegistry
+from app.runtime.admission import Admission, Admitted, PromptRequest, next_event
 from app.runtime.coordinator import DrainCoordinator
-from app.runtime.errors import MessageNotFound
+from app.runtime.errors import MessageNotFound, SessionNotFound
 from app.runtime.recovery import recover
 from app.runtime.runner import Runner
 from app.runtime.sessions import SessionService
@@ -44,7 +46,7 @@ class Runtime:
     async def start(self) -> None:
         await self.db.open()
         await self.log.start()
-        await recover(self.log, self.queries, self.coordinator)
+        await recover(self.log, self.queries, self.sessions, self.coordinator)
 
     async def stop(self) -> None:
         await self.coordinator.shutdown()
@@ -52,8 +54,9 @@ class Runtime:
         await self.registry.aclose()
         await self.db.close()
 
-    async def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:
-        directory = await self._directory_or_none(session_id)
+    def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:
+        """Announce a status change at once (synchronously, so announcements keep their order)."""
+        directory = self.sessions.cached_directory(session_id)
         self.log.publish(
             "session.status", {"sessionID": session_id, "status": status}, session_id=session_id, directory=directory
         )
@@ -61,27 +64,20 @@ class Runtime:
             self.log.publish("session.idle", {"sessionID": session_id}, session_id=session_id, directory=directory)
             self.waiters.settle_session(session_id)
 
-    async def _directory_or_none(self, session_id: str) -> str | None:
-        try:
-            return await self.sessions.directory_of(session_id)
-        except LookupError:
-            return None
-        except Exception:
-            return None
-
     # -- operations ---------------------------------------------------------------------------
 
-    async def prompt(self, session_id: str, request: PromptRequest) -> str:
-        """Admit and wake; returns the user message id once the prompt is durable."""
+    async def prompt(self, session_id: str, request: PromptRequest, *, resume: bool = True) -> Admitted:
+        """Admit, then wake the session's drain (unless ``resume`` is false: a running drain still
+        picks the prompt up). Returns once the prompt is durable."""
         admitted = await self.admission.admit(session_id, request)
-        if not request.no_reply:
+        if resume and not request.no_reply:
             self.coordinator.wake(session_id)
-        return admitted.message_id
+        return admitted
 
     async def prompt_and_wait(self, session_id: str, request: PromptRequest) -> MessageWithParts:
         """Admit, wait until this prompt's turn has settled, and return the message that answers
         it (the user message itself for ``noReply``); an aborted turn returns its aborted reply."""
-        message_id = await self.prompt(session_id, request)
+        message_id = (await self.prompt(session_id, request)).message_id
         if request.no_reply:
             return await self.message(session_id, message_id)
         # No await since the wake: the drain cannot have settled this input before we register.
@@ -102,11 +98,45 @@ class Runtime:
         return found
 
     async def abort(self, session_id: str) -> None:
-        """Stop the session's turn; when nothing runs OpenCode still announces idle."""
-        if not await self.coordinator.interrupt(session_id):
-            directory = await self._directory_or_none(session_id)
-            if directory is not None:
-                await self._publish_status(session_id, {"type": "idle"})
+        """Legacy abort: stop the turn and drop the prompts queued behind it (they stay in the
+        history unanswered). When nothing runs OpenCode still announces idle."""
+        if not await self.coordinator.interrupt(session_id, settle_pending=True):
+            with suppress(SessionNotFound):
+                await self.sessions.get(session_id)
+                self._publish_status(session_id, {"type": "idle"})
+
+    async def interrupt(self, session_id: str) -> None:
+        """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the
+        next wake."""
+        await self.sessions.get(session_id)
+        await self.coordinator.interrupt(session_id, settle_pending=False)
+
+    async def wait_idle(self, session_id: str) -> None:
+        await self.sessions.get(session_id)
+        await self.coordinator.await_idle(session_id)
+
+    async def switch(self, session_id: str, *, agent: str | None = None, model: ModelRef | None = None) -> None:
+        """Change the agent or model later prompts use, recorded as a ``session.next.*`` event."""
+        session = await self.sessions.get(session_id)
+        if model is not None:
+            self.admission.model_for(session, model)  # unknown models are refused here
+        async with self.log.transaction() as tx:
+
+            def change(info: dict[str, Any]) -> None:
+                if agent is not None:
+                    info["agent"] = agent
+                if model is not None:
+                    info["model"] = {"id": model.model_id, "providerID": model.provider_id, "variant": "default"}
+
+            info = await self.sessions.mutate(tx, session_id, change)
+            kind, value = ("agent.switched", agent) if agent is not None else ("model.switched", info["model"])
+            field = "agent" if agent is not None else "model"
+            await tx.emit(
+                f"session.next.{kind}",
+                next_event(session_id, messageID=ids.message_id(), **{field: value}),
+                session_id=session_id,
+                directory=info["directory"],
+            )
 
     async def delete_session(self, session_id: str) -> None:
         tree = await self.sessions.subtree(session_id)

@@ -157,6 +157,11 @@ class SessionService:
     async def directory_of(self, session_id: str) -> str:
         return (await self.get(session_id))["directory"]
 
+    def cached_directory(self, session_id: str) -> str | None:
+        """The directory of a recently used session, without waiting (status announcements)."""
+        info = self._cache.get(session_id)
+        return info["directory"] if info else None
+
     async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> dict[str, Any]:
         """Read-modify-write of the session info inside ``tx``: concurrent writers (the turn, the
         title generator, an HTTP PATCH) are serialised by the write lock, so none loses another's

@@ -37,6 +37,23 @@ class InputRow:
     completed: bool
     time_created: int
 
+    def as_params(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+
+    def admitted_record(self) -> dict[str, Any]:
+        """The V2 ``SessionInputAdmitted`` shape."""
+        record: dict[str, Any] = {
+            "admittedSeq": self.admitted_seq,
+            "id": self.id,
+            "sessionID": self.session_id,
+            "prompt": loads(self.prompt)["prompt"],
+            "delivery": self.delivery,
+            "timeCreated": self.time_created,
+        }
+        if self.promoted_seq is not None:
+            record["promotedSeq"] = self.promoted_seq
+        return record
+
 
 def raw_messages_json(messages: list[RawMessage]) -> bytes:
     body = ",".join('{"info":' + m.info + ',"parts":[' + ",".join(m.parts) + "]}" for m in messages)
@@ -134,10 +151,9 @@ class Queries:
         row = await self.db.fetch_one(sql.INPUT_BY_ID, {"id": input_id})
         return InputRow(*row) if row else None
 
-    async def next_input(self, session_id: str) -> InputRow | None:
-        """The oldest admitted input whose turn has not settled."""
-        row = await self.db.fetch_one(sql.NEXT_INPUT, {"session_id": session_id})
-        return InputRow(*row) if row else None
+    async def unsettled_inputs(self, session_id: str) -> list[InputRow]:
+        """Inputs admitted and not yet answered, in admission order."""
+        return [InputRow(*row) for row in await self.db.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id})]
 
     async def sessions_with_unsettled_inputs(self) -> list[str]:
         return [row[0] for row in await self.db.fetch(sql.SESSIONS_WITH_UNSETTLED_INPUTS)]

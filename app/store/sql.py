@@ -100,11 +100,10 @@ LAST_ASSISTANTS = compile_sql(
     .limit(bindparam("limit"))
 )
 INPUT_BY_ID = compile_sql(select(inputs).where(inputs.c.id == bindparam("id")))
-NEXT_INPUT = compile_sql(
+UNSETTLED_INPUTS = compile_sql(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
     .order_by(inputs.c.admitted_seq)
-    .limit(literal_column("1"))
 )
 SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
     select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()

@@ -34,13 +34,16 @@ def _global_frame(event: Event, payload: dict[str, Any]) -> bytes:
 
 
 def _global(event: Event) -> bytes:
+    # V2 events reach legacy clients only as sync twins, which keep each session's seq gap-free.
+    if event.is_next:
+        return b""
     return _global_frame(event, envelope(event.type, event.properties, event.id))
 
 
 def _sync_twin(event: Event) -> bytes:
     sync = {
         "id": event.id,
-        "type": f"{event.type}.1",
+        "type": f"{event.type}.{event.version}",
         "seq": event.seq,
         "aggregateID": event.session_id,
         "data": event.properties,
@@ -67,7 +70,7 @@ async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id:
         return bad_request("Last-Event-ID must be an event id sent by this server", "Headers")
     return event_source(
         runtime,
-        accept=lambda e: e.directory == directory,
+        accept=lambda e: e.directory == directory and not e.is_next,
         kind="legacy",
         encode=_legacy,
         control=_legacy_control,
