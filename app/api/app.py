@@ -13,6 +13,7 @@ from app.api.legacy import events as legacy_events
 from app.api.legacy import meta as legacy_meta
 from app.api.legacy import sessions as legacy_sessions
 from app.api.middleware import BasicAuth, BodyLimit
+from app.api.v2 import sessions as v2_sessions
 from app.runtime.service import Runtime
 from app.settings import Settings
 
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(legacy_meta.router)
     app.include_router(legacy_sessions.router)
     app.include_router(legacy_events.router)
+    app.include_router(v2_sessions.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)

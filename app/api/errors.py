@@ -1,6 +1,8 @@
-"""Error bodies in OpenCode's shapes. Legacy routes answer named errors
-(``{"name": "NotFoundError" | "BadRequest", "data": {...}}``); busy and conflict errors use the
-tagged shape (``{"_tag": ..., "message": ...}``) as OpenCode does. Anything unexpected is a 500
+"""Error bodies in OpenCode's shapes.
+
+Legacy routes answer named errors (``{"name": "NotFoundError" | "BadRequest", "data": {...}}``);
+V2 routes (``/api/...``) answer tagged errors (``{"_tag": "SessionNotFoundError", "message", ...}``);
+busy and conflict errors are tagged on both, as OpenCode does. Anything unexpected is a 500
 ``UnknownError`` with a reference that is also logged, never a stack trace."""
 
 from __future__ import annotations
@@ -14,23 +16,37 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import JSONBody
-from app.runtime.errors import InputConflict, InvalidInput, MessageNotFound, SessionBusy, SessionNotFound
+from app.runtime.errors import (
+    Conflict,
+    InvalidCursor,
+    InvalidInput,
+    MessageNotFound,
+    SessionBusy,
+    SessionNotFound,
+)
 
 log = logging.getLogger("opensession.api")
 
 _KIND = {"body": "Payload", "query": "Query", "path": "Params", "header": "Headers", "cookie": "Headers"}
 
 
+def _is_v2(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
 def named(status: int, name: str, message: str, **extra: Any) -> JSONBody:
     return JSONBody({"name": name, "data": {"message": message, **extra}}, status_code=status)
 
 
-def bad_request(message: str, kind: str = "Payload") -> JSONBody:
-    return named(400, "BadRequest", message, kind=kind)
-
-
 def tagged(status: int, tag: str, message: str, **extra: Any) -> JSONBody:
     return JSONBody({"_tag": tag, "message": message, **extra}, status_code=status)
+
+
+def bad_request(request: Request, message: str, kind: str = "Payload", field: str | None = None) -> JSONBody:
+    if _is_v2(request):
+        extra = {"field": field} if field else {}
+        return tagged(400, "InvalidRequestError", message, kind=kind, **extra)
+    return named(400, "BadRequest", message, kind=kind)
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -41,11 +57,14 @@ def _describe(error: dict[str, Any]) -> str:
     return f"{message}\n  at {location}" if location else message
 
 
-async def _validation(_request: Request, exc: RequestValidationError) -> JSONBody:
+async def _validation(request: Request, exc: RequestValidationError) -> JSONBody:
     errors = exc.errors()
     first = errors[0] if errors else {}
-    kind = _KIND.get(str(first.get("loc", ("body",))[0]), "Payload")
-    return bad_request("\n".join(_describe(e) for e in errors[:5]) or "Invalid request", kind)
+    location = first.get("loc", ("body",))
+    kind = _KIND.get(str(location[0]), "Payload")
+    field = str(location[1]) if kind == "Params" and len(location) > 1 else None
+    message = "\n".join(_describe(e) for e in errors[:5]) or "Invalid request"
+    return bad_request(request, message, kind, field)
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONBody:
@@ -56,33 +75,56 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONBody:
     return named(exc.status_code, "HTTPError", str(exc.detail))
 
 
-async def _unexpected(_request: Request, exc: Exception) -> JSONBody:
+async def _unexpected(request: Request, exc: Exception) -> JSONBody:
     ref = "err_" + secrets.token_hex(4)
     log.error("unexpected error %s", ref, exc_info=exc)
-    return named(500, "UnknownError", "Unexpected server error. Check server logs for details.", ref=ref)
+    message = "Unexpected server error. Check server logs for details."
+    if _is_v2(request):
+        return tagged(500, "UnknownError", message, ref=ref)
+    return named(500, "UnknownError", message, ref=ref)
+
+
+async def _session_missing(request: Request, exc: SessionNotFound) -> JSONBody:
+    if _is_v2(request):
+        return tagged(404, "SessionNotFoundError", exc.message, sessionID=exc.session_id)
+    return named(404, "NotFoundError", exc.message)
+
+
+async def _message_missing(request: Request, exc: MessageNotFound) -> JSONBody:
+    if _is_v2(request):
+        return tagged(404, "MessageNotFoundError", exc.message, sessionID=exc.session_id, messageID=exc.message_id)
+    return named(404, "NotFoundError", exc.message)
+
+
+async def _invalid(request: Request, exc: InvalidInput) -> JSONBody:
+    return bad_request(request, exc.message, exc.kind, exc.field)
+
+
+async def _invalid_cursor(request: Request, exc: InvalidCursor) -> JSONBody:
+    if _is_v2(request):
+        return tagged(400, "InvalidCursorError", exc.message)
+    return named(400, "BadRequest", exc.message, kind="Query")
+
+
+async def _conflict(_request: Request, exc: Conflict) -> JSONBody:
+    return tagged(409, "ConflictError", exc.message, resource=exc.resource)
+
+
+async def _busy(_request: Request, exc: SessionBusy) -> JSONBody:
+    return tagged(409, "SessionBusyError", exc.message, sessionID=exc.session_id)
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
-    app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
-    app.add_exception_handler(Exception, _unexpected)
-
-    @app.exception_handler(SessionNotFound)
-    async def _session_missing(_r: Request, exc: SessionNotFound) -> JSONBody:
-        return named(404, "NotFoundError", exc.message)
-
-    @app.exception_handler(MessageNotFound)
-    async def _message_missing(_r: Request, exc: MessageNotFound) -> JSONBody:
-        return named(404, "NotFoundError", exc.message)
-
-    @app.exception_handler(InvalidInput)
-    async def _invalid(_r: Request, exc: InvalidInput) -> JSONBody:
-        return bad_request(exc.message)
-
-    @app.exception_handler(InputConflict)
-    async def _conflict(_r: Request, exc: InputConflict) -> JSONBody:
-        return tagged(409, "ConflictError", exc.message, resource=exc.message_id)
-
-    @app.exception_handler(SessionBusy)
-    async def _busy(_r: Request, exc: SessionBusy) -> JSONBody:
-        return tagged(409, "SessionBusyError", exc.message, sessionID=exc.session_id)
+    handlers: dict[type[Exception], Any] = {
+        RequestValidationError: _validation,
+        StarletteHTTPException: _http,
+        Exception: _unexpected,
+        SessionNotFound: _session_missing,
+        MessageNotFound: _message_missing,
+        InvalidInput: _invalid,
+        InvalidCursor: _invalid_cursor,
+        Conflict: _conflict,
+        SessionBusy: _busy,
+    }
+    for exception, handler in handlers.items():
+        app.add_exception_handler(exception, handler)

@@ -1,13 +1,16 @@
 """SSE plumbing shared by every event stream: subscribe first, replay the durable log from the
-client's cursor, then go live, dropping live duplicates of what the replay already sent.
+client's position, then go live, dropping live duplicates of what the replay already sent. So a
+stream is gap-free and duplicate-free across the replay/live boundary.
 
-Every frame carries ``id: <cursor>``. A client that reconnects with ``Last-Event-ID`` therefore
-receives every durable event it missed (ephemeral deltas are not replayed; the final
-``message.part.updated`` carries the whole text)."""
+Every event frame carries ``id: <position>`` (the whole-server cursor, or the session's ``seq``
+on a per-session stream), so a client that reconnects with ``Last-Event-ID`` receives every
+durable event it missed. Ephemeral events (deltas) are not replayed; the final part event
+carries the whole text."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -24,68 +27,87 @@ SSE_HEADERS = {
 REPLAY_BATCH = 1000
 
 Encode = Callable[[Event], bytes]  # b"" means: no frame for this event on this stream
-Control = Callable[[str], bytes]  # encodes server.connected / server.heartbeat frames
+Replay = Callable[[int], Awaitable[list[Event]]]  # durable events after a position, one batch
 
 
-def _sse(data: bytes, cursor: int) -> ServerSentEvent:
+def sse(data: bytes, frame_id: int | None) -> ServerSentEvent:
     # sse-starlette's per-response ``sep`` does not reach ServerSentEvent objects; OpenCode (and
     # the official SDK's parser) use bare "\n" line endings.
-    return ServerSentEvent(data=data.decode(), id=str(cursor), sep="\n")
+    return ServerSentEvent(data=data.decode(), id=None if frame_id is None else str(frame_id), sep="\n")
 
 
-def parse_cursor(value: str | None) -> int | None:
+def comment(text: str) -> ServerSentEvent:
+    return ServerSentEvent(comment=text, sep="\n")
+
+
+def parse_position(value: str | None) -> int | None:
+    """A client's resume position (``Last-Event-ID`` or ``?after=``); ValueError if malformed."""
     if value is None or value == "":
         return None
-    cursor = int(value)
-    if cursor < 0:
-        raise ValueError("cursor must not be negative")
-    return cursor
+    position = int(value)
+    if position < 0:
+        raise ValueError("position must not be negative")
+    return position
 
 
-async def _frames(
-    runtime: Runtime,
-    accept: Accept,
-    kind: str,
-    encode: Encode,
-    control: Control,
-    after: int | None,
-    replay_directory: str | None,
-    twin: Encode | None,
-) -> AsyncIterator[ServerSentEvent]:
-    bus = runtime.bus
-    subscription = bus.subscribe(accept)
-    heartbeat = runtime.settings.heartbeat_seconds
+def global_position(event: Event) -> int:
+    """Durable events carry their own cursor; ephemeral ones the cursor of the last durable event
+    published before them (set by the bus), so resuming from them misses nothing durable."""
+    return event.cursor
 
-    def frame(event: Event) -> list[ServerSentEvent]:
-        primary = event.encoded(kind, encode)
-        frames = [_sse(primary, event.cursor)] if primary else []
-        if twin is not None and event.durable:
-            frames.append(_sse(event.encoded(kind + ":sync", twin), event.cursor))
-        return frames
+
+def session_position(event: Event) -> int:
+    """Per-session streams carry durable events only; their position is the session's seq."""
+    return event.seq if event.seq is not None else -1
+
+
+@dataclass
+class StreamSpec:
+    accept: Accept
+    encode: Encode
+    kind: str  # key under which an event caches its encoding for this stream
+    position: Callable[[Event], int]
+    replay: Replay
+    heartbeat: Callable[[], ServerSentEvent]
+    connected: Callable[[], ServerSentEvent] | None = None
+    twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
+
+
+async def _frames(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncIterator[ServerSentEvent]:
+    subscription = runtime.bus.subscribe(spec.accept)
+    interval = runtime.settings.heartbeat_seconds
+
+    def frames(event: Event) -> list[ServerSentEvent]:
+        position = spec.position(event)
+        primary = event.encoded(spec.kind, spec.encode)
+        result = [sse(primary, position)] if primary else []
+        if spec.twin is not None and event.durable:
+            result.append(sse(event.encoded(spec.kind + ":sync", spec.twin), position))
+        return result
 
     try:
-        yield _sse(control("server.connected"), bus.cursor)
+        if spec.connected is not None:
+            yield spec.connected()
         replayed_to = -1
         if after is not None:
-            cursor = after
+            replayed_to = after
             while True:
-                batch = await runtime.log.since(cursor, limit=REPLAY_BATCH, directory=replay_directory)
+                batch = await spec.replay(replayed_to)
                 for event in batch:
-                    cursor = event.cursor
-                    if accept(event):
-                        for item in frame(event):
+                    replayed_to = spec.position(event)
+                    if spec.accept(event):
+                        for item in frames(event):
                             yield item
                 if len(batch) < REPLAY_BATCH:
                     break
-            replayed_to = cursor
         while True:
-            event = await subscription.next(heartbeat)
+            event = await subscription.next(interval)
             if event is None:
-                yield _sse(control("server.heartbeat"), bus.cursor)
+                yield spec.heartbeat()
                 continue
-            if event.durable and event.cursor <= replayed_to:
+            if event.durable and spec.position(event) <= replayed_to:
                 continue
-            for item in frame(event):
+            for item in frames(event):
                 yield item
     except Overflowed:
         return  # the client resumes from the last id it received
@@ -93,23 +115,8 @@ async def _frames(
         subscription.close()
 
 
-def event_source(
-    runtime: Runtime,
-    *,
-    accept: Accept,
-    kind: str,
-    encode: Encode,
-    control: Control,
-    after: int | None,
-    replay_directory: str | None = None,
-    twin: Encode | None = None,
-) -> EventSourceResponse:
-    return EventSourceResponse(
-        _frames(runtime, accept, kind, encode, control, after, replay_directory, twin),
-        headers=SSE_HEADERS,
-        ping=0,
-        sep="\n",
-    )
+def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventSourceResponse:
+    return EventSourceResponse(_frames(runtime, spec, after), headers=SSE_HEADERS, ping=0, sep="\n")
 
 
 def envelope(event_type: str, properties: dict[str, Any], event_id: str) -> dict[str, Any]:

@@ -138,6 +138,11 @@ class EventLog:
         """Publish an ephemeral event (never stored)."""
         self.bus.publish(Event(event_type, properties, session_id, directory))
 
+    async def session_since(self, session_id: str, after: int, *, limit: int = 1000) -> list[Event]:
+        """A session's durable events with ``seq > after``, in sequence order."""
+        rows = await self.db.fetch(sql.SESSION_EVENTS_AFTER, {"session_id": session_id, "after": after, "limit": limit})
+        return [_row_to_event(row) for row in rows]
+
     async def since(self, cursor: int, *, limit: int = 1000, directory: str | None = None) -> list[Event]:
         """Durable events after a whole-server cursor, oldest first."""
         if directory is None:

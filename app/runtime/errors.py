@@ -26,13 +26,31 @@ class MessageNotFound(RuntimeFailure):
 
 
 class InvalidInput(RuntimeFailure):
-    """The request is well-formed JSON but asks for something that cannot be done."""
+    """The request is well-formed but asks for something that cannot be done. ``kind`` names the
+    part of the request at fault (OpenCode's Payload / Query / Headers / Params)."""
+
+    def __init__(self, message: str, *, kind: str = "Payload", field: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.field = field
 
 
-class InputConflict(RuntimeFailure):
+class InvalidCursor(RuntimeFailure):
+    def __init__(self, message: str = "Invalid cursor") -> None:
+        super().__init__(message)
+
+
+class Conflict(RuntimeFailure):
+    """The request would reuse an identifier that already names something else."""
+
+    def __init__(self, message: str, resource: str) -> None:
+        super().__init__(message)
+        self.resource = resource
+
+
+class InputConflict(Conflict):
     def __init__(self, message_id: str) -> None:
-        super().__init__(f"Prompt message ID conflicts with an existing durable record: {message_id}")
-        self.message_id = message_id
+        super().__init__(f"Prompt message ID conflicts with an existing durable record: {message_id}", message_id)
 
 
 class SessionBusy(RuntimeFailure):

@@ -13,7 +13,7 @@ from app import __version__, ids
 from app.clock import iso_from_ms, now_ms
 from app.events.log import EventLog, Transaction
 from app.jsonutil import dumps, loads
-from app.runtime.errors import SessionNotFound
+from app.runtime.errors import Conflict, SessionNotFound
 from app.runtime.project import project_id
 from app.store import sql
 from app.store.queries import Queries
@@ -109,13 +109,15 @@ class SessionService:
         workspace_id: str | None = None,
         agent: str | None = None,
         model: dict[str, Any] | None = None,
+        session_id: str | None = None,
     ) -> dict[str, Any]:
         if parent_id is not None:
             await self.get(parent_id)
+
         created = now_ms()
         prefix = "Child session - " if parent_id else "New session - "
         info: dict[str, Any] = {
-            "id": ids.session_id(),
+            "id": session_id or ids.session_id(),
             "slug": f"{random.choice(_ADJECTIVES)}-{random.choice(_NOUNS)}",
             "projectID": await project_id(directory),
             "directory": directory,
@@ -139,6 +141,9 @@ class SessionService:
         if model:
             info["model"] = model
         async with self.log.transaction() as tx:
+            # Checked inside the write transaction: two racing creates with one id cannot both pass.
+            if session_id is not None and await tx.fetch(sql.SESSION_INFO, {"id": session_id}):
+                raise Conflict(f"Session already exists: {session_id}", session_id)
             await tx.emit(
                 "session.created", {"sessionID": info["id"], "info": info}, session_id=info["id"], directory=directory
             )

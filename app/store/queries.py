@@ -106,26 +106,60 @@ class Queries:
         """Messages oldest first; with ``limit`` the newest ``limit`` older than ``before``."""
         if limit is None and before is None:
             rows = await self.db.fetch(sql.ALL_MESSAGES, {"session_id": session_id})
-        else:
-            params: dict[str, Any] = {"session_id": session_id, "limit": -1 if limit is None else limit}
-            if before is not None:
-                params["before"] = before
-            rows = await self.db.fetch(sql.newest_messages(before is not None), params)
-            rows.reverse()
+            return await self._with_parts(session_id, rows, whole_session=True)
+        page = await self.message_page(session_id, descending=True, bound=before, limit=limit)
+        page.reverse()
+        return page
+
+    async def message_page(
+        self, session_id: str, *, descending: bool, bound: str | None, limit: int | None
+    ) -> list[RawMessage]:
+        """Up to ``limit`` messages in id order (newest first when ``descending``), strictly past
+        ``bound``. One range scan for the messages and one for their parts."""
+        params: dict[str, Any] = {"session_id": session_id, "limit": -1 if limit is None else limit}
+        if bound is not None:
+            params["bound"] = bound
+        rows = await self.db.fetch(sql.messages_page(descending=descending, bounded=bound is not None), params)
+        return await self._with_parts(session_id, rows, whole_session=False)
+
+    async def _with_parts(self, session_id: str, rows: list[Any], *, whole_session: bool) -> list[RawMessage]:
         if not rows:
             return []
         messages = {row[0]: RawMessage(row[0], row[1], []) for row in rows}
-        if limit is None and before is None:
+        if whole_session:
             part_rows = await self.db.fetch(sql.PARTS_OF_SESSION, {"session_id": session_id})
         else:
+            first, last = min(messages), max(messages)
             part_rows = await self.db.fetch(
-                sql.PARTS_IN_RANGE, {"session_id": session_id, "first": rows[0][0], "last": rows[-1][0]}
+                sql.PARTS_IN_RANGE, {"session_id": session_id, "first": first, "last": last}
             )
         for message_id, data in part_rows:
             message = messages.get(message_id)
             if message is not None:
                 message.parts.append(data)
         return list(messages.values())
+
+    async def session_page(
+        self,
+        *,
+        descending: bool,
+        directory: str | None,
+        search: str | None,
+        anchor: tuple[int, str] | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """Keyset page of sessions by (time updated, id), strictly after ``anchor``."""
+        statement = sql.sessions_page(
+            descending=descending, anchored=anchor is not None, directory=directory is not None, search=bool(search)
+        )
+        params: dict[str, Any] = {"limit": limit}
+        if directory is not None:
+            params["directory"] = directory
+        if search:
+            params["search"] = f"%{_escape_like(search)}%"
+        if anchor is not None:
+            params["anchor_time"], params["anchor_id"] = anchor
+        return [loads(row[0]) for row in await self.db.fetch(statement, params)]
 
     async def messages(
         self, session_id: str, *, limit: int | None = None, before: str | None = None

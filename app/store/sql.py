@@ -115,12 +115,48 @@ QUEUED_USER_IDS = compile_sql(
 )
 
 
-@lru_cache(maxsize=64)
-def newest_messages(before: bool) -> str:
+SESSION_EVENTS_AFTER = compile_sql(
+    select(events)
+    .where(events.c.session_id == bindparam("session_id"), events.c.seq > bindparam("after"))
+    .order_by(events.c.seq)
+    .limit(bindparam("limit"))
+)
+
+
+@lru_cache(maxsize=8)
+def messages_page(*, descending: bool, bounded: bool) -> str:
+    """A page of a session's messages in id order, optionally strictly after/before an id."""
     query = select(messages.c.id, messages.c.info).where(messages.c.session_id == bindparam("session_id"))
-    if before:
-        query = query.where(messages.c.id < bindparam("before"))
-    return compile_sql(query.order_by(messages.c.id.desc()).limit(bindparam("limit")))
+    if bounded:
+        bound = messages.c.id < bindparam("bound") if descending else messages.c.id > bindparam("bound")
+        query = query.where(bound)
+    order = messages.c.id.desc() if descending else messages.c.id.asc()
+    return compile_sql(query.order_by(order).limit(bindparam("limit")))
+
+
+@lru_cache(maxsize=32)
+def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: bool) -> str:
+    """Keyset page of sessions ordered by (time_updated, id), after an anchor row when given."""
+    query = select(sessions.c.info)
+    if directory:
+        query = query.where(sessions.c.directory == bindparam("directory"))
+    if search:
+        query = query.where(sessions.c.title.ilike(bindparam("search"), escape="\\"))
+    if anchored:
+        time, sid = bindparam("anchor_time"), bindparam("anchor_id")
+        if descending:
+            query = query.where(
+                (sessions.c.time_updated < time) | ((sessions.c.time_updated == time) & (sessions.c.id < sid))
+            )
+        else:
+            query = query.where(
+                (sessions.c.time_updated > time) | ((sessions.c.time_updated == time) & (sessions.c.id > sid))
+            )
+    if descending:
+        query = query.order_by(sessions.c.time_updated.desc(), sessions.c.id.desc())
+    else:
+        query = query.order_by(sessions.c.time_updated.asc(), sessions.c.id.asc())
+    return compile_sql(query.limit(bindparam("limit")))
 
 
 @lru_cache(maxsize=64)

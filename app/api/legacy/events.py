@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header
+from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
 from app import ids
 from app.api.deps import DirectoryDep, RuntimeDep
-from app.api.errors import bad_request
-from app.api.sse import envelope, event_source, parse_cursor
+from app.api.sse import REPLAY_BATCH, StreamSpec, envelope, event_source, global_position, parse_position, sse
 from app.events.model import Event
 from app.jsonutil import dumpb
+from app.runtime.errors import InvalidInput
 from app.runtime.project import cached_project_id
+from app.runtime.service import Runtime
 
 router = APIRouter(tags=["event"])
 
@@ -51,46 +53,45 @@ def _sync_twin(event: Event) -> bytes:
     return _global_frame(event, {"type": "sync", "syncEvent": sync, "id": event.id})
 
 
-def _legacy_control(event_type: str) -> bytes:
-    return dumpb(envelope(event_type, {}, ids.event_id()))
-
-
-def _global_control(event_type: str) -> bytes:
-    return dumpb({"payload": envelope(event_type, {}, ids.event_id())})
+def _control(runtime: Runtime, event_type: str, *, wrap: bool) -> ServerSentEvent:
+    payload = envelope(event_type, {}, ids.event_id())
+    return sse(dumpb({"payload": payload} if wrap else payload), runtime.bus.cursor)
 
 
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 
 
+def _resume_from(last_event_id: str | None) -> int | None:
+    try:
+        return parse_position(last_event_id)
+    except ValueError as exc:
+        raise InvalidInput("Last-Event-ID must be an event id sent by this server", kind="Headers") from exc
+
+
 @router.get("/event", operation_id="event.subscribe", summary="Events of one instance directory (SSE)")
 async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id: LastEventID = None) -> Response:
-    try:
-        after = parse_cursor(last_event_id)
-    except ValueError:
-        return bad_request("Last-Event-ID must be an event id sent by this server", "Headers")
-    return event_source(
-        runtime,
+    spec = StreamSpec(
         accept=lambda e: e.directory == directory and not e.is_next,
-        kind="legacy",
         encode=_legacy,
-        control=_legacy_control,
-        after=after,
-        replay_directory=directory,
+        kind="legacy",
+        position=global_position,
+        replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),
+        connected=lambda: _control(runtime, "server.connected", wrap=False),
+        heartbeat=lambda: _control(runtime, "server.heartbeat", wrap=False),
     )
+    return event_source(runtime, spec, _resume_from(last_event_id))
 
 
 @router.get("/global/event", operation_id="global.event", summary="Events of every directory (SSE)")
-async def global_subscribe(request: Request, runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
-    try:
-        after = parse_cursor(last_event_id)
-    except ValueError:
-        return bad_request("Last-Event-ID must be an event id sent by this server", "Headers")
-    return event_source(
-        runtime,
+async def global_subscribe(runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
+    spec = StreamSpec(
         accept=lambda _e: True,
-        kind="global",
         encode=_global,
-        control=_global_control,
-        after=after,
+        kind="global",
+        position=global_position,
+        replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
+        connected=lambda: _control(runtime, "server.connected", wrap=True),
+        heartbeat=lambda: _control(runtime, "server.heartbeat", wrap=True),
         twin=_sync_twin,
     )
+    return event_source(runtime, spec, _resume_from(last_event_id))

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
-from app.api.errors import bad_request
 from app.api.legacy.schemas import PromptBody, SessionCreate, SessionUpdate
 from app.api.responses import JSONBody
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.admission import PromptRequest
+from app.runtime.errors import InvalidCursor, InvalidInput
 from app.store.queries import raw_messages_json
 
 router = APIRouter(tags=["session"])
@@ -142,12 +142,12 @@ async def list_messages(
 ) -> Response:
     await runtime.sessions.get(sessionID)
     if before is not None and limit is None:
-        return bad_request("before requires limit", "Query")
+        raise InvalidInput("before requires limit", kind="Query")
     before_id = None
     if before is not None:
         before_id = decode_cursor(before)
         if before_id is None:
-            return bad_request("Invalid cursor", "Query")
+            raise InvalidCursor
     if limit is None:
         return Response(raw_messages_json(await runtime.queries.raw_messages(sessionID)), media_type="application/json")
     page = await runtime.queries.raw_messages(sessionID, limit=limit + 1, before=before_id)

@@ -1,0 +1,70 @@
+"""Request bodies of the V2 API (``/api/...``), as OpenCode 1.18's OpenAPI document defines them:
+unknown fields are refused (``additionalProperties: false``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import ID_PATTERN
+
+SessionID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="ses"))]
+MessageID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="msg"))]
+WorkspaceID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="wrk"))]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelRefBody(_Body):
+    id: str = Field(min_length=1)
+    providerID: str = Field(min_length=1)
+    variant: str | None = None
+
+
+class LocationBody(_Body):
+    directory: str = Field(min_length=1)
+    workspaceID: WorkspaceID | None = None
+
+
+class SessionCreate(_Body):
+    id: SessionID | None = None
+    agent: str | None = Field(default=None, min_length=1)
+    model: ModelRefBody | None = None
+    location: LocationBody | None = None
+
+
+class PromptFile(_Body):
+    uri: str = Field(min_length=1)
+    mime: str = Field(min_length=1)
+    name: str | None = None
+    description: str | None = None
+    source: dict[str, Any] | None = None
+
+
+class PromptAgent(_Body):
+    name: str = Field(min_length=1)
+    source: dict[str, Any] | None = None
+
+
+class PromptContent(_Body):
+    text: str
+    files: list[PromptFile] | None = None
+    agents: list[PromptAgent] | None = None
+
+
+class PromptBody(_Body):
+    id: MessageID | None = None
+    prompt: PromptContent
+    delivery: Literal["steer", "queue"] = "steer"
+    resume: bool = True
+
+
+class AgentBody(_Body):
+    agent: str = Field(min_length=1)
+
+
+class ModelBody(_Body):
+    model: ModelRefBody

@@ -1,0 +1,310 @@
+"""V2 session routes (``/api/session...``) and the V2 event streams: a second thin translator
+over the same runtime as the legacy routes. No delivery, promotion or waiting rule lives here."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+from sse_starlette import ServerSentEvent
+
+from app import ids
+from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
+from app.api.errors import tagged
+from app.api.responses import JSONBody
+from app.api.sse import (
+    REPLAY_BATCH,
+    StreamSpec,
+    comment,
+    event_source,
+    global_position,
+    parse_position,
+    session_position,
+    sse,
+)
+from app.api.v2 import views
+from app.api.v2.schemas import AgentBody, ModelBody, PromptBody, SessionCreate
+from app.events.model import Event
+from app.jsonutil import dumpb, loads
+from app.providers.registry import ModelRef
+from app.runtime.admission import PromptRequest
+from app.runtime.errors import InvalidCursor, InvalidInput, MessageNotFound
+
+router = APIRouter(prefix="/api", tags=["v2"])
+
+Limit = Annotated[int, Query(ge=1, le=100)]
+Order = Annotated[str | None, Query(pattern="^(asc|desc)$")]
+LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
+
+
+def _encode_cursor(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(dumpb(data)).rstrip(b"=").decode()
+
+
+def _decode_cursor(cursor: str) -> dict[str, Any]:
+    try:
+        data = loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidCursor from exc
+    if not isinstance(data, dict):
+        raise InvalidCursor
+    return data
+
+
+def _prompt_request(body: PromptBody) -> PromptRequest:
+    content = body.prompt
+    parts: list[dict[str, Any]] = [{"type": "text", "text": content.text}]
+    for file in content.files or []:
+        parts.append(
+            {"type": "file", "mime": file.mime, "url": file.uri} | ({"filename": file.name} if file.name else {})
+        )
+    for agent in content.agents or []:
+        parts.append({"type": "agent", "name": agent.name})
+    return PromptRequest(
+        parts=parts,
+        message_id=body.id,
+        delivery=body.delivery,
+        deferred=True,
+        view=content.model_dump(exclude_none=True),
+    )
+
+
+@router.get("/health", operation_id="v2.health.get")
+async def health() -> Response:
+    return JSONBody({"healthy": True})
+
+
+@router.get("/session", operation_id="v2.session.list", summary="Sessions, newest first, keyset-paged")
+async def list_sessions(
+    runtime: RuntimeDep,
+    directory: DirectoryDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    order: Order = None,
+    search: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: str | None = None,
+) -> Response:
+    anchor = None
+    if cursor is not None:
+        state = _decode_cursor(cursor)
+        if order is not None and order != state.get("order"):
+            raise InvalidInput("Cursor cannot be combined with order", kind="Query")
+        try:
+            order, search, directory = state["order"], state.get("search"), state["directory"]
+            anchor = (int(state["anchor"]["time"]), str(state["anchor"]["id"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidCursor from exc
+    order = order or "desc"
+    infos = await runtime.queries.session_page(
+        descending=order == "desc", directory=directory, search=search, anchor=anchor, limit=limit + 1
+    )
+    page = infos[:limit]
+    cursors: dict[str, str] = {}
+    if len(infos) > limit:
+        last = page[-1]
+        cursors["next"] = _encode_cursor(
+            {
+                "order": order,
+                "directory": directory,
+                "search": search,
+                "anchor": {"id": last["id"], "time": last["time"]["updated"], "direction": "next"},
+            }
+        )
+    return JSONBody({"data": [views.session(info) for info in page], "cursor": cursors})
+
+
+@router.post("/session", operation_id="v2.session.create")
+async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate) -> Response:
+    location = body.location.directory if body.location else directory
+    info = await runtime.sessions.create(
+        location,
+        session_id=body.id,
+        agent=body.agent,
+        model=body.model.model_dump(exclude_none=True) if body.model else None,
+        workspace_id=body.location.workspaceID if body.location else None,
+    )
+    return JSONBody({"data": views.session(info)})
+
+
+@router.get("/session/active", operation_id="v2.session.active")
+async def active_sessions(runtime: RuntimeDep) -> Response:
+    return JSONBody({"data": {sid: {"type": "running"} for sid in runtime.coordinator.active()}})
+
+
+@router.get("/session/{sessionID}", operation_id="v2.session.get")
+async def get_session(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody({"data": views.session(await runtime.sessions.get(sessionID))})
+
+
+@router.post("/session/{sessionID}/agent", operation_id="v2.session.switchAgent", status_code=204)
+async def switch_agent(runtime: RuntimeDep, sessionID: SessionIDPath, body: AgentBody) -> Response:
+    await runtime.switch(sessionID, agent=body.agent)
+    return Response(status_code=204)
+
+
+@router.post("/session/{sessionID}/model", operation_id="v2.session.switchModel", status_code=204)
+async def switch_model(runtime: RuntimeDep, sessionID: SessionIDPath, body: ModelBody) -> Response:
+    await runtime.switch(sessionID, model=ModelRef(body.model.providerID, body.model.id))
+    return Response(status_code=204)
+
+
+@router.post(
+    "/session/{sessionID}/prompt",
+    operation_id="v2.session.prompt",
+    summary="Admit a prompt (steer or queue); idempotent for a client-chosen id",
+)
+async def prompt(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
+    admitted = await runtime.prompt(sessionID, _prompt_request(body), resume=body.resume)
+    record = admitted.record if admitted.created else await runtime.queries.input(admitted.message_id)
+    assert record is not None
+    return JSONBody({"data": record.admitted_record()})
+
+
+@router.post("/session/{sessionID}/interrupt", operation_id="v2.session.interrupt", status_code=204)
+async def interrupt(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.interrupt(sessionID)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/session/{sessionID}/wait",
+    operation_id="v2.session.wait",
+    status_code=204,
+    summary="Answer once the session is idle",
+)
+async def wait(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.wait_idle(sessionID)
+    return Response(status_code=204)
+
+
+@router.post("/session/{sessionID}/compact", operation_id="v2.session.compact", status_code=204)
+async def compact(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    return tagged(503, "ServiceUnavailableError", "Session compact is not available yet", service="session.compact")
+
+
+@router.get(
+    "/session/{sessionID}/history",
+    operation_id="v2.session.history",
+    summary="Durable session events after a sequence number",
+)
+async def history(
+    runtime: RuntimeDep,
+    sessionID: SessionIDPath,
+    after: Annotated[int, Query(ge=0)] | None = None,
+    limit: Limit = 50,
+) -> Response:
+    await runtime.sessions.get(sessionID)
+    events = await runtime.log.session_since(sessionID, -1 if after is None else after, limit=limit + 1)
+    data = [views.event(e, with_location=False) for e in events[:limit]]
+    return JSONBody({"data": data, "hasMore": len(events) > limit})
+
+
+@router.get(
+    "/session/{sessionID}/event",
+    operation_id="v2.session.events",
+    summary="Durable session events after a sequence number, then live (SSE)",
+)
+async def session_events(
+    runtime: RuntimeDep,
+    sessionID: SessionIDPath,
+    after: Annotated[int, Query(ge=0)] | None = None,
+    last_event_id: LastEventID = None,
+) -> Response:
+    await runtime.sessions.get(sessionID)
+    try:
+        resume = parse_position(last_event_id)
+    except ValueError as exc:
+        raise InvalidInput("Last-Event-ID must be a sequence number sent by this server", kind="Headers") from exc
+    start = resume if resume is not None else after
+    spec = StreamSpec(
+        accept=lambda e: e.durable and e.session_id == sessionID,
+        encode=lambda e: dumpb(views.event(e, with_location=False)),
+        kind="v2-session",
+        position=session_position,
+        replay=lambda position: runtime.log.session_since(sessionID, position, limit=REPLAY_BATCH),
+        heartbeat=lambda: comment("heartbeat"),
+    )
+    return event_source(runtime, spec, -1 if start is None else start)
+
+
+def _message_cursor(message_id: str, order: str, direction: str) -> str:
+    return _encode_cursor({"id": message_id, "order": order, "direction": direction})
+
+
+@router.get(
+    "/session/{sessionID}/message",
+    operation_id="v2.session.messages",
+    summary="Messages, newest first by default, cursor-paged",
+)
+async def messages(
+    runtime: RuntimeDep,
+    sessionID: SessionIDPath,
+    limit: Limit = 50,
+    order: Order = None,
+    cursor: str | None = None,
+) -> Response:
+    await runtime.sessions.get(sessionID)
+    bound = None
+    if cursor is not None:
+        if order is not None:
+            raise InvalidInput("Cursor cannot be combined with order", kind="Query")
+        state = _decode_cursor(cursor)
+        if not str(state.get("id", "")).startswith("msg_") or state.get("order") not in ("asc", "desc"):
+            raise InvalidCursor
+        order, bound = state["order"], state["id"]
+    order = order or "desc"
+    page = await runtime.queries.message_page(sessionID, descending=order == "desc", bound=bound, limit=limit + 1)
+    items = page[:limit]
+    cursors: dict[str, str] = {}
+    if items and len(page) > limit:
+        cursors["next"] = _message_cursor(items[-1].id, order, "next")
+    if items and bound is not None:
+        cursors["previous"] = _message_cursor(items[0].id, "asc" if order == "desc" else "desc", "previous")
+    return JSONBody({"data": [views.message(m.decode()) for m in items], "cursor": cursors})
+
+
+@router.get("/session/{sessionID}/message/{messageID}", operation_id="v2.session.message")
+async def message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    found = await runtime.queries.message(sessionID, messageID)
+    if found is None:
+        raise MessageNotFound(sessionID, messageID)
+    return JSONBody({"data": views.message(found)})
+
+
+@router.get(
+    "/session/{sessionID}/context",
+    operation_id="v2.session.context",
+    summary="What the model sees next: the messages after the last compaction",
+)
+async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    return JSONBody({"data": [views.message(m) for m in await runtime.queries.messages(sessionID)]})
+
+
+def _v2_control() -> ServerSentEvent:
+    return sse(dumpb({"id": ids.event_id(), "type": "server.connected", "data": {}}), None)
+
+
+@router.get("/event", operation_id="v2.event.subscribe", summary="Every event, deltas included (SSE)")
+async def all_events(runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
+    try:
+        resume = parse_position(last_event_id)
+    except ValueError as exc:
+        raise InvalidInput("Last-Event-ID must be an event id sent by this server", kind="Headers") from exc
+
+    def encode(event: Event) -> bytes:
+        return dumpb(views.event(event, with_location=True))
+
+    spec = StreamSpec(
+        accept=lambda _e: True,
+        encode=encode,
+        kind="v2",
+        position=global_position,
+        replay=lambda position: runtime.log.since(position, limit=REPLAY_BATCH),
+        connected=_v2_control,
+        heartbeat=lambda: comment("heartbeat"),
+    )
+    return event_source(runtime, spec, resume)
