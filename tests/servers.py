@@ -3,6 +3,7 @@ local OpenAI-compatible stub. Everything binds 127.0.0.1 on a free port."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -57,6 +58,11 @@ class ThreadServer:
     @property
     def runtime(self) -> Any:
         return self._server.config.app.state.runtime  # type: ignore[union-attr]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The server's event loop, for tests that observe the runtime from inside it."""
+        return self._server.servers[0].get_loop()
 
     def stop(self) -> None:
         self._server.should_exit = True

@@ -49,7 +49,7 @@ class Transaction:
         event = Event(event_type, properties, session_id, directory, durable=True)
         event.seq = await self._allocate_seq(session_id)
         event.cursor = self._log.allocate_cursor()
-        project(self.scope, event_type, properties)
+        project(self.scope, event_type, properties, event.seq)
         self.scope.append(
             sql.INSERT_EVENT,
             {

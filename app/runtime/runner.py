@@ -140,7 +140,7 @@ class Runner:
         async with self.log.transaction() as tx:
             await self._promote(tx, session, batch)
             await recorder.begin(tx)
-        history = [m for m in await self.queries.messages(session_id) if m["info"]["id"] != info["id"]]
+        history = [m for m in await self.queries.messages(session_id, by_seq=True) if m["info"]["id"] != info["id"]]
         messages = chat_messages(history, await self.queries.queued_user_ids(session_id))
         try:
             provider, model = self.registry.resolve(directory, ref)

@@ -11,7 +11,8 @@ from app.jsonutil import dumps
 from app.store import sql
 from app.store.database import WriteScope
 
-Projector = Callable[[WriteScope, dict[str, Any]], None]
+# A projector gets the transaction, the event's properties and its per-session sequence number.
+Projector = Callable[[WriteScope, dict[str, Any], int], None]
 
 
 def session_row(info: dict[str, Any]) -> dict[str, Any]:
@@ -30,18 +31,18 @@ def part_row(part: dict[str, Any]) -> dict[str, Any]:
     return {"id": part["id"], "message_id": part["messageID"], "session_id": part["sessionID"], "data": dumps(part)}
 
 
-def _session_upserted(scope: WriteScope, props: dict[str, Any]) -> None:
+def _session_upserted(scope: WriteScope, props: dict[str, Any], seq: int) -> None:
     scope.execute(sql.UPSERT_SESSION, session_row(props["info"]))
 
 
-def _session_deleted(scope: WriteScope, props: dict[str, Any]) -> None:
+def _session_deleted(scope: WriteScope, props: dict[str, Any], seq: int) -> None:
     session_id = props["sessionID"]
     for statement in sql.DELETE_SESSION_ROWS.values():
         scope.execute(statement, {"session_id": session_id})
     scope.execute(sql.DELETE_SESSION, {"id": session_id})
 
 
-def _message_updated(scope: WriteScope, props: dict[str, Any]) -> None:
+def _message_updated(scope: WriteScope, props: dict[str, Any], seq: int) -> None:
     info = props["info"]
     scope.execute(
         sql.UPSERT_MESSAGE,
@@ -51,20 +52,21 @@ def _message_updated(scope: WriteScope, props: dict[str, Any]) -> None:
             "role": info["role"],
             "time_created": info["time"]["created"],
             "info": dumps(info),
+            "seq": seq,
         },
     )
 
 
-def _message_removed(scope: WriteScope, props: dict[str, Any]) -> None:
+def _message_removed(scope: WriteScope, props: dict[str, Any], seq: int) -> None:
     scope.execute(sql.DELETE_PARTS_OF_MESSAGE, {"message_id": props["messageID"]})
     scope.execute(sql.DELETE_MESSAGE, {"id": props["messageID"]})
 
 
-def _part_updated(scope: WriteScope, props: dict[str, Any]) -> None:
+def _part_updated(scope: WriteScope, props: dict[str, Any], seq: int) -> None:
     scope.execute(sql.UPSERT_PART, part_row(props["part"]))
 
 
-def _part_removed(scope: WriteScope, props: dict[str, Any]) -> None:
+def _part_removed(scope: WriteScope, props: dict[str, Any], seq: int) -> None:
     scope.execute(sql.DELETE_PART, {"id": props["partID"]})
 
 
@@ -79,7 +81,7 @@ PROJECTORS: dict[str, Projector] = {
 }
 
 
-def project(scope: WriteScope, event_type: str, props: dict[str, Any]) -> None:
+def project(scope: WriteScope, event_type: str, props: dict[str, Any], seq: int) -> None:
     projector = PROJECTORS.get(event_type)
     if projector is not None:
-        projector(scope, props)
+        projector(scope, props, seq)

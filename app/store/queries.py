@@ -101,25 +101,34 @@ class Queries:
         return [loads(row[0]) for row in rows]
 
     async def raw_messages(
-        self, session_id: str, *, limit: int | None = None, before: str | None = None
+        self, session_id: str, *, limit: int | None = None, before: str | None = None, by_seq: bool = False
     ) -> list[RawMessage]:
-        """Messages oldest first; with ``limit`` the newest ``limit`` older than ``before``."""
+        """Messages oldest first (by id, or by entry position with ``by_seq``); with ``limit`` the
+        newest ``limit`` older than the message ``before``."""
         if limit is None and before is None:
-            rows = await self.db.fetch(sql.ALL_MESSAGES, {"session_id": session_id})
+            statement = sql.ALL_MESSAGES_IN_SEQ if by_seq else sql.ALL_MESSAGES
+            rows = await self.db.fetch(statement, {"session_id": session_id})
             return await self._with_parts(session_id, rows, whole_session=True)
-        page = await self.message_page(session_id, descending=True, bound=before, limit=limit)
+        page = await self.message_page(session_id, descending=True, bound=before, limit=limit, by_seq=by_seq)
         page.reverse()
         return page
 
     async def message_page(
-        self, session_id: str, *, descending: bool, bound: str | None, limit: int | None
+        self, session_id: str, *, descending: bool, bound: str | None, limit: int | None, by_seq: bool = False
     ) -> list[RawMessage]:
-        """Up to ``limit`` messages in id order (newest first when ``descending``), strictly past
+        """Up to ``limit`` messages (newest first when ``descending``) strictly past the message
         ``bound``. One range scan for the messages and one for their parts."""
         params: dict[str, Any] = {"session_id": session_id, "limit": -1 if limit is None else limit}
         if bound is not None:
-            params["bound"] = bound
-        rows = await self.db.fetch(sql.messages_page(descending=descending, bounded=bound is not None), params)
+            if by_seq:
+                row = await self.db.fetch_one(sql.MESSAGE_SEQ, {"id": bound, "session_id": session_id})
+                if row is None:
+                    return []
+                params["bound"] = row[0]
+            else:
+                params["bound"] = bound
+        statement = sql.messages_page(descending=descending, bounded=bound is not None, by_seq=by_seq)
+        rows = await self.db.fetch(statement, params)
         return await self._with_parts(session_id, rows, whole_session=False)
 
     async def _with_parts(self, session_id: str, rows: list[Any], *, whole_session: bool) -> list[RawMessage]:
@@ -162,9 +171,10 @@ class Queries:
         return [loads(row[0]) for row in await self.db.fetch(statement, params)]
 
     async def messages(
-        self, session_id: str, *, limit: int | None = None, before: str | None = None
+        self, session_id: str, *, limit: int | None = None, before: str | None = None, by_seq: bool = False
     ) -> list[MessageWithParts]:
-        return [m.decode() for m in await self.raw_messages(session_id, limit=limit, before=before)]
+        raw = await self.raw_messages(session_id, limit=limit, before=before, by_seq=by_seq)
+        return [m.decode() for m in raw]
 
     async def message(self, session_id: str, message_id: str) -> MessageWithParts | None:
         row = await self.db.fetch_one(sql.MESSAGE_INFO, {"id": message_id, "session_id": session_id})

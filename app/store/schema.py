@@ -52,7 +52,11 @@ messages = Table(
     Column("role", String, nullable=False),
     Column("time_created", BigInteger, nullable=False),
     Column("info", Text, nullable=False),
+    # Log position at which the message entered the session: the order the model sees. Ids follow
+    # admission order, which differs when a steered prompt overtakes queued ones.
+    Column("seq", BigInteger, nullable=False),
     Index("ix_messages_session_id", "session_id", "id"),
+    Index("ix_messages_session_seq", "session_id", "seq"),
 )
 
 parts = Table(

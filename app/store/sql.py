@@ -23,19 +23,21 @@ def compile_sql(statement: ClauseElement) -> str:
     return text
 
 
-def _upsert(table: Table) -> str:
+def _upsert(table: Table, *, keep: tuple[str, ...] = ()) -> str:
+    """Insert or update by primary key; columns in ``keep`` retain their first value."""
     columns = [c.name for c in table.columns]
     key = [c.name for c in table.primary_key.columns]
     statement = sqlite.insert(table).values({name: bindparam(name) for name in columns})
     statement = statement.on_conflict_do_update(
-        index_elements=key, set_={name: statement.excluded[name] for name in columns if name not in key}
+        index_elements=key,
+        set_={name: statement.excluded[name] for name in columns if name not in key and name not in keep},
     )
     return compile_sql(statement)
 
 
 # -- writes ---------------------------------------------------------------------------------------
 UPSERT_SESSION = _upsert(sessions)
-UPSERT_MESSAGE = _upsert(messages)
+UPSERT_MESSAGE = _upsert(messages, keep=("seq",))
 UPSERT_PART = _upsert(parts)
 INSERT_EVENT = compile_sql(events.insert().values({c.name: bindparam(c.name) for c in events.columns}))
 INSERT_INPUT = compile_sql(inputs.insert().values({c.name: bindparam(c.name) for c in inputs.columns}))
@@ -93,6 +95,14 @@ ALL_MESSAGES = compile_sql(
     .where(messages.c.session_id == bindparam("session_id"))
     .order_by(messages.c.id)
 )
+ALL_MESSAGES_IN_SEQ = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"))
+    .order_by(messages.c.seq, messages.c.id)
+)
+MESSAGE_SEQ = compile_sql(
+    select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
+)
 LAST_ASSISTANTS = compile_sql(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.role == literal_column("'assistant'"))
@@ -124,14 +134,15 @@ SESSION_EVENTS_AFTER = compile_sql(
 
 
 @lru_cache(maxsize=8)
-def messages_page(*, descending: bool, bounded: bool) -> str:
-    """A page of a session's messages in id order, optionally strictly after/before an id."""
+def messages_page(*, descending: bool, bounded: bool, by_seq: bool) -> str:
+    """A page of a session's messages ordered by id (legacy) or by entry position (``seq``, V2),
+    optionally strictly past a bound (an id, or a seq)."""
+    key = messages.c.seq if by_seq else messages.c.id
     query = select(messages.c.id, messages.c.info).where(messages.c.session_id == bindparam("session_id"))
     if bounded:
-        bound = messages.c.id < bindparam("bound") if descending else messages.c.id > bindparam("bound")
-        query = query.where(bound)
-    order = messages.c.id.desc() if descending else messages.c.id.asc()
-    return compile_sql(query.order_by(order).limit(bindparam("limit")))
+        query = query.where(key < bindparam("bound") if descending else key > bindparam("bound"))
+    order = [key.desc(), messages.c.id.desc()] if descending else [key.asc(), messages.c.id.asc()]
+    return compile_sql(query.order_by(*order).limit(bindparam("limit")))
 
 
 @lru_cache(maxsize=32)

@@ -255,7 +255,9 @@ async def messages(
             raise InvalidCursor
         order, bound = state["order"], state["id"]
     order = order or "desc"
-    page = await runtime.queries.message_page(sessionID, descending=order == "desc", bound=bound, limit=limit + 1)
+    page = await runtime.queries.message_page(
+        sessionID, descending=order == "desc", bound=bound, limit=limit + 1, by_seq=True
+    )
     items = page[:limit]
     cursors: dict[str, str] = {}
     if items and len(page) > limit:
@@ -281,7 +283,7 @@ async def message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: Mess
 )
 async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     await runtime.sessions.get(sessionID)
-    return JSONBody({"data": [views.message(m) for m in await runtime.queries.messages(sessionID)]})
+    return JSONBody({"data": [views.message(m) for m in await runtime.queries.messages(sessionID, by_seq=True)]})
 
 
 def _v2_control() -> ServerSentEvent:
