@@ -8,11 +8,23 @@ from typing import Annotated
 from urllib.parse import unquote
 
 from fastapi import Depends, Path, Query, Request
+from pydantic import Field
 
 from app.runtime.errors import InvalidInput
 from app.runtime.service import Runtime
 
 ID_PATTERN = r"^{prefix}_[0-9A-Za-z]{{1,64}}$"
+
+
+def _id(prefix: str) -> object:
+    return Field(pattern=ID_PATTERN.format(prefix=prefix))
+
+
+# Identifier types for request bodies; the prefix is what OpenCode clients rely on.
+SessionID = Annotated[str, _id("ses")]
+MessageID = Annotated[str, _id("msg")]
+PartID = Annotated[str, _id("prt")]
+WorkspaceID = Annotated[str, _id("wrk")]
 
 SessionIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="ses"), description="Session ID (ses_...)")]
 MessageIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="msg"), description="Message ID (msg_...)")]

@@ -17,6 +17,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.events.bus import Accept, Overflowed
 from app.events.model import Event
+from app.runtime.errors import InvalidInput
 from app.runtime.service import Runtime
 
 SSE_HEADERS = {
@@ -40,13 +41,16 @@ def comment(text: str) -> ServerSentEvent:
     return ServerSentEvent(comment=text, sep="\n")
 
 
-def parse_position(value: str | None) -> int | None:
-    """A client's resume position (``Last-Event-ID`` or ``?after=``); ValueError if malformed."""
-    if value is None or value == "":
+def resume_position(last_event_id: str | None) -> int | None:
+    """The position a reconnecting client resumes from (its ``Last-Event-ID``), if it sent one."""
+    if last_event_id is None or last_event_id == "":
         return None
-    position = int(value)
+    try:
+        position = int(last_event_id)
+    except ValueError:
+        position = -1
     if position < 0:
-        raise ValueError("position must not be negative")
+        raise InvalidInput("Last-Event-ID must be an event id sent by this server", kind="Headers")
     return position
 
 

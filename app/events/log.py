@@ -66,15 +66,9 @@ class Transaction:
         self.events.append(event)
         return event
 
-    def publish(
-        self,
-        event_type: str,
-        properties: dict[str, Any],
-        *,
-        session_id: str | None = None,
-        directory: str | None = None,
-    ) -> None:
-        self.events.append(Event(event_type, properties, session_id, directory))
+    def publish(self, event: Event) -> None:
+        """Queue an ephemeral event (``Event(...)``), published after commit in order."""
+        self.events.append(event)
 
     def execute(self, statement: str, params: Params) -> None:
         """Queue a statement outside the projections (admission-queue bookkeeping)."""
@@ -127,16 +121,9 @@ class EventLog:
 
             scope.after_commit(committed)
 
-    def publish(
-        self,
-        event_type: str,
-        properties: dict[str, Any],
-        *,
-        session_id: str | None = None,
-        directory: str | None = None,
-    ) -> None:
-        """Publish an ephemeral event (never stored)."""
-        self.bus.publish(Event(event_type, properties, session_id, directory))
+    def publish(self, event: Event) -> None:
+        """Publish an ephemeral event (never stored) at once."""
+        self.bus.publish(event)
 
     async def session_since(self, session_id: str, after: int, *, limit: int = 1000) -> list[Event]:
         """A session's durable events with ``seq > after``, in sequence order."""

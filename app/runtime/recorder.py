@@ -18,6 +18,7 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
+from app.events.model import Event
 from app.providers.base import Finish, ModelInfo, Usage
 from app.runtime.admission import next_event
 from app.store import sql
@@ -82,7 +83,7 @@ class AssistantRecorder:
         )
 
     def _publish(self, event_type: str, props: dict[str, Any]) -> None:
-        self.log.publish(event_type, props, session_id=self.session_id, directory=self.directory)
+        self.log.publish(Event(event_type, props, self.session_id, self.directory))
 
     async def emit_part(self, tx: Transaction, part: dict[str, Any]) -> None:
         await self._emit(tx, "message.part.updated", {"sessionID": self.session_id, "part": part, "time": now_ms()})

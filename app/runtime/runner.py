@@ -22,6 +22,7 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
+from app.events.model import Event
 from app.jsonutil import loads
 from app.providers.base import ChatRequest, Finish, Provider, ProviderError, ReasoningDelta, TextDelta
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
@@ -226,10 +227,6 @@ class Runner:
 
     async def _fail(self, recorder: AssistantRecorder, input_ids: list[str], error: dict[str, Any]) -> None:
         async with self.log.transaction() as tx:
-            tx.publish(
-                "session.error",
-                {"sessionID": recorder.session_id, "error": error},
-                session_id=recorder.session_id,
-                directory=recorder.directory,
-            )
+            props = {"sessionID": recorder.session_id, "error": error}
+            tx.publish(Event("session.error", props, recorder.session_id, recorder.directory))
             await recorder.complete(tx, input_ids, error)

@@ -10,6 +10,7 @@ from app import ids
 from app.config import ConfigLoader
 from app.events.bus import EventBus
 from app.events.log import EventLog
+from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
 from app.runtime.admission import Admission, Admitted, PromptRequest, next_event
 from app.runtime.coordinator import DrainCoordinator
@@ -57,11 +58,9 @@ class Runtime:
     def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:
         """Announce a status change at once (synchronously, so announcements keep their order)."""
         directory = self.sessions.cached_directory(session_id)
-        self.log.publish(
-            "session.status", {"sessionID": session_id, "status": status}, session_id=session_id, directory=directory
-        )
+        self.log.publish(Event("session.status", {"sessionID": session_id, "status": status}, session_id, directory))
         if status["type"] == "idle":
-            self.log.publish("session.idle", {"sessionID": session_id}, session_id=session_id, directory=directory)
+            self.log.publish(Event("session.idle", {"sessionID": session_id}, session_id, directory))
             self.waiters.settle_session(session_id)
 
     # -- operations ---------------------------------------------------------------------------

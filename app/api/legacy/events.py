@@ -12,10 +12,9 @@ from starlette.responses import Response
 
 from app import ids
 from app.api.deps import DirectoryDep, RuntimeDep
-from app.api.sse import REPLAY_BATCH, StreamSpec, envelope, event_source, global_position, parse_position, sse
+from app.api.sse import REPLAY_BATCH, StreamSpec, envelope, event_source, global_position, resume_position, sse
 from app.events.model import Event
 from app.jsonutil import dumpb
-from app.runtime.errors import InvalidInput
 from app.runtime.project import cached_project_id
 from app.runtime.service import Runtime
 
@@ -61,13 +60,6 @@ def _control(runtime: Runtime, event_type: str, *, wrap: bool) -> ServerSentEven
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 
 
-def _resume_from(last_event_id: str | None) -> int | None:
-    try:
-        return parse_position(last_event_id)
-    except ValueError as exc:
-        raise InvalidInput("Last-Event-ID must be an event id sent by this server", kind="Headers") from exc
-
-
 @router.get("/event", operation_id="event.subscribe", summary="Events of one instance directory (SSE)")
 async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id: LastEventID = None) -> Response:
     spec = StreamSpec(
@@ -79,7 +71,7 @@ async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id:
         connected=lambda: _control(runtime, "server.connected", wrap=False),
         heartbeat=lambda: _control(runtime, "server.heartbeat", wrap=False),
     )
-    return event_source(runtime, spec, _resume_from(last_event_id))
+    return event_source(runtime, spec, resume_position(last_event_id))
 
 
 @router.get("/global/event", operation_id="global.event", summary="Events of every directory (SSE)")
@@ -94,4 +86,4 @@ async def global_subscribe(runtime: RuntimeDep, last_event_id: LastEventID = Non
         heartbeat=lambda: _control(runtime, "server.heartbeat", wrap=True),
         twin=_sync_twin,
     )
-    return event_source(runtime, spec, _resume_from(last_event_id))
+    return event_source(runtime, spec, resume_position(last_event_id))

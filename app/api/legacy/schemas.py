@@ -7,11 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api.deps import ID_PATTERN
-
-SessionID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="ses"))]
-MessageID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="msg"))]
-PartID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="prt"))]
+from app.api.deps import MessageID, PartID, SessionID
 
 
 class _Body(BaseModel):

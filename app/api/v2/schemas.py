@@ -3,15 +3,11 @@ unknown fields are refused (``additionalProperties: false``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import ID_PATTERN
-
-SessionID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="ses"))]
-MessageID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="msg"))]
-WorkspaceID = Annotated[str, Field(pattern=ID_PATTERN.format(prefix="wrk"))]
+from app.api.deps import MessageID, SessionID, WorkspaceID
 
 
 class _Body(BaseModel):

@@ -20,7 +20,7 @@ from app.api.sse import (
     comment,
     event_source,
     global_position,
-    parse_position,
+    resume_position,
     session_position,
     sse,
 )
@@ -213,10 +213,7 @@ async def session_events(
     last_event_id: LastEventID = None,
 ) -> Response:
     await runtime.sessions.get(sessionID)
-    try:
-        resume = parse_position(last_event_id)
-    except ValueError as exc:
-        raise InvalidInput("Last-Event-ID must be a sequence number sent by this server", kind="Headers") from exc
+    resume = resume_position(last_event_id)
     start = resume if resume is not None else after
     spec = StreamSpec(
         accept=lambda e: e.durable and e.session_id == sessionID,
@@ -292,10 +289,7 @@ def _v2_control() -> ServerSentEvent:
 
 @router.get("/event", operation_id="v2.event.subscribe", summary="Every event, deltas included (SSE)")
 async def all_events(runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
-    try:
-        resume = parse_position(last_event_id)
-    except ValueError as exc:
-        raise InvalidInput("Last-Event-ID must be an event id sent by this server", kind="Headers") from exc
+    resume = resume_position(last_event_id)
 
     def encode(event: Event) -> bytes:
         return dumpb(views.event(event, with_location=True))
