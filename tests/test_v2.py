@@ -269,3 +269,16 @@ def test_v2_request_validation(client: httpx.Client) -> None:
     assert bad_cursor.status_code == 400 and bad_cursor.json()["_tag"] == "InvalidCursorError"
     missing_message = client.get(f"/api/session/{sid}/message/msg_000000000000000000000000000")
     assert missing_message.status_code == 404 and missing_message.json()["_tag"] == "MessageNotFoundError"
+
+
+def test_create_without_a_body_and_prompt_with_files(client: httpx.Client) -> None:
+    sid = client.post("/api/session").json()["data"]["id"]  # the SDK sends no body for create({})
+    body = {"prompt": {"text": "see attached", "files": [{"uri": "file:///tmp/notes.txt", "name": "notes.txt"}]}}
+    record = client.post(f"/api/session/{sid}/prompt", json=body).json()["data"]
+    assert record["prompt"]["files"] == [{"uri": "file:///tmp/notes.txt", "name": "notes.txt", "mime": "text/plain"}]
+    client.post(f"/api/session/{sid}/wait")
+    user = client.get(f"/api/session/{sid}/message", params={"order": "asc"}).json()["data"][0]
+    assert user["text"] == "see attached"
+    assert user["files"] == [{"uri": "file:///tmp/notes.txt", "mime": "text/plain", "name": "notes.txt"}]
+    legacy_parts = client.get(f"/session/{sid}/message").json()[0]["parts"]
+    assert [p["type"] for p in legacy_parts] == ["text", "file"]

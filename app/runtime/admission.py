@@ -22,6 +22,8 @@ from app.events.log import EventLog, Transaction
 from app.jsonutil import dumps, loads
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.errors import InputConflict, InvalidInput
+from app.runtime.payloads import next_event
+from app.runtime.revert import commit_staged
 from app.runtime.sessions import SessionService
 from app.store import sql
 from app.store.queries import InputRow
@@ -117,11 +119,6 @@ async def emit_user_message(
         )
 
 
-def next_event(session_id: str, **fields: Any) -> dict[str, Any]:
-    """Payload of a ``session.next.*`` event: every one carries a timestamp and the session id."""
-    return {"timestamp": now_ms(), "sessionID": session_id, **fields}
-
-
 class _Duplicate(Exception):
     """Internal: the request repeats an admitted prompt; the transaction is rolled back empty."""
 
@@ -180,6 +177,7 @@ class Admission:
         async with self.log.transaction() as tx:
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
+            await commit_staged(tx, self.sessions, await self.sessions.current(tx, session_id))
             admitted = await tx.emit(
                 "session.next.prompt.admitted",
                 next_event(session_id, messageID=message_id, prompt=view, delivery=request.delivery),

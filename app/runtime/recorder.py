@@ -20,7 +20,7 @@ from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.events.model import Event
 from app.providers.base import Finish, ModelInfo, Usage
-from app.runtime.admission import next_event
+from app.runtime.payloads import next_event
 from app.store import sql
 from app.store.projectors import part_row
 

@@ -27,9 +27,10 @@ from app.jsonutil import loads
 from app.providers.base import ChatRequest, Finish, Provider, ProviderError, ReasoningDelta, TextDelta
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.admission import emit_user_message, next_event
+from app.runtime.admission import emit_user_message
 from app.runtime.context import chat_messages, system_prompts
 from app.runtime.coordinator import BUSY, DrainCoordinator
+from app.runtime.payloads import next_event
 from app.runtime.recorder import ABORTED, AssistantRecorder
 from app.runtime.retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.sessions import SessionService, zero_tokens

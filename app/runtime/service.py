@@ -12,10 +12,12 @@ from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
-from app.runtime.admission import Admission, Admitted, PromptRequest, next_event
+from app.runtime.admission import Admission, Admitted, PromptRequest
 from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import MessageNotFound, SessionNotFound
+from app.runtime.payloads import next_event
 from app.runtime.recovery import recover
+from app.runtime.revert import Reverts
 from app.runtime.runner import Runner
 from app.runtime.sessions import SessionService
 from app.runtime.title import TitleGenerator
@@ -43,6 +45,7 @@ class Runtime:
         self.coordinator = DrainCoordinator(self.runner.drain, self._publish_status)
         self.runner.coordinator = self.coordinator
         self.admission = Admission(self.log, self.sessions, self.registry)
+        self.reverts = Reverts(self.log, self.queries, self.sessions, self.coordinator)
 
     async def start(self) -> None:
         await self.db.open()

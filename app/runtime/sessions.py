@@ -167,16 +167,21 @@ class SessionService:
         info = self._cache.get(session_id)
         return info["directory"] if info else None
 
-    async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> dict[str, Any]:
-        """Read-modify-write of the session info inside ``tx``: concurrent writers (the turn, the
-        title generator, an HTTP PATCH) are serialised by the write lock, so none loses another's
-        change."""
+    async def current(self, tx: Transaction, session_id: str) -> dict[str, Any]:
+        """The session info as it stands inside ``tx`` (its own earlier changes included)."""
         info = tx.overlay.get(session_id) or self._cache.get(session_id)
         if info is None:
             rows = await tx.fetch(sql.SESSION_INFO, {"id": session_id})
             if not rows:
                 raise SessionNotFound(session_id)
             info = loads(rows[0][0])
+        return info
+
+    async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> dict[str, Any]:
+        """Read-modify-write of the session info inside ``tx``: concurrent writers (the turn, the
+        title generator, an HTTP PATCH) are serialised by the write lock, so none loses another's
+        change."""
+        info = await self.current(tx, session_id)
         change(info)
         if touch:
             info["time"]["updated"] = max(now_ms(), info["time"]["updated"])

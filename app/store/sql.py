@@ -100,6 +100,16 @@ ALL_MESSAGES_IN_SEQ = compile_sql(
     .where(messages.c.session_id == bindparam("session_id"))
     .order_by(messages.c.seq, messages.c.id)
 )
+MESSAGES_FROM_SEQ = compile_sql(
+    select(messages.c.id)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq >= bindparam("seq"))
+    .order_by(messages.c.seq, messages.c.id)
+)
+PART_IDS_FROM = compile_sql(
+    select(parts.c.id)
+    .where(parts.c.message_id == bindparam("message_id"), parts.c.id >= bindparam("part_id"))
+    .order_by(parts.c.id)
+)
 MESSAGE_SEQ = compile_sql(
     select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
 )

@@ -114,3 +114,8 @@ class PromptBody(_Body):
                 raise ValueError("providerID and modelID must be given together")
             self.model = ModelChoice(providerID=self.providerID, modelID=self.modelID)
         return self
+
+
+class RevertBody(_Body):
+    messageID: MessageID
+    partID: PartID | None = None

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
-from app.api.legacy.schemas import PromptBody, SessionCreate, SessionUpdate
+from app.api.legacy.schemas import PromptBody, RevertBody, SessionCreate, SessionUpdate
 from app.api.responses import JSONBody
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.admission import PromptRequest
-from app.runtime.errors import InvalidCursor, InvalidInput
+from app.runtime.errors import InvalidCursor, InvalidInput, MessageNotFound
 from app.store.queries import raw_messages_json
 
 router = APIRouter(tags=["session"])
@@ -189,3 +189,21 @@ async def prompt_async(runtime: RuntimeDep, sessionID: SessionIDPath, body: Prom
 async def abort(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     await runtime.abort(sessionID)
     return JSONBody(True)
+
+
+@router.post(
+    "/session/{sessionID}/revert",
+    operation_id="session.revert",
+    responses=_SESSION_DOC,
+    summary="Mark a message to go back to; the next prompt removes it and what follows",
+)
+async def revert(runtime: RuntimeDep, sessionID: SessionIDPath, body: RevertBody) -> Response:
+    try:
+        return JSONBody(await runtime.reverts.stage(sessionID, body.messageID, body.partID))
+    except MessageNotFound:
+        return JSONBody(await runtime.sessions.get(sessionID))  # OpenCode: unknown message, unchanged
+
+
+@router.post("/session/{sessionID}/unrevert", operation_id="session.unrevert", responses=_SESSION_DOC)
+async def unrevert(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await runtime.reverts.clear(sessionID))

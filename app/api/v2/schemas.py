@@ -34,7 +34,7 @@ class SessionCreate(_Body):
 
 class PromptFile(_Body):
     uri: str = Field(min_length=1)
-    mime: str = Field(min_length=1)
+    mime: str | None = Field(default=None, min_length=1)  # optional on input; guessed from the uri
     name: str | None = None
     description: str | None = None
     source: dict[str, Any] | None = None
@@ -64,3 +64,8 @@ class AgentBody(_Body):
 
 class ModelBody(_Body):
     model: ModelRefBody
+
+
+class RevertStageBody(_Body):
+    messageID: MessageID
+    files: bool | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import mimetypes
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -25,7 +26,7 @@ from app.api.sse import (
     sse,
 )
 from app.api.v2 import views
-from app.api.v2.schemas import AgentBody, ModelBody, PromptBody, SessionCreate
+from app.api.v2.schemas import AgentBody, ModelBody, PromptBody, RevertStageBody, SessionCreate
 from app.events.model import Event
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
@@ -54,21 +55,19 @@ def _decode_cursor(cursor: str) -> dict[str, Any]:
 
 
 def _prompt_request(body: PromptBody) -> PromptRequest:
-    content = body.prompt
-    parts: list[dict[str, Any]] = [{"type": "text", "text": content.text}]
-    for file in content.files or []:
-        parts.append(
-            {"type": "file", "mime": file.mime, "url": file.uri} | ({"filename": file.name} if file.name else {})
-        )
-    for agent in content.agents or []:
-        parts.append({"type": "agent", "name": agent.name})
-    return PromptRequest(
-        parts=parts,
-        message_id=body.id,
-        delivery=body.delivery,
-        deferred=True,
-        view=content.model_dump(exclude_none=True),
-    )
+    """A V2 prompt as the runtime admits it: deferred (its user message is written at promotion),
+    with the parts legacy clients will see, and the prompt as V2 clients gave it (file types
+    filled in where the client left them out)."""
+    view = body.prompt.model_dump(exclude_none=True)
+    parts: list[dict[str, Any]] = [{"type": "text", "text": body.prompt.text}]
+    for file in view.get("files", []):
+        file.setdefault("mime", mimetypes.guess_type(file["uri"])[0] or "application/octet-stream")
+        part = {"type": "file", "mime": file["mime"], "url": file["uri"]}
+        if file.get("name"):
+            part["filename"] = file["name"]
+        parts.append(part)
+    parts += [{"type": "agent", "name": agent["name"]} for agent in view.get("agents", [])]
+    return PromptRequest(parts=parts, message_id=body.id, delivery=body.delivery, deferred=True, view=view)
 
 
 @router.get("/health", operation_id="v2.health.get")
@@ -115,7 +114,8 @@ async def list_sessions(
 
 
 @router.post("/session", operation_id="v2.session.create")
-async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate) -> Response:
+async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
+    body = body or SessionCreate()  # the SDK sends no body at all for create({})
     location = body.location.directory if body.location else directory
     info = await runtime.sessions.create(
         location,
@@ -182,6 +182,24 @@ async def wait(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
 async def compact(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     await runtime.sessions.get(sessionID)
     return tagged(503, "ServiceUnavailableError", "Session compact is not available yet", service="session.compact")
+
+
+@router.post("/session/{sessionID}/revert/stage", operation_id="v2.session.revert.stage")
+async def revert_stage(runtime: RuntimeDep, sessionID: SessionIDPath, body: RevertStageBody) -> Response:
+    info = await runtime.reverts.stage(sessionID, body.messageID)
+    return JSONBody({"data": info["revert"]})
+
+
+@router.post("/session/{sessionID}/revert/clear", operation_id="v2.session.revert.clear", status_code=204)
+async def revert_clear(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.reverts.clear(sessionID)
+    return Response(status_code=204)
+
+
+@router.post("/session/{sessionID}/revert/commit", operation_id="v2.session.revert.commit", status_code=204)
+async def revert_commit(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.reverts.commit(sessionID)
+    return Response(status_code=204)
 
 
 @router.get(
