@@ -282,3 +282,22 @@ def test_create_without_a_body_and_prompt_with_files(client: httpx.Client) -> No
     assert user["files"] == [{"uri": "file:///tmp/notes.txt", "mime": "text/plain", "name": "notes.txt"}]
     legacy_parts = client.get(f"/session/{sid}/message").json()[0]["parts"]
     assert [p["type"] for p in legacy_parts] == ["text", "file"]
+
+
+def test_agent_and_model_switches_are_recorded(client: httpx.Client) -> None:
+    sid = create(client)["id"]
+    assert client.post(f"/api/session/{sid}/agent", json={"agent": "plan"}).status_code == 204
+    model = {"model": {"id": "echo", "providerID": "opensession"}}
+    assert client.post(f"/api/session/{sid}/model", json=model).status_code == 204
+    unknown = client.post(f"/api/session/{sid}/model", json={"model": {"id": "nope", "providerID": "nope"}})
+    assert unknown.status_code == 400 and unknown.json()["_tag"] == "InvalidRequestError"
+    info = client.get(f"/api/session/{sid}").json()["data"]
+    assert info["agent"] == "plan" and info["model"]["id"] == "echo"
+    events = {e["type"]: e["data"] for e in history(client, sid)}
+    assert events["session.next.agent.switched"]["agent"] == "plan"
+    assert events["session.next.model.switched"]["model"]["providerID"] == "opensession"
+    prompt(client, sid, "which agent?")
+    client.post(f"/api/session/{sid}/wait")
+    context = client.get(f"/api/session/{sid}/context").json()["data"]
+    assert [m["type"] for m in context] == ["user", "assistant"]
+    assert context[1]["agent"] == "plan"
