@@ -1,9 +1,11 @@
-"""Latency, start-up and memory benchmark of ``opensession serve`` against its targets.
+"""Latency, throughput, start-up and memory benchmark of ``opensession serve`` against its targets.
 
 The server runs as a real subprocess (``python -m app.cli serve``) bound to 127.0.0.1 on a free
 port, with a throw-away database, project directory and config directory, so the figures include
 uvicorn, the HTTP stack and SQLite exactly as a client sees them, and nothing on this machine
-(an ``opencode.json``, an old database) changes the result. Everything is cleaned up on exit.
+(an ``opencode.json``, an old database) changes the result. The V2 figures (``/api/...``) come from
+a second server on its own database, so they leave the legacy figures (and the existing-database
+start-up) exactly as they were. Everything is cleaned up on exit.
 
 Run from the repository root::
 
@@ -13,6 +15,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import json
 import math
@@ -30,15 +33,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
+
+try:  # uvicorn[standard] brings uvloop; the fan-out client then costs less per read
+    import uvloop
+except ImportError:  # pragma: no cover - the stdlib loop works, it only adds client delay
+    uvloop = None
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 PROMPT_BODY = {"parts": [{"type": "text", "text": "hi"}]}
+V2_PROMPT_BODY = {"prompt": {"text": "hi"}}
 HEALTH_TIMEOUT_S = 30.0
 EVENT_TIMEOUT_S = 10.0
+HISTORY_BUILD_LIMIT_S = 300.0  # building the replay session must not run away on a slow machine
+CLIENT_BOUND_CPU = 0.8  # client CPU / wall time above which the client may be what limits a figure
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -46,33 +57,49 @@ EVENT_TIMEOUT_S = 10.0
 
 @dataclass
 class Metric:
-    """One measured figure with its target and the real OpenCode figure for reference."""
+    """One measured figure with its target and, for the legacy API, the real OpenCode figure."""
 
     name: str
-    unit: str  # "ms", "s" or "MB"
+    unit: str  # "ms", "s", "MB" or "ev/s"
     target: float
-    opencode: float
+    opencode: float | None = None  # no OpenCode reference for the V2 figures
     samples: list[float] = field(default_factory=list)
     value: float | None = None  # for single readings (memory); otherwise derived from samples
+    higher_is_better: bool = False  # throughputs
+    judged_on: str = "median"  # or "p99": the statistic compared with the target
 
     @property
     def median(self) -> float:
         return self.value if self.value is not None else statistics.median(self.samples)
 
-    @property
-    def p90(self) -> float | None:
+    def tail(self, fraction: float) -> float | None:
+        """Nearest-rank percentile on the bad side: high latencies, low throughputs (so a
+        throughput's "p90" is its 10th percentile)."""
         if self.value is not None or not self.samples:
             return None
-        ordered = sorted(self.samples)
-        return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]  # nearest rank
+        ordered = sorted(self.samples, reverse=self.higher_is_better)
+        return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+    @property
+    def p90(self) -> float | None:
+        return self.tail(0.9)
+
+    @property
+    def p99(self) -> float | None:
+        return self.tail(0.99)
+
+    @property
+    def judged(self) -> float:
+        tail = self.p99 if self.judged_on == "p99" else None
+        return self.median if tail is None else tail
 
     @property
     def ok(self) -> bool:
-        return self.median <= self.target
+        return self.judged >= self.target if self.higher_is_better else self.judged <= self.target
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(median=self.median, p90=self.p90, ok=self.ok, n=len(self.samples) or 1)
+        data.update(median=self.median, p90=self.p90, p99=self.p99, ok=self.ok, n=len(self.samples) or 1)
         return data
 
 
@@ -83,18 +110,27 @@ def _fmt(value: float | None, unit: str) -> str:
         return f"{value:.3f} s"
     if unit == "MB":
         return f"{value:.1f} MB"
+    if unit == "ev/s":
+        return f"{value:,.0f} ev/s"
     return f"{value:.2f} ms"
 
 
+def _target(metric: Metric) -> str:
+    relation = ">= " if metric.higher_is_better else "<= "
+    statistic = "" if metric.judged_on == "median" else metric.judged_on + " "
+    return statistic + relation + _fmt(metric.target, metric.unit)
+
+
 def print_table(metrics: list[Metric]) -> None:
-    headers = ("metric", "n", "median", "p90", "target", "OpenCode", "")
+    headers = ("metric", "n", "median", "p90", "p99", "target", "OpenCode", "")
     rows = [
         (
             m.name,
             str(len(m.samples) or 1),
             _fmt(m.median, m.unit),
             _fmt(m.p90, m.unit),
-            "<= " + _fmt(m.target, m.unit),
+            _fmt(m.p99, m.unit),
+            _target(m),
             _fmt(m.opencode, m.unit),
             "ok" if m.ok else "MISS",
         )
@@ -178,6 +214,12 @@ class Server:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         raise RuntimeError("VmHWM not found")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the server process (all its threads), to tell who limits a figure."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
     def log_tail(self, lines: int = 30) -> str:
         with suppress(OSError):
@@ -346,6 +388,259 @@ def bench_startups(make: Callable[[int], Server], runs: int) -> list[float]:
     return samples
 
 
+# -- V2 measurements -------------------------------------------------------------------------------
+
+
+def new_v2_session(client: httpx.Client) -> str:
+    response = client.post("/api/session", json={})
+    response.raise_for_status()
+    return str(response.json()["data"]["id"])
+
+
+def wait_idle(client: httpx.Client, session_id: str) -> None:
+    response = client.post(f"/api/session/{session_id}/wait", timeout=EVENT_TIMEOUT_S)
+    if response.status_code != 204:
+        raise RuntimeError(f"wait on {session_id} -> {response.status_code}: {response.text[:300]}")
+
+
+def bench_v2_prompts(client: httpx.Client, metric: Metric, warmup: int, iterations: int) -> None:
+    """Like prompt_async: each prompt goes to a fresh, idle session, and ``/wait`` lets its turn
+    finish before the next prompt, so no background turn overlaps a measurement."""
+    for index in range(warmup + iterations):
+        path = f"/api/session/{new_v2_session(client)}"
+        admitted = timed(lambda path=path: client.post(f"{path}/prompt", json=V2_PROMPT_BODY), 200)
+        wait_idle(client, path.rsplit("/", 1)[1])
+        if index >= warmup:
+            metric.samples.append(admitted)
+
+
+def last_seq(client: httpx.Client, session_id: str, after: int = 0) -> int:
+    """The session's last durable ``seq``, paging ``/history`` from ``after`` until ``hasMore`` is false."""
+    last = after
+    for _ in range(10_000):  # bounded: 1M events, far more than any session built here
+        response = client.get(f"/api/session/{session_id}/history", params={"after": last, "limit": 100})
+        response.raise_for_status()
+        page = response.json()
+        if page["data"]:
+            last = int(page["data"][-1]["durable"]["seq"])
+        if not page["hasMore"]:
+            return last
+    raise RuntimeError(f"history of {session_id} did not end")
+
+
+def build_history(client: httpx.Client, events: int) -> tuple[str, int, int, float]:
+    """A session holding at least ``events`` durable events, from legacy synchronous prompts (one
+    request per whole turn, the cheapest way to fill it). Returns (session, last seq, prompts,
+    seconds)."""
+    session_id = new_v2_session(client)
+    started = time.perf_counter()
+    last, prompts = 0, 0
+    while last < events:
+        if time.perf_counter() - started > HISTORY_BUILD_LIMIT_S:
+            raise TimeoutError(f"only {last} events after {HISTORY_BUILD_LIMIT_S:.0f} s")
+        # Batches of 50 prompts, then as many as the events per prompt so far say are missing.
+        batch = 50 if last == 0 else max(1, min(50, math.ceil((events - last) * prompts / last)))
+        for _ in range(batch):
+            body = {"parts": [{"type": "text", "text": f"message {prompts}: hi"}]}
+            client.post(f"/session/{session_id}/message", json=body, timeout=30).raise_for_status()
+            prompts += 1
+        last = last_seq(client, session_id, last)
+    return session_id, last, prompts, time.perf_counter() - started
+
+
+def replay_once(client: httpx.Client, session_id: str, last: int) -> tuple[float, float]:
+    """One subscriber reads ``/api/session/:id/event?after=0`` up to the frame ``id: last``.
+    Returns (seconds from sending the request to that frame, client CPU seconds meanwhile).
+
+    The raw body is split into frames with ``bytes.split`` only (no per-line decoding, no JSON), so
+    the client costs little per event; all ``last`` frames must arrive, once each and in order."""
+    frames, pending = 0, b""
+    cpu_started, started = time.thread_time(), time.perf_counter()
+    path = f"/api/session/{session_id}/event"
+    with client.stream("GET", path, params={"after": 0}, headers={"accept": "text/event-stream"}) as response:
+        response.raise_for_status()
+        for chunk in response.iter_raw():
+            *complete, pending = (pending + chunk).split(b"\n\n")
+            events = [frame for frame in complete if frame.startswith(b"id:")]  # not heartbeats
+            if not events:
+                continue
+            frames += len(events)
+            if int(events[-1].split(b"\n", 1)[0][3:]) >= last:
+                elapsed = time.perf_counter() - started
+                cpu = time.thread_time() - cpu_started
+                break
+        else:
+            raise RuntimeError(f"replay of {session_id} ended after {frames} of {last} frames")
+    if frames != last:
+        raise RuntimeError(f"replay of {session_id} delivered {frames} frames for seq 1..{last}")
+    return elapsed, cpu
+
+
+def bench_replay(
+    client: httpx.Client, server: Server, metric: Metric, events: int, runs: int, notes: list[str]
+) -> None:
+    session_id, last, prompts, seconds = build_history(client, events)
+    notes.append(
+        f"replay session: {last:,} durable events from {prompts} synchronous prompts, built in {seconds:.1f} s"
+    )
+    client_cpu = server_cpu = wall = 0.0
+    for index in range(runs + 1):  # the first run warms the page cache and the server's code paths
+        server_before = server.cpu_seconds()
+        elapsed, cpu = replay_once(client, session_id, last)
+        if index == 0:
+            continue
+        metric.samples.append(last / elapsed)
+        wall += elapsed
+        client_cpu += cpu
+        server_cpu += server.cpu_seconds() - server_before
+    verdict = "the client may be limiting" if client_cpu / wall >= CLIENT_BOUND_CPU else "the client is not the limit"
+    notes.append(
+        f"replay CPU / wall: client {client_cpu / wall:.0%}, server {server_cpu / wall:.0%} (all threads) -> {verdict}"
+    )
+
+
+class Subscriber(asyncio.Protocol):
+    """One ``GET /api/event`` subscriber on a raw HTTP/1.1 connection.
+
+    ``data_received`` only takes the wall-clock time and cuts off the complete frames; they are
+    decoded after the measurement. A hundred httpx streams in one client process would spend tens
+    of microseconds per frame each, serialised on one event loop, and that would show up as fan-out
+    delay; this costs about a microsecond per read."""
+
+    def __init__(self, request: bytes) -> None:
+        self._request = request
+        self._pending = b""
+        self._watch: tuple[tuple[bytes, ...], asyncio.Future[None]] | None = None
+        self.reads: list[tuple[float, bytes]] = []  # (time.time() on arrival, complete frames)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport.write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        arrived = time.time()
+        pending = self._pending + data
+        end = pending.rfind(b"\n\n") + 2
+        if end == 1:
+            self._pending = pending
+            return
+        blob, self._pending = pending[:end], pending[end:]
+        self.reads.append((arrived, blob))
+        watch = self._watch
+        if watch is not None and not watch[1].done() and all(marker in blob for marker in watch[0]):
+            watch[1].set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._watch is not None and not self._watch[1].done():
+            self._watch[1].set_exception(ConnectionError(f"event stream closed: {exc}"))
+
+    def watch(self, *markers: bytes) -> asyncio.Future[None]:
+        """Resolved by the next read whose frames contain every marker (set before the cause)."""
+        self._watch = (markers, asyncio.get_running_loop().create_future())
+        return self._watch[1]
+
+    def frames(self) -> Iterator[tuple[float, dict[str, Any]]]:
+        """Every decoded frame with its arrival time; chunk-size lines are not ``data:`` lines."""
+        if not self.reads or not self.reads[0][1].startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"/api/event did not answer 200: {self.reads[:1]!r}")
+        for arrived, blob in self.reads:
+            for line in blob.split(b"\n"):
+                if line.startswith(b"data:"):
+                    yield arrived, json.loads(line[5:])
+
+
+@dataclass
+class FanOut:
+    """Publish -> receive delays of every ``session.next.*`` event on every subscriber, and for each
+    event the spread between its first and last arrival."""
+
+    delays: list[float]  # ms, one per (event, subscriber)
+    spreads: list[float]  # ms, one per event
+    by_type: dict[str, list[float]]
+    client_cpu: float  # client CPU / wall over the measured prompts
+    server_cpu: float
+
+
+async def _fan_out(server: Server, subscribers: int, warmup: int, prompts: int) -> FanOut:
+    loop = asyncio.get_running_loop()
+    request = f"GET /api/event HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nAccept: text/event-stream\r\n\r\n".encode()
+    subs: list[Subscriber] = []
+    measured: set[str] = set()
+    try:
+        for _ in range(subscribers):
+            sub = Subscriber(request)
+            connected = sub.watch(b'"server.connected"')
+            await loop.create_connection(lambda sub=sub: sub, HOST, server.port)
+            await asyncio.wait_for(connected, EVENT_TIMEOUT_S)
+            subs.append(sub)
+        async with httpx.AsyncClient(base_url=server.url, timeout=EVENT_TIMEOUT_S, trust_env=False) as client:
+            for index in range(warmup + prompts):
+                if index == warmup:
+                    cpu_started, server_started, started = time.process_time(), server.cpu_seconds(), time.time()
+                response = await client.post("/api/session", json={})
+                response.raise_for_status()
+                session_id = str(response.json()["data"]["id"])
+                idle = [sub.watch(b'"session.idle"', session_id.encode()) for sub in subs]
+                response = await client.post(f"/api/session/{session_id}/prompt", json=V2_PROMPT_BODY)
+                response.raise_for_status()
+                response = await client.post(f"/api/session/{session_id}/wait")
+                if response.status_code != 204:
+                    raise RuntimeError(f"wait on {session_id} -> {response.status_code}")
+                await asyncio.wait_for(asyncio.gather(*idle), EVENT_TIMEOUT_S)
+                if index >= warmup:
+                    measured.add(session_id)
+            wall = time.time() - started
+            client_cpu, server_cpu = time.process_time() - cpu_started, server.cpu_seconds() - server_started
+    finally:
+        for sub in subs:
+            if sub.transport is not None:
+                sub.transport.close()
+
+    arrivals: dict[str, list[float]] = {}
+    stamps: dict[str, tuple[str, int]] = {}
+    for sub in subs:
+        for arrived, frame in sub.frames():
+            data = frame.get("data") or {}
+            if frame.get("type", "").startswith("session.next.") and data.get("sessionID") in measured:
+                arrivals.setdefault(frame["id"], []).append(arrived)
+                stamps[frame["id"]] = (frame["type"], int(data["timestamp"]))
+    missed = [event_id for event_id, times in arrivals.items() if len(times) != subscribers]
+    if missed or not arrivals:
+        raise RuntimeError(f"{len(missed)} of {len(arrivals)} events did not reach all {subscribers} subscribers")
+    result = FanOut([], [], {}, client_cpu / wall, server_cpu / wall)
+    for event_id, times in arrivals.items():
+        event_type, stamp = stamps[event_id]
+        delays = [arrived * 1000 - stamp for arrived in times]
+        result.delays.extend(delays)
+        result.by_type.setdefault(event_type, []).extend(delays)
+        result.spreads.append((max(times) - min(times)) * 1000)
+    return result
+
+
+def bench_fan_out(server: Server, subscribers: int, delay: Metric, warmup: int, prompts: int, notes: list[str]) -> None:
+    # uvloop spends less per read than the stdlib loop, which with 100 sockets shows in the p99.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None) as runner:
+        result = runner.run(_fan_out(server, subscribers, warmup, prompts))
+    delay.samples = result.delays
+    spread = Metric("spread", "ms", 0, samples=result.spreads)
+    tails = ", ".join(
+        f"{kind.removeprefix('session.next.')} {Metric(kind, 'ms', 0, samples=samples).p99:.1f}"
+        for kind, samples in sorted(result.by_type.items())
+    )
+    verdict = "the client may be limiting" if result.client_cpu >= CLIENT_BOUND_CPU else "the client is not the limit"
+    spread_text = (
+        f"first -> last subscriber of an event median {spread.median:.2f} ms, p99 {spread.p99:.2f} ms; "
+        if subscribers > 1
+        else ""
+    )
+    notes.append(
+        f"fan-out to {subscribers}: {spread_text}p99 ms by type: {tails}; "
+        f"CPU / wall: client {result.client_cpu:.0%} ({'uvloop' if uvloop else 'asyncio'}), "
+        f"server {result.server_cpu:.0%} -> {verdict}"
+    )
+
+
 def progress(message: str) -> None:
     print(f"... {message}", file=sys.stderr, flush=True)
 
@@ -353,9 +648,11 @@ def progress(message: str) -> None:
 # -- main ----------------------------------------------------------------------------------------
 
 
-def run(quick: bool) -> list[Metric]:
+def run(quick: bool, notes: list[str]) -> list[Metric]:
     cheap, prompts, startups, warmup = (50, 15, 3, 10) if quick else (200, 50, 5, 20)
     history = 20 if quick else 100
+    replay_events, replays = (2_000, 2) if quick else (10_000, 5)
+    subscribers, fan_prompts, fan_warmup = (100, 5, 2) if quick else (100, 20, 3)
     create = Metric("POST /session", "ms", 2, 8.8)
     admit = Metric("POST prompt_async -> 204", "ms", 3, 15.7)
     first_delta = Metric("prompt -> first message.part.delta", "ms", 5, 108)
@@ -364,6 +661,11 @@ def run(quick: bool) -> list[Metric]:
     start_fresh = Metric("start -> healthy (fresh db)", "s", 0.7, 3.4)
     start_existing = Metric("start -> healthy (existing db)", "s", 0.7, 3.4)
     rss = Metric("peak RSS (VmHWM)", "MB", 120, 883)
+    v2_admit = Metric("POST /api/session/:id/prompt -> 200", "ms", 3)
+    replay = Metric(f"replay /api/session/:id/event ({replay_events:,} ev)", "ev/s", 20_000, higher_is_better=True)
+    fan_one = Metric("/api/event publish -> receive, 1 sub", "ms", 20, judged_on="p99")
+    fan_many = Metric(f"/api/event publish -> receive, {subscribers} subs", "ms", 20, judged_on="p99")
+    v2_rss = Metric("peak RSS after V2 work (VmHWM)", "MB", 120)
 
     with tempfile.TemporaryDirectory(prefix="opensession-bench-") as tmp:
         base = Path(tmp)
@@ -395,7 +697,36 @@ def run(quick: bool) -> list[Metric]:
         # The database the run above filled: migrations are at head and it holds real rows.
         start_existing.samples = bench_startups(lambda _i: server(main_db), startups)
 
-    return [create, admit, first_delta, idle, messages, start_fresh, start_existing, rss]
+        # V2 on a server and database of its own, so the figures above stay comparable with runs
+        # made before the V2 metrics existed.
+        with (
+            running(server(base / "v2.db")) as srv,
+            httpx.Client(base_url=srv.url, timeout=10, trust_env=False) as client,
+        ):
+            progress(f"V2 server at {srv.url}: POST /api/session/:id/prompt on fresh sessions")
+            bench_v2_prompts(client, v2_admit, warmup, prompts)
+            progress(f"fan-out: {fan_prompts} prompts to 1, then to {subscribers} subscribers of /api/event")
+            bench_fan_out(srv, 1, fan_one, fan_warmup, fan_prompts, notes)
+            bench_fan_out(srv, subscribers, fan_many, fan_warmup, fan_prompts, notes)
+            progress(f"replay: a session of {replay_events:,} durable events, read {replays} times from after=0")
+            bench_replay(client, srv, replay, replay_events, replays, notes)
+            v2_rss.value = srv.peak_rss_mb()
+
+    return [
+        create,
+        admit,
+        first_delta,
+        idle,
+        messages,
+        start_fresh,
+        start_existing,
+        rss,
+        v2_admit,
+        replay,
+        fan_one,
+        fan_many,
+        v2_rss,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,13 +738,16 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (e.g. from a CI timeout) unwinds like Ctrl-C, so the server and temp files go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_before = os.getloadavg()
-    metrics = run(args.quick)
+    notes: list[str] = []
+    metrics = run(args.quick, notes)
     load_after = os.getloadavg()
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, 1-min load average "
         f"{load_before[0]:.2f} before / {load_after[0]:.2f} after (other load skews the figures)"
     )
     print_table(metrics)
+    for note in notes:
+        print(f"- {note}")
     if args.json:
         payload = {
             "quick": args.quick,
@@ -422,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_before": load_before,
             "loadavg_after": load_after,
             "metrics": [m.as_dict() for m in metrics],
+            "notes": notes,
         }
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
     return 0

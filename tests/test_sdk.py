@@ -1,6 +1,7 @@
 """End-to-end compatibility with the official OpenCode JS SDK (``@opencode-ai/sdk``, pinned in
 tests/sdk/package.json): ``tests/sdk/flow.mjs`` drives a real server through create session ->
-prompt_async -> event stream -> messages -> abort, printing one JSON line per check."""
+prompt_async -> event stream -> messages -> abort with the V1 client, ``tests/sdk/flow_v2.mjs``
+through the V2 API (``/api/...``) with the V2 client; both print one JSON line per check."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from tests.servers import ThreadServer
 
 SDK_DIR = Path(__file__).resolve().parent / "sdk"
 FLOW = SDK_DIR / "flow.mjs"
+FLOW_V2 = SDK_DIR / "flow_v2.mjs"
 EXPECTED_CHECKS = [
     "event.subscribe",
     "session.create",
@@ -25,7 +28,20 @@ EXPECTED_CHECKS = [
     "session.abort",
     "done",
 ]
-FLOW_TIMEOUT = 90  # flow.mjs has its own 60 s watchdog
+EXPECTED_CHECKS_V2 = [
+    "v2.session.create",
+    "v2.session.prompt",
+    "v2.session.prompt.idempotent",
+    "v2.session.prompt.conflict",
+    "v2.session.wait",
+    "v2.session.messages",
+    "v2.session.history",
+    "v2.session.events",
+    "v2.session.active",
+    "v2.session.interrupt",
+    "done",
+]
+FLOW_TIMEOUT = 90  # flow.mjs and flow_v2.mjs have their own 60 s watchdog
 
 
 def _node() -> str:
@@ -37,12 +53,12 @@ def _node() -> str:
     return node
 
 
-@pytest.mark.slow
-def test_official_sdk_flow(server: ThreadServer) -> None:
+def _run_flow(flow: Path, server: ThreadServer, expected: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
+    """Run one SDK flow script against ``server``; answer its checks by name and a report for messages."""
     node = _node()
     try:
         proc = subprocess.run(
-            [node, str(FLOW), server.url],
+            [node, str(flow), server.url],
             cwd=SDK_DIR,
             capture_output=True,
             text=True,
@@ -50,14 +66,19 @@ def test_official_sdk_flow(server: ThreadServer) -> None:
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"flow.mjs did not finish within {FLOW_TIMEOUT} s; stdout so far:\n{exc.stdout}")
+        pytest.fail(f"{flow.name} did not finish within {FLOW_TIMEOUT} s; stdout so far:\n{exc.stdout}")
     report = f"exit code {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert proc.returncode == 0, report
 
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    checks = {record["check"]: record for record in records}
-    assert [record["check"] for record in records] == EXPECTED_CHECKS, report
+    assert [record["check"] for record in records] == expected, report
     assert all(record["ok"] is True for record in records), report
+    return {record["check"]: record for record in records}, report
+
+
+@pytest.mark.slow
+def test_official_sdk_flow(server: ThreadServer) -> None:
+    checks, report = _run_flow(FLOW, server, EXPECTED_CHECKS)
 
     assert checks["session.create"]["sessionID"].startswith("ses_")
     assert checks["session.promptAsync"]["status"] == 204
@@ -69,3 +90,25 @@ def test_official_sdk_flow(server: ThreadServer) -> None:
     assert messages["assistantText"] == "Echo: hello from the OpenCode SDK"
     assert checks["session.abort"]["error"] == "MessageAbortedError"
     assert checks["session.abort"]["status"] in {"idle", "idle (absent)"}
+
+
+@pytest.mark.slow
+def test_official_sdk_v2_flow(server: ThreadServer) -> None:
+    checks, report = _run_flow(FLOW_V2, server, EXPECTED_CHECKS_V2)
+
+    assert checks["v2.session.create"]["sessionID"].startswith("ses_")
+    assert checks["v2.session.prompt"]["id"].startswith("msg_")
+    assert checks["v2.session.prompt.conflict"]["status"] == 409
+    assert checks["v2.session.prompt.conflict"]["tag"] == "ConflictError"
+    messages = checks["v2.session.messages"]
+    assert messages["types"] == ["assistant", "user"], report
+    assert messages["assistantText"] == "Echo: hello from the OpenCode SDK v2"
+    history = checks["v2.session.history"]
+    assert history["firstSeq"] == 0 and history["count"] >= 5, report
+    assert {"session.next.prompt.admitted", "session.next.step.ended"} <= set(history["types"]), report
+    events = checks["v2.session.events"]
+    assert "skipped" not in events, "the pinned SDK exposes v2.session.events"
+    assert events["firstSeq"] == 1 and events["idLinesAreSeqs"] is True, report
+    assert checks["v2.session.active"]["entry"] == {"type": "running"}
+    interrupted = checks["v2.session.interrupt"]
+    assert interrupted["error"] is not None or interrupted["finish"] not in (None, "stop"), report

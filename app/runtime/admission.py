@@ -22,6 +22,7 @@ from app.events.log import EventLog, Transaction
 from app.jsonutil import dumps, loads
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.errors import InputConflict, InvalidInput
+from app.runtime.history import History
 from app.runtime.payloads import next_event
 from app.runtime.revert import commit_staged
 from app.runtime.sessions import SessionService
@@ -100,25 +101,6 @@ def user_message_info(session_id: str, message_id: str, stored: dict[str, Any], 
     return info
 
 
-async def emit_user_message(
-    tx: Transaction, session: dict[str, Any], message_id: str, stored: dict[str, Any], created: int
-) -> None:
-    """The user message and its parts, as legacy clients see a prompt."""
-    session_id, directory = session["id"], session["directory"]
-    info = user_message_info(session_id, message_id, stored, created)
-    await tx.emit(
-        "message.updated", {"sessionID": session_id, "info": info}, session_id=session_id, directory=directory
-    )
-    for part in stored["parts"]:
-        row = {**part, "id": part.get("id") or ids.part_id(), "sessionID": session_id, "messageID": message_id}
-        await tx.emit(
-            "message.part.updated",
-            {"sessionID": session_id, "part": row, "time": now_ms()},
-            session_id=session_id,
-            directory=directory,
-        )
-
-
 class _Duplicate(Exception):
     """Internal: the request repeats an admitted prompt; the transaction is rolled back empty."""
 
@@ -128,10 +110,11 @@ class _Duplicate(Exception):
 
 
 class Admission:
-    def __init__(self, log: EventLog, sessions: SessionService, registry: ProviderRegistry) -> None:
+    def __init__(self, log: EventLog, sessions: SessionService, registry: ProviderRegistry, history: History) -> None:
         self.log = log
         self.sessions = sessions
         self.registry = registry
+        self.history = history
 
     def model_for(self, session: dict[str, Any], requested: ModelRef | None) -> ModelRef:
         if requested is not None:
@@ -177,7 +160,7 @@ class Admission:
         async with self.log.transaction() as tx:
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
-            await commit_staged(tx, self.sessions, await self.sessions.current(tx, session_id))
+            await commit_staged(tx, self.history, await self.sessions.current(tx, session_id))
             admitted = await tx.emit(
                 "session.next.prompt.admitted",
                 next_event(session_id, messageID=message_id, prompt=view, delivery=request.delivery),
@@ -185,7 +168,8 @@ class Admission:
                 directory=directory,
             )
             if not request.deferred:
-                await emit_user_message(tx, session, message_id, stored, created)
+                info = user_message_info(session_id, message_id, stored, created)
+                await self.history.append_message(tx, session, info, stored["parts"])
 
             def remember_choice(s: dict[str, Any]) -> None:
                 s["agent"] = agent

@@ -19,10 +19,13 @@ class SessionNotFound(RuntimeFailure):
 
 
 class MessageNotFound(RuntimeFailure):
-    def __init__(self, session_id: str, message_id: str) -> None:
-        super().__init__(f"Message not found: {message_id}")
+    """An unknown message (or an unknown part of a known message, with ``part_id``)."""
+
+    def __init__(self, session_id: str, message_id: str, *, part_id: str | None = None) -> None:
+        super().__init__(f"Part not found: {part_id}" if part_id else f"Message not found: {message_id}")
         self.session_id = session_id
         self.message_id = message_id
+        self.part_id = part_id
 
 
 class InvalidInput(RuntimeFailure):

@@ -14,71 +14,42 @@ from __future__ import annotations
 from typing import Any
 
 from app.events.log import EventLog, Transaction
-from app.runtime.coordinator import DrainCoordinator
-from app.runtime.errors import MessageNotFound, SessionBusy
+from app.runtime.errors import MessageNotFound
+from app.runtime.history import History
 from app.runtime.payloads import next_event
-from app.runtime.sessions import SessionService
-from app.store import sql
-from app.store.queries import Queries
 
 
-async def commit_staged(tx: Transaction, sessions: SessionService, session: dict[str, Any]) -> list[str]:
-    """Apply ``session.revert`` (of ``session`` as current in ``tx``) inside ``tx``; returns the
-    removed message ids."""
+async def commit_staged(tx: Transaction, history: History, session: dict[str, Any]) -> list[str]:
+    """Apply ``session.revert`` (``session`` as current in ``tx``) inside ``tx``; returns the
+    removed message ids. A marker whose message is already gone is simply cleared."""
     revert = session.get("revert")
     if not revert:
         return []
-    session_id, directory = session["id"], session["directory"]
-    boundary = revert["messageID"]
-    removed: list[str] = []
-    rows = await tx.fetch(sql.MESSAGE_SEQ, {"id": boundary, "session_id": session_id})
-    if rows:
-        later = [row[0] for row in await tx.fetch(sql.MESSAGES_FROM_SEQ, {"session_id": session_id, "seq": rows[0][0]})]
-        if revert.get("partID"):
-            for (part_id,) in await tx.fetch(sql.PART_IDS_FROM, {"message_id": boundary, "part_id": revert["partID"]}):
-                props = {"sessionID": session_id, "messageID": boundary, "partID": part_id}
-                await tx.emit("message.part.removed", props, session_id=session_id, directory=directory)
-            later = [mid for mid in later if mid != boundary]
-        for message_id in later:
-            await tx.emit(
-                "message.removed",
-                {"sessionID": session_id, "messageID": message_id},
-                session_id=session_id,
-                directory=directory,
-            )
-            tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
-            removed.append(message_id)
-    await sessions.mutate(tx, session_id, lambda info: info.pop("revert", None))
+    try:
+        removed = await history.truncate_messages(tx, session, revert["messageID"], revert.get("partID"))
+    except MessageNotFound:
+        removed = []
+    await history.sessions.mutate(tx, session["id"], lambda info: info.pop("revert", None))
     await tx.emit(
         "session.next.revert.committed",
-        next_event(session_id, messageID=boundary),
-        session_id=session_id,
-        directory=directory,
+        next_event(session["id"], messageID=revert["messageID"]),
+        session_id=session["id"],
+        directory=session["directory"],
     )
     return removed
 
 
 class Reverts:
-    def __init__(
-        self, log: EventLog, queries: Queries, sessions: SessionService, coordinator: DrainCoordinator
-    ) -> None:
+    def __init__(self, log: EventLog, history: History) -> None:
         self.log = log
-        self.queries = queries
-        self.sessions = sessions
-        self.coordinator = coordinator
-
-    async def _idle_session(self, session_id: str) -> dict[str, Any]:
-        session = await self.sessions.get(session_id)
-        if self.coordinator.is_active(session_id):
-            raise SessionBusy(session_id)
-        return session
+        self.history = history
+        self.sessions = history.sessions
 
     async def stage(self, session_id: str, message_id: str, part_id: str | None = None) -> dict[str, Any]:
         """Mark ``message_id`` (and optionally ``part_id``) as the point to revert to; returns the
         session info. Raises MessageNotFound for a message outside the session."""
-        session = await self._idle_session(session_id)
-        if await self.queries.message(session_id, message_id) is None:
-            raise MessageNotFound(session_id, message_id)
+        session = await self.history.idle_session(session_id)
+        await self.history.get_message(session_id, message_id)
         revert = {"messageID": message_id} | ({"partID": part_id} if part_id else {})
         async with self.log.transaction() as tx:
             info = await self.sessions.mutate(tx, session_id, lambda s: s.__setitem__("revert", revert))
@@ -91,7 +62,7 @@ class Reverts:
         return info
 
     async def clear(self, session_id: str) -> dict[str, Any]:
-        session = await self._idle_session(session_id)
+        session = await self.history.idle_session(session_id)
         async with self.log.transaction() as tx:
             info = await self.sessions.mutate(tx, session_id, lambda s: s.pop("revert", None))
             await tx.emit(
@@ -103,6 +74,6 @@ class Reverts:
         return info
 
     async def commit(self, session_id: str) -> list[str]:
-        session = await self._idle_session(session_id)
+        session = await self.history.idle_session(session_id)
         async with self.log.transaction() as tx:
-            return await commit_staged(tx, self.sessions, await self.sessions.current(tx, session["id"]))
+            return await commit_staged(tx, self.history, await self.sessions.current(tx, session["id"]))

@@ -27,9 +27,10 @@ from app.jsonutil import loads
 from app.providers.base import ChatRequest, Finish, Provider, ProviderError, ReasoningDelta, TextDelta
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.admission import emit_user_message
+from app.runtime.admission import user_message_info
 from app.runtime.context import chat_messages, system_prompts
 from app.runtime.coordinator import BUSY, DrainCoordinator
+from app.runtime.history import History
 from app.runtime.payloads import next_event
 from app.runtime.recorder import ABORTED, AssistantRecorder
 from app.runtime.retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
@@ -71,6 +72,7 @@ class Runner:
         registry: ProviderRegistry,
         titles: TitleGenerator,
         waiters: InputWaiters,
+        history: History,
         flush_seconds: float,
     ) -> None:
         self.log = log
@@ -79,6 +81,7 @@ class Runner:
         self.registry = registry
         self.titles = titles
         self.waiters = waiters
+        self.history = history
         self.flush_seconds = flush_seconds
         self.coordinator: DrainCoordinator  # set by the runtime (they refer to each other)
 
@@ -113,7 +116,8 @@ class Runner:
                 directory=session["directory"],
             )
             if stored.get("deferred"):
-                await emit_user_message(tx, session, row.id, stored, now_ms())
+                info = user_message_info(session["id"], row.id, stored, now_ms())
+                await self.history.append_message(tx, session, info, stored["parts"])
             tx.execute(sql.PROMOTE_INPUT, {"id": row.id, "promoted_seq": prompted.seq})
 
     async def _step(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:

@@ -12,9 +12,11 @@ from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
+from app.runtime.abort import AbortSignal
 from app.runtime.admission import Admission, Admitted, PromptRequest
 from app.runtime.coordinator import DrainCoordinator
-from app.runtime.errors import MessageNotFound, SessionNotFound
+from app.runtime.errors import SessionNotFound
+from app.runtime.history import History
 from app.runtime.payloads import next_event
 from app.runtime.recovery import recover
 from app.runtime.revert import Reverts
@@ -39,13 +41,25 @@ class Runtime:
         self.sessions = SessionService(self.log, self.queries)
         self.waiters = InputWaiters()
         self.titles = TitleGenerator(self.sessions)
+        self.coordinator = DrainCoordinator(self._drain, self._publish_status)
+        self.history = History(self.log, self.queries, self.sessions, self.coordinator)
         self.runner = Runner(
-            self.log, self.queries, self.sessions, self.registry, self.titles, self.waiters, settings.part_flush_seconds
+            self.log,
+            self.queries,
+            self.sessions,
+            self.registry,
+            self.titles,
+            self.waiters,
+            self.history,
+            settings.part_flush_seconds,
         )
-        self.coordinator = DrainCoordinator(self.runner.drain, self._publish_status)
         self.runner.coordinator = self.coordinator
-        self.admission = Admission(self.log, self.sessions, self.registry)
-        self.reverts = Reverts(self.log, self.queries, self.sessions, self.coordinator)
+        self.admission = Admission(self.log, self.sessions, self.registry, self.history)
+        self.reverts = Reverts(self.log, self.history)
+
+    async def _drain(self, session_id: str, signal: AbortSignal) -> None:
+        """The coordinator's drain (the runner is built after the coordinator it reports to)."""
+        await self.runner.drain(session_id, signal)
 
     async def start(self) -> None:
         await self.db.open()
@@ -81,7 +95,7 @@ class Runtime:
         it (the user message itself for ``noReply``); an aborted turn returns its aborted reply."""
         message_id = (await self.prompt(session_id, request)).message_id
         if request.no_reply:
-            return await self.message(session_id, message_id)
+            return await self.history.get_message(session_id, message_id)
         # No await since the wake: the drain cannot have settled this input before we register.
         waiter = self.waiters.register(session_id, message_id)
         row = await self.queries.input(message_id)
@@ -90,14 +104,7 @@ class Runtime:
         reply = await self.queries.last_assistant(session_id, parent_id=message_id)
         if reply is None:
             reply = await self.queries.last_assistant(session_id)
-        return reply if reply is not None else await self.message(session_id, message_id)
-
-    async def message(self, session_id: str, message_id: str) -> MessageWithParts:
-        await self.sessions.get(session_id)
-        found = await self.queries.message(session_id, message_id)
-        if found is None:
-            raise MessageNotFound(session_id, message_id)
-        return found
+        return reply if reply is not None else await self.history.get_message(session_id, message_id)
 
     async def abort(self, session_id: str) -> None:
         """Legacy abort: stop the turn and drop the prompts queued behind it (they stay in the

@@ -199,6 +199,30 @@ class SessionService:
         async with self.log.transaction() as tx:
             return await self.mutate(tx, session_id, change)
 
+    async def list(
+        self,
+        directory: str | None,
+        *,
+        roots: bool = False,
+        start: int | None = None,
+        search: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Sessions most recently updated first (the legacy list)."""
+        return await self.queries.sessions(directory=directory, roots=roots, start=start, search=search, limit=limit)
+
+    async def children(self, session_id: str) -> list[dict[str, Any]]:
+        await self.get(session_id)
+        return await self.queries.sessions(directory=None, parent_id=session_id)
+
+    async def page(
+        self, *, descending: bool, directory: str | None, search: str | None, anchor: tuple[int, str] | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """A keyset page by (time updated, id), strictly after ``anchor`` (the V2 list)."""
+        return await self.queries.session_page(
+            descending=descending, directory=directory, search=search, anchor=anchor, limit=limit
+        )
+
     async def subtree(self, session_id: str) -> list[dict[str, Any]]:
         """The session and all its descendants, parents before children."""
         tree: list[dict[str, Any]] = []

@@ -114,11 +114,20 @@ class Queries:
         return page
 
     async def message_page(
-        self, session_id: str, *, descending: bool, bound: str | None, limit: int | None, by_seq: bool = False
+        self,
+        session_id: str,
+        *,
+        descending: bool,
+        bound: str | None,
+        limit: int | None,
+        by_seq: bool = False,
+        offset: int = 0,
     ) -> list[RawMessage]:
         """Up to ``limit`` messages (newest first when ``descending``) strictly past the message
-        ``bound``. One range scan for the messages and one for their parts."""
+        ``bound``, skipping ``offset``. One range scan for the messages and one for their parts."""
         params: dict[str, Any] = {"session_id": session_id, "limit": -1 if limit is None else limit}
+        if offset:
+            params["offset"] = offset
         if bound is not None:
             if by_seq:
                 row = await self.db.fetch_one(sql.MESSAGE_SEQ, {"id": bound, "session_id": session_id})
@@ -127,7 +136,9 @@ class Queries:
                 params["bound"] = row[0]
             else:
                 params["bound"] = bound
-        statement = sql.messages_page(descending=descending, bounded=bound is not None, by_seq=by_seq)
+        statement = sql.messages_page(
+            descending=descending, bounded=bound is not None, by_seq=by_seq, offset=bool(offset)
+        )
         rows = await self.db.fetch(statement, params)
         return await self._with_parts(session_id, rows, whole_session=False)
 
@@ -175,6 +186,22 @@ class Queries:
     ) -> list[MessageWithParts]:
         raw = await self.raw_messages(session_id, limit=limit, before=before, by_seq=by_seq)
         return [m.decode() for m in raw]
+
+    async def message_count(self, session_id: str) -> int:
+        row = await self.db.fetch_one(sql.MESSAGE_COUNT, {"session_id": session_id})
+        return int(row[0]) if row else 0
+
+    async def messages_before_seq(self, session_id: str, seq: int) -> list[MessageWithParts]:
+        rows = await self.db.fetch(sql.MESSAGES_BEFORE_SEQ, {"session_id": session_id, "seq": seq})
+        return [m.decode() for m in await self._with_parts(session_id, rows, whole_session=False)]
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        row = await self.db.fetch_one(sql.MESSAGE_SEQ, {"id": message_id, "session_id": session_id})
+        return int(row[0]) if row else None
+
+    async def fork_count(self, title: str) -> int:
+        row = await self.db.fetch_one(sql.FORK_TITLES, {"prefix": f"{_escape_like(title)} (fork #%"})
+        return int(row[0]) if row else 0
 
     async def message(self, session_id: str, message_id: str) -> MessageWithParts | None:
         row = await self.db.fetch_one(sql.MESSAGE_INFO, {"id": message_id, "session_id": session_id})

@@ -110,6 +110,17 @@ PART_IDS_FROM = compile_sql(
     .where(parts.c.message_id == bindparam("message_id"), parts.c.id >= bindparam("part_id"))
     .order_by(parts.c.id)
 )
+MESSAGE_COUNT = compile_sql(
+    select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id"))
+)
+MESSAGES_BEFORE_SEQ = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq < bindparam("seq"))
+    .order_by(messages.c.seq, messages.c.id)
+)
+FORK_TITLES = compile_sql(
+    select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
+)
 MESSAGE_SEQ = compile_sql(
     select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
 )
@@ -143,16 +154,20 @@ SESSION_EVENTS_AFTER = compile_sql(
 )
 
 
-@lru_cache(maxsize=8)
-def messages_page(*, descending: bool, bounded: bool, by_seq: bool) -> str:
+@lru_cache(maxsize=16)
+def messages_page(*, descending: bool, bounded: bool, by_seq: bool, offset: bool = False) -> str:
     """A page of a session's messages ordered by id (legacy) or by entry position (``seq``, V2),
     optionally strictly past a bound (an id, or a seq)."""
     key = messages.c.seq if by_seq else messages.c.id
     query = select(messages.c.id, messages.c.info).where(messages.c.session_id == bindparam("session_id"))
     if bounded:
         query = query.where(key < bindparam("bound") if descending else key > bindparam("bound"))
-    order = [key.desc(), messages.c.id.desc()] if descending else [key.asc(), messages.c.id.asc()]
-    return compile_sql(query.order_by(*order).limit(bindparam("limit")))
+    keys = [key, messages.c.id] if by_seq else [key]
+    order = [k.desc() for k in keys] if descending else [k.asc() for k in keys]
+    query = query.order_by(*order).limit(bindparam("limit"))
+    if offset:
+        query = query.offset(bindparam("offset"))
+    return compile_sql(query)
 
 
 @lru_cache(maxsize=32)

@@ -12,62 +12,14 @@
 
 import { createOpencodeClient } from "@opencode-ai/sdk";
 
-const baseUrl = process.argv[2];
-if (!baseUrl) {
-  console.error("usage: node tests/sdk/flow.mjs <server-url>");
-  process.exit(64);
-}
+import { CheckFailure, baseUrlArg, expectStatus as expectOk, fail, ok, runFlow, withTimeout } from "./harness.mjs";
+
+const baseUrl = baseUrlArg("tests/sdk/flow.mjs");
 
 const STEP_TIMEOUT_MS = 15_000;
 const TOTAL_TIMEOUT_MS = 60_000;
 const PROMPT = "hello from the OpenCode SDK";
 const SLOW_PROMPT = "SLOW:2 this reply is aborted";
-
-const emit = (record) => process.stdout.write(JSON.stringify(record) + "\n");
-
-class CheckFailure extends Error {
-  constructor(check, message, detail) {
-    super(message);
-    this.check = check;
-    this.detail = detail;
-  }
-}
-
-function fail(check, message, detail) {
-  throw new CheckFailure(check, message, detail);
-}
-
-function ok(check, extra = {}) {
-  emit({ check, ok: true, ...extra });
-}
-
-const watchdog = setTimeout(() => {
-  emit({ check: "watchdog", ok: false, error: `flow did not finish within ${TOTAL_TIMEOUT_MS} ms` });
-  console.error(`sdk flow: did not finish within ${TOTAL_TIMEOUT_MS} ms`);
-  process.exit(2);
-}, TOTAL_TIMEOUT_MS);
-
-function withTimeout(promise, ms, check, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new CheckFailure(check, `timed out after ${ms} ms waiting for ${what}`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-// Describe an SDK result ({data, error, request, response}) for failure messages.
-function describe(result) {
-  const req = result?.request ? `${result.request.method} ${result.request.url}` : "?";
-  const status = result?.response ? result.response.status : "no response";
-  return { request: req, status, error: result?.error, data: result?.data };
-}
-
-function expectOk(check, result, status = 200) {
-  if (result?.error !== undefined || !result?.response || result.response.status !== status) {
-    fail(check, `expected HTTP ${status} without error`, describe(result));
-  }
-  return result.data;
-}
 
 // -- event stream ---------------------------------------------------------------------------------
 
@@ -283,20 +235,8 @@ async function main() {
   ok("done");
 }
 
-let code = 0;
-try {
-  await main();
-} catch (error) {
-  code = 1;
-  const check = error instanceof CheckFailure ? error.check : "unexpected";
-  const record = { check, ok: false, error: error?.message ?? String(error) };
-  if (error?.detail !== undefined) record.detail = error.detail;
-  emit(record);
-  console.error(`sdk flow failed at ${check}: ${record.error}`);
-  if (record.detail !== undefined) console.error(JSON.stringify(record.detail, null, 2));
-  if (!(error instanceof CheckFailure) && error?.stack) console.error(error.stack);
-} finally {
-  streamController.abort();
-  clearTimeout(watchdog);
-}
-process.exit(code);
+await runFlow(main, {
+  label: "sdk flow",
+  totalTimeoutMs: TOTAL_TIMEOUT_MS,
+  cleanup: () => streamController.abort(),
+});

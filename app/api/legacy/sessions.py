@@ -60,8 +60,8 @@ async def list_sessions(
     search: Annotated[str | None, Query(max_length=500)] = None,
     limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
 ) -> Response:
-    infos = await runtime.queries.sessions(
-        directory=directory, roots=bool(roots), start=start, search=search, limit=limit if limit is not None else 100
+    infos = await runtime.sessions.list(
+        directory, roots=bool(roots), start=start, search=search, limit=limit if limit is not None else 100
     )
     return JSONBody(infos)
 
@@ -116,8 +116,7 @@ async def delete_session(runtime: RuntimeDep, sessionID: SessionIDPath) -> Respo
 
 @router.get("/session/{sessionID}/children", operation_id="session.children")
 async def session_children(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    return JSONBody(await runtime.queries.sessions(directory=None, parent_id=sessionID))
+    return JSONBody(await runtime.sessions.children(sessionID))
 
 
 @router.get("/session/{sessionID}/todo", operation_id="session.todo")
@@ -149,8 +148,8 @@ async def list_messages(
         if before_id is None:
             raise InvalidCursor
     if limit is None:
-        return Response(raw_messages_json(await runtime.queries.raw_messages(sessionID)), media_type="application/json")
-    page = await runtime.queries.raw_messages(sessionID, limit=limit + 1, before=before_id)
+        return Response(raw_messages_json(await runtime.history.raw_messages(sessionID)), media_type="application/json")
+    page = await runtime.history.raw_messages(sessionID, limit=limit + 1, before=before_id)
     more = len(page) > limit
     page = page[len(page) - limit :] if limit else []
     response = Response(raw_messages_json(page), media_type="application/json")
@@ -164,7 +163,7 @@ async def list_messages(
 
 @router.get("/session/{sessionID}/message/{messageID}", operation_id="session.message")
 async def get_message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
-    return JSONBody(await runtime.message(sessionID, messageID))
+    return JSONBody(await runtime.history.get_message(sessionID, messageID))
 
 
 @router.post(

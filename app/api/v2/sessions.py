@@ -31,7 +31,7 @@ from app.events.model import Event
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.admission import PromptRequest
-from app.runtime.errors import InvalidCursor, InvalidInput, MessageNotFound
+from app.runtime.errors import InvalidCursor, InvalidInput
 
 router = APIRouter(prefix="/api", tags=["v2"])
 
@@ -95,7 +95,7 @@ async def list_sessions(
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidCursor from exc
     order = order or "desc"
-    infos = await runtime.queries.session_page(
+    infos = await runtime.sessions.page(
         descending=order == "desc", directory=directory, search=search, anchor=anchor, limit=limit + 1
     )
     page = infos[:limit]
@@ -156,9 +156,7 @@ async def switch_model(runtime: RuntimeDep, sessionID: SessionIDPath, body: Mode
 )
 async def prompt(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
     admitted = await runtime.prompt(sessionID, _prompt_request(body), resume=body.resume)
-    record = admitted.record if admitted.created else await runtime.queries.input(admitted.message_id)
-    assert record is not None
-    return JSONBody({"data": record.admitted_record()})
+    return JSONBody({"data": admitted.record.admitted_record()})
 
 
 @router.post("/session/{sessionID}/interrupt", operation_id="v2.session.interrupt", status_code=204)
@@ -270,9 +268,7 @@ async def messages(
             raise InvalidCursor
         order, bound = state["order"], state["id"]
     order = order or "desc"
-    page = await runtime.queries.message_page(
-        sessionID, descending=order == "desc", bound=bound, limit=limit + 1, by_seq=True
-    )
+    page = await runtime.history.page(sessionID, descending=order == "desc", after=bound, limit=limit + 1)
     items = page[:limit]
     cursors: dict[str, str] = {}
     if items and len(page) > limit:
@@ -284,11 +280,7 @@ async def messages(
 
 @router.get("/session/{sessionID}/message/{messageID}", operation_id="v2.session.message")
 async def message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    found = await runtime.queries.message(sessionID, messageID)
-    if found is None:
-        raise MessageNotFound(sessionID, messageID)
-    return JSONBody({"data": views.message(found)})
+    return JSONBody({"data": views.message(await runtime.history.get_message(sessionID, messageID))})
 
 
 @router.get(
@@ -297,8 +289,7 @@ async def message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: Mess
     summary="What the model sees next: the messages after the last compaction",
 )
 async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    return JSONBody({"data": [views.message(m) for m in await runtime.queries.messages(sessionID, by_seq=True)]})
+    return JSONBody({"data": [views.message(m) for m in await runtime.history.get_messages(sessionID, by_seq=True)]})
 
 
 def _v2_control() -> ServerSentEvent:

@@ -1,0 +1,188 @@
+"""The message history of a session, as one service: the only way routes reach messages.
+
+Reads are indexed range scans (cost follows the page, not the session's length). Writes are
+durable events whose projections change the rows, in one transaction each, so an error leaves no
+partial effect. Message order: ``by_seq`` is the order messages entered the session (what the
+model sees and V2 lists); otherwise id order (what legacy clients page through).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import ids
+from app.clock import now_ms
+from app.events.log import EventLog, Transaction
+from app.runtime.coordinator import DrainCoordinator
+from app.runtime.errors import InvalidInput, MessageNotFound, SessionBusy
+from app.runtime.sessions import SessionService
+from app.store import sql
+from app.store.queries import MessageWithParts, Queries, RawMessage
+
+
+class History:
+    def __init__(
+        self, log: EventLog, queries: Queries, sessions: SessionService, coordinator: DrainCoordinator
+    ) -> None:
+        self.log = log
+        self.queries = queries
+        self.sessions = sessions
+        self.coordinator = coordinator
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get_messages(
+        self,
+        session_id: str,
+        *,
+        limit: int | None = None,
+        before: str | None = None,
+        offset: int = 0,
+        by_seq: bool = False,
+    ) -> list[MessageWithParts]:
+        """Oldest first. ``limit`` takes the newest messages (older than ``before``, skipping the
+        ``offset`` newest)."""
+        await self.sessions.get(session_id)
+        if limit is None and before is None and not offset:
+            return await self.queries.messages(session_id, by_seq=by_seq)
+        page = await self.queries.message_page(
+            session_id, descending=True, bound=before, limit=limit, by_seq=by_seq, offset=offset
+        )
+        return [m.decode() for m in reversed(page)]
+
+    async def raw_messages(
+        self, session_id: str, *, limit: int | None = None, before: str | None = None
+    ) -> list[RawMessage]:
+        """Like ``get_messages`` (id order) but as stored JSON, for responses that splice it."""
+        await self.sessions.get(session_id)
+        return await self.queries.raw_messages(session_id, limit=limit, before=before)
+
+    async def page(self, session_id: str, *, descending: bool, after: str | None, limit: int) -> list[RawMessage]:
+        """Messages in entry order, strictly past message ``after`` (V2 cursor paging)."""
+        await self.sessions.get(session_id)
+        return await self.queries.message_page(session_id, descending=descending, bound=after, limit=limit, by_seq=True)
+
+    async def get_message(self, session_id: str, message_id: str) -> MessageWithParts:
+        await self.sessions.get(session_id)
+        found = await self.queries.message(session_id, message_id)
+        if found is None:
+            raise MessageNotFound(session_id, message_id)
+        return found
+
+    async def get_message_count(self, session_id: str) -> int:
+        await self.sessions.get(session_id)
+        return await self.queries.message_count(session_id)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def append_message(
+        self, tx: Transaction, session: dict[str, Any], info: dict[str, Any], parts: list[dict[str, Any]]
+    ) -> None:
+        """Add a message and its parts (ids assigned where missing) inside ``tx``."""
+        session_id, directory = session["id"], session["directory"]
+        await tx.emit(
+            "message.updated", {"sessionID": session_id, "info": info}, session_id=session_id, directory=directory
+        )
+        for part in parts:
+            row = {**part, "id": part.get("id") or ids.part_id(), "sessionID": session_id, "messageID": info["id"]}
+            await tx.emit(
+                "message.part.updated",
+                {"sessionID": session_id, "part": row, "time": now_ms()},
+                session_id=session_id,
+                directory=directory,
+            )
+
+    async def copy_messages(self, tx: Transaction, source_id: str, target: dict[str, Any], up_to: str | None) -> int:
+        """Copy the messages of ``source_id`` that entered it strictly before ``up_to`` (all when
+        None) into ``target`` with new ids, keeping each reply linked to its copied prompt."""
+        if up_to is None:
+            originals = await self.queries.messages(source_id, by_seq=True)
+        else:
+            seq = await self.queries.message_seq(source_id, up_to)
+            if seq is None:
+                raise MessageNotFound(source_id, up_to)
+            originals = await self.queries.messages_before_seq(source_id, seq)
+        new_ids: dict[str, str] = {}
+        for original in originals:
+            info = dict(original["info"])
+            new_ids[info["id"]] = info["id"] = ids.message_id()
+            info["sessionID"] = target["id"]
+            if "parentID" in info:
+                info["parentID"] = new_ids.get(info["parentID"], info["parentID"])
+            parts = [{**part, "id": ids.part_id()} for part in original["parts"]]
+            await self.append_message(tx, target, info, parts)
+        return len(originals)
+
+    async def truncate_messages(
+        self, tx: Transaction, session: dict[str, Any], up_to: str, part_id: str | None = None
+    ) -> list[str]:
+        """Remove ``up_to`` (or, with ``part_id``, that part and the later parts of it) and every
+        message that entered the session after it; returns the removed message ids."""
+        session_id, directory = session["id"], session["directory"]
+        rows = await tx.fetch(sql.MESSAGE_SEQ, {"id": up_to, "session_id": session_id})
+        if not rows:
+            raise MessageNotFound(session_id, up_to)
+        later = [row[0] for row in await tx.fetch(sql.MESSAGES_FROM_SEQ, {"session_id": session_id, "seq": rows[0][0]})]
+        if part_id is not None:
+            for (doomed_part,) in await tx.fetch(sql.PART_IDS_FROM, {"message_id": up_to, "part_id": part_id}):
+                props = {"sessionID": session_id, "messageID": up_to, "partID": doomed_part}
+                await tx.emit("message.part.removed", props, session_id=session_id, directory=directory)
+            later.remove(up_to)
+        for message_id in later:
+            await tx.emit(
+                "message.removed",
+                {"sessionID": session_id, "messageID": message_id},
+                session_id=session_id,
+                directory=directory,
+            )
+            tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
+        return later
+
+    async def idle_session(self, session_id: str) -> dict[str, Any]:
+        """The session, if nothing runs in it: history must not move under a running turn."""
+        session = await self.sessions.get(session_id)
+        if self.coordinator.is_active(session_id):
+            raise SessionBusy(session_id)
+        return session
+
+    async def delete_message(self, session_id: str, message_id: str) -> None:
+        session = await self.idle_session(session_id)
+        await self.get_message(session_id, message_id)
+        async with self.log.transaction() as tx:
+            await tx.emit(
+                "message.removed",
+                {"sessionID": session_id, "messageID": message_id},
+                session_id=session_id,
+                directory=session["directory"],
+            )
+            tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
+
+    async def _part(self, session_id: str, message_id: str, part_id: str) -> dict[str, Any]:
+        message = await self.get_message(session_id, message_id)
+        for part in message["parts"]:
+            if part["id"] == part_id:
+                return part
+        raise MessageNotFound(session_id, message_id, part_id=part_id)
+
+    async def delete_part(self, session_id: str, message_id: str, part_id: str) -> None:
+        session = await self.idle_session(session_id)
+        await self._part(session_id, message_id, part_id)
+        async with self.log.transaction() as tx:
+            props = {"sessionID": session_id, "messageID": message_id, "partID": part_id}
+            await tx.emit("message.part.removed", props, session_id=session_id, directory=session["directory"])
+
+    async def update_part(self, session_id: str, message_id: str, part: dict[str, Any]) -> dict[str, Any]:
+        """Replace a part (the whole part, as OpenCode's PATCH takes it); ids must match the path."""
+        session = await self.idle_session(session_id)
+        await self._part(session_id, message_id, part["id"])
+        if part.get("sessionID", session_id) != session_id or part.get("messageID", message_id) != message_id:
+            raise InvalidInput("part.sessionID and part.messageID must match the path")
+        stored = {**part, "sessionID": session_id, "messageID": message_id}
+        async with self.log.transaction() as tx:
+            await tx.emit(
+                "message.part.updated",
+                {"sessionID": session_id, "part": stored, "time": now_ms()},
+                session_id=session_id,
+                directory=session["directory"],
+            )
+        return stored
