@@ -27,6 +27,7 @@ PartID = Annotated[str, _id("prt")]
 WorkspaceID = Annotated[str, _id("wrk")]
 
 SessionIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="ses"), description="Session ID (ses_...)")]
+PartIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="prt"), description="Part ID (prt_...)")]
 MessageIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="msg"), description="Message ID (msg_...)")]
 
 

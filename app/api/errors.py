@@ -23,6 +23,7 @@ from app.runtime.errors import (
     MessageNotFound,
     SessionBusy,
     SessionNotFound,
+    ShareNotFound,
 )
 
 log = logging.getLogger("opensession.api")
@@ -96,6 +97,10 @@ async def _message_missing(request: Request, exc: MessageNotFound) -> JSONBody:
     return named(404, "NotFoundError", exc.message)
 
 
+async def _share_missing(_request: Request, exc: ShareNotFound) -> JSONBody:
+    return named(404, "NotFoundError", exc.message)
+
+
 async def _invalid(request: Request, exc: InvalidInput) -> JSONBody:
     return bad_request(request, exc.message, exc.kind, exc.field)
 
@@ -122,6 +127,7 @@ def install(app: FastAPI) -> None:
         SessionNotFound: _session_missing,
         MessageNotFound: _message_missing,
         InvalidInput: _invalid,
+        ShareNotFound: _share_missing,
         InvalidCursor: _invalid_cursor,
         Conflict: _conflict,
         SessionBusy: _busy,

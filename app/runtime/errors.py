@@ -60,3 +60,9 @@ class SessionBusy(RuntimeFailure):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"Session is busy: {session_id}")
         self.session_id = session_id
+
+
+class ShareNotFound(RuntimeFailure):
+    def __init__(self, token: str) -> None:
+        super().__init__("Share not found")
+        self.token = token

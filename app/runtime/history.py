@@ -15,7 +15,7 @@ from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import InvalidInput, MessageNotFound, SessionBusy
-from app.runtime.sessions import SessionService
+from app.runtime.sessions import SessionService, zero_tokens
 from app.store import sql
 from app.store.queries import MessageWithParts, Queries, RawMessage
 
@@ -112,6 +112,30 @@ class History:
             parts = [{**part, "id": ids.part_id()} for part in original["parts"]]
             await self.append_message(tx, target, info, parts)
         return len(originals)
+
+    async def fork(self, source_id: str, up_to: str | None) -> dict[str, Any]:
+        """A new session holding copies of the messages before ``up_to`` (all when None), titled
+        ``<title> (fork #N)``, with no parent: a fork is a sibling, not a child."""
+        source = await self.sessions.get(source_id)
+        created = now_ms()
+        forks = await self.queries.fork_count(source["title"])
+        info = {
+            **{
+                k: v
+                for k, v in source.items()
+                if k
+                in ("slug", "projectID", "directory", "path", "version", "workspaceID", "agent", "model", "permission")
+            },
+            "id": ids.session_id(),
+            "title": f"{source['title']} (fork #{forks + 1})",
+            "cost": 0,
+            "tokens": zero_tokens(),
+            "time": {"created": created, "updated": created},
+        }
+        async with self.log.transaction() as tx:
+            await self.sessions.emit_created(tx, info)
+            await self.copy_messages(tx, source_id, info, up_to)
+        return info
 
     async def truncate_messages(
         self, tx: Transaction, session: dict[str, Any], up_to: str, part_id: str | None = None

@@ -22,6 +22,7 @@ from app.runtime.recovery import recover
 from app.runtime.revert import Reverts
 from app.runtime.runner import Runner
 from app.runtime.sessions import SessionService
+from app.runtime.share import Shares
 from app.runtime.title import TitleGenerator
 from app.runtime.waiters import InputWaiters
 from app.settings import Settings
@@ -56,6 +57,7 @@ class Runtime:
         self.runner.coordinator = self.coordinator
         self.admission = Admission(self.log, self.sessions, self.registry, self.history)
         self.reverts = Reverts(self.log, self.history)
+        self.shares = Shares(self.log, self.history)
 
     async def _drain(self, session_id: str, signal: AbortSignal) -> None:
         """The coordinator's drain (the runner is built after the coordinator it reports to)."""

@@ -113,7 +113,6 @@ class SessionService:
     ) -> dict[str, Any]:
         if parent_id is not None:
             await self.get(parent_id)
-
         created = now_ms()
         prefix = "Child session - " if parent_id else "New session - "
         info: dict[str, Any] = {
@@ -144,11 +143,18 @@ class SessionService:
             # Checked inside the write transaction: two racing creates with one id cannot both pass.
             if session_id is not None and await tx.fetch(sql.SESSION_INFO, {"id": session_id}):
                 raise Conflict(f"Session already exists: {session_id}", session_id)
-            await tx.emit(
-                "session.created", {"sessionID": info["id"], "info": info}, session_id=info["id"], directory=directory
-            )
-            tx.scope.after_commit(lambda: self._cache.put(info))
+            await self.emit_created(tx, info)
         return info
+
+    async def emit_created(self, tx: Transaction, info: dict[str, Any]) -> None:
+        """Record a new session (built by ``create``, or a copy for a fork) inside ``tx``."""
+        await tx.emit(
+            "session.created",
+            {"sessionID": info["id"], "info": info},
+            session_id=info["id"],
+            directory=info["directory"],
+        )
+        tx.scope.after_commit(lambda: self._cache.put(info))
 
     async def get(self, session_id: str) -> dict[str, Any]:
         info = self._cache.get(session_id)

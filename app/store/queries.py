@@ -199,6 +199,10 @@ class Queries:
         row = await self.db.fetch_one(sql.MESSAGE_SEQ, {"id": message_id, "session_id": session_id})
         return int(row[0]) if row else None
 
+    async def shared_session(self, token: str) -> str | None:
+        row = await self.db.fetch_one(sql.SHARE_SESSION, {"token": token})
+        return row[0] if row else None
+
     async def fork_count(self, title: str) -> int:
         row = await self.db.fetch_one(sql.FORK_TITLES, {"prefix": f"{_escape_like(title)} (fork #%"})
         return int(row[0]) if row else 0

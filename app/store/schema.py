@@ -97,3 +97,13 @@ events = Table(
     Column("time", BigInteger, nullable=False),
     UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
 )
+
+# Self-hosted shares: an unguessable token -> the session whose read-only page it serves.
+shares = Table(
+    "shares",
+    metadata,
+    Column("token", String, primary_key=True),
+    Column("session_id", String, nullable=False),
+    Column("time_created", BigInteger, nullable=False),
+    Index("ix_shares_session", "session_id"),
+)

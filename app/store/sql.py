@@ -9,7 +9,7 @@ from functools import lru_cache
 from sqlalchemy import ClauseElement, Table, bindparam, delete, func, literal_column, select, true, update
 from sqlalchemy.dialects import sqlite
 
-from app.store.schema import events, inputs, messages, parts, sessions
+from app.store.schema import events, inputs, messages, parts, sessions, shares
 
 _DIALECT = sqlite.dialect(paramstyle="named")
 
@@ -47,8 +47,10 @@ DELETE_PART = compile_sql(delete(parts).where(parts.c.id == bindparam("id")))
 DELETE_PARTS_OF_MESSAGE = compile_sql(delete(parts).where(parts.c.message_id == bindparam("message_id")))
 DELETE_SESSION_ROWS = {
     table.name: compile_sql(delete(table).where(table.c.session_id == bindparam("session_id")))
-    for table in (parts, messages, inputs)
+    for table in (parts, messages, inputs, shares)
 }
+INSERT_SHARE = compile_sql(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))
+SHARE_SESSION = compile_sql(select(shares.c.session_id).where(shares.c.token == bindparam("token")))
 PROMOTE_INPUT = compile_sql(
     update(inputs).where(inputs.c.id == bindparam("id")).values(promoted_seq=bindparam("promoted_seq"))
 )

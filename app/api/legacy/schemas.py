@@ -119,3 +119,18 @@ class PromptBody(_Body):
 class RevertBody(_Body):
     messageID: MessageID
     partID: PartID | None = None
+
+
+class ForkBody(_Body):
+    messageID: MessageID | None = None
+
+
+class PartBody(BaseModel):
+    """A whole part, as ``PATCH .../part/:partID`` takes it; fields beyond the common ones are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: PartID
+    type: str = Field(min_length=1)
+    sessionID: SessionID | None = None
+    messageID: MessageID | None = None

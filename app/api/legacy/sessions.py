@@ -7,9 +7,10 @@ import binascii
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import ValidationError
 
-from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
-from app.api.legacy.schemas import PromptBody, RevertBody, SessionCreate, SessionUpdate
+from app.api.deps import DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
+from app.api.legacy.schemas import ForkBody, PartBody, PromptBody, RevertBody, SessionCreate, SessionUpdate
 from app.api.responses import JSONBody
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
@@ -206,3 +207,61 @@ async def revert(runtime: RuntimeDep, sessionID: SessionIDPath, body: RevertBody
 @router.post("/session/{sessionID}/unrevert", operation_id="session.unrevert", responses=_SESSION_DOC)
 async def unrevert(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     return JSONBody(await runtime.reverts.clear(sessionID))
+
+
+@router.post(
+    "/session/{sessionID}/fork",
+    operation_id="session.fork",
+    responses=_SESSION_DOC,
+    summary="Copy the messages before messageID (all when omitted) into a new session",
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "properties": {"messageID": {"type": "string", "pattern": "^msg"}}}
+                }
+            },
+        }
+    },
+)
+async def fork(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    raw = await request.body()
+    try:
+        body = ForkBody.model_validate_json(raw) if raw.strip() else ForkBody()  # an empty body is fine
+    except ValidationError as exc:
+        raise InvalidInput(f"Invalid fork body: {exc.errors()[0]['msg']}") from exc
+    return JSONBody(await runtime.history.fork(sessionID, body.messageID))
+
+
+@router.delete("/session/{sessionID}/message/{messageID}", operation_id="session.deleteMessage")
+async def delete_message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
+    await runtime.history.delete_message(sessionID, messageID)
+    return JSONBody(True)
+
+
+@router.delete("/session/{sessionID}/message/{messageID}/part/{partID}", operation_id="part.delete")
+async def delete_part(
+    runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath, partID: PartIDPath
+) -> Response:
+    await runtime.history.delete_part(sessionID, messageID, partID)
+    return JSONBody(True)
+
+
+@router.patch("/session/{sessionID}/message/{messageID}/part/{partID}", operation_id="part.update")
+async def update_part(
+    runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath, partID: PartIDPath, body: PartBody
+) -> Response:
+    if body.id != partID:
+        raise InvalidInput("part.id must match the path")
+    return JSONBody(await runtime.history.update_part(sessionID, messageID, body.model_dump(exclude_none=True)))
+
+
+@router.post("/session/{sessionID}/share", operation_id="session.share", responses=_SESSION_DOC)
+async def share(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await runtime.shares.share(sessionID, str(request.base_url)))
+
+
+@router.delete("/session/{sessionID}/share", operation_id="session.unshare", responses=_SESSION_DOC)
+async def unshare(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await runtime.shares.unshare(sessionID))

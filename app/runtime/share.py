@@ -1,0 +1,46 @@
+"""Self-hosted sharing. Sharing gives a session ``share.url`` on this server, an unguessable
+token that serves a read-only page of the transcript (and its JSON); unsharing revokes the token,
+after which the page is gone (404)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from app.clock import now_ms
+from app.events.log import EventLog
+from app.runtime.errors import ShareNotFound
+from app.runtime.history import History
+from app.store import sql
+from app.store.queries import MessageWithParts
+
+
+class Shares:
+    def __init__(self, log: EventLog, history: History) -> None:
+        self.log = log
+        self.history = history
+        self.sessions = history.sessions
+
+    async def share(self, session_id: str, base_url: str) -> dict[str, Any]:
+        """Share the session (idempotent: an already shared session keeps its url)."""
+        session = await self.sessions.get(session_id)
+        if session.get("share"):
+            return session
+        token = secrets.token_urlsafe(24)
+        url = f"{base_url.rstrip('/')}/share/{token}"
+        async with self.log.transaction() as tx:
+            tx.execute(sql.INSERT_SHARE, {"token": token, "session_id": session_id, "time_created": now_ms()})
+            return await self.sessions.mutate(tx, session_id, lambda info: info.__setitem__("share", {"url": url}))
+
+    async def unshare(self, session_id: str) -> dict[str, Any]:
+        await self.sessions.get(session_id)
+        async with self.log.transaction() as tx:
+            tx.execute(sql.DELETE_SESSION_ROWS["shares"], {"session_id": session_id})
+            return await self.sessions.mutate(tx, session_id, lambda info: info.pop("share", None))
+
+    async def shared(self, token: str) -> tuple[dict[str, Any], list[MessageWithParts]]:
+        """The session and transcript a token serves; ShareNotFound once revoked."""
+        session_id = await self.history.queries.shared_session(token)
+        if session_id is None:
+            raise ShareNotFound(token)
+        return await self.sessions.get(session_id), await self.history.get_messages(session_id)
