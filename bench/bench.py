@@ -55,6 +55,11 @@ CLIENT_BOUND_CPU = 0.8  # client CPU / wall time above which the client may be w
 # -- results ------------------------------------------------------------------------------------
 
 
+def nearest_rank(samples: list[float], fraction: float, *, descending: bool = False) -> float:
+    ordered = sorted(samples, reverse=descending)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
 @dataclass
 class Metric:
     """One measured figure with its target and, for the legacy API, the real OpenCode figure."""
@@ -73,12 +78,11 @@ class Metric:
         return self.value if self.value is not None else statistics.median(self.samples)
 
     def tail(self, fraction: float) -> float | None:
-        """Nearest-rank percentile on the bad side: high latencies, low throughputs (so a
-        throughput's "p90" is its 10th percentile)."""
+        """Percentile on the bad side: high latencies, low throughputs (so a throughput's "p90" is
+        its 10th percentile)."""
         if self.value is not None or not self.samples:
             return None
-        ordered = sorted(self.samples, reverse=self.higher_is_better)
-        return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+        return nearest_rank(self.samples, fraction, descending=self.higher_is_better)
 
     @property
     def p90(self) -> float | None:
@@ -505,7 +509,7 @@ class Subscriber(asyncio.Protocol):
     ``data_received`` only takes the wall-clock time and cuts off the complete frames; they are
     decoded after the measurement. A hundred httpx streams in one client process would spend tens
     of microseconds per frame each, serialised on one event loop, and that would show up as fan-out
-    delay; this costs about a microsecond per read."""
+    delay; this does next to nothing per read."""
 
     def __init__(self, request: bytes) -> None:
         self._request = request
@@ -562,53 +566,59 @@ class FanOut:
     server_cpu: float
 
 
-async def _fan_out(server: Server, subscribers: int, warmup: int, prompts: int) -> FanOut:
+async def _subscribe(server: Server, count: int) -> list[Subscriber]:
+    """``count`` subscribers, each connected (its ``server.connected`` frame seen) before the next."""
     loop = asyncio.get_running_loop()
     request = f"GET /api/event HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nAccept: text/event-stream\r\n\r\n".encode()
     subs: list[Subscriber] = []
-    measured: set[str] = set()
     try:
-        for _ in range(subscribers):
+        for _ in range(count):
             sub = Subscriber(request)
             connected = sub.watch(b'"server.connected"')
+            subs.append(sub)
             await loop.create_connection(lambda sub=sub: sub, HOST, server.port)
             await asyncio.wait_for(connected, EVENT_TIMEOUT_S)
-            subs.append(sub)
-        async with httpx.AsyncClient(base_url=server.url, timeout=EVENT_TIMEOUT_S, trust_env=False) as client:
-            for index in range(warmup + prompts):
-                if index == warmup:
-                    cpu_started, server_started, started = time.process_time(), server.cpu_seconds(), time.time()
-                response = await client.post("/api/session", json={})
-                response.raise_for_status()
-                session_id = str(response.json()["data"]["id"])
-                idle = [sub.watch(b'"session.idle"', session_id.encode()) for sub in subs]
-                response = await client.post(f"/api/session/{session_id}/prompt", json=V2_PROMPT_BODY)
-                response.raise_for_status()
-                response = await client.post(f"/api/session/{session_id}/wait")
-                if response.status_code != 204:
-                    raise RuntimeError(f"wait on {session_id} -> {response.status_code}")
-                await asyncio.wait_for(asyncio.gather(*idle), EVENT_TIMEOUT_S)
-                if index >= warmup:
-                    measured.add(session_id)
-            wall = time.time() - started
-            client_cpu, server_cpu = time.process_time() - cpu_started, server.cpu_seconds() - server_started
-    finally:
-        for sub in subs:
-            if sub.transport is not None:
-                sub.transport.close()
+    except BaseException:
+        _close(subs)
+        raise
+    return subs
 
-    arrivals: dict[str, list[float]] = {}
-    stamps: dict[str, tuple[str, int]] = {}
+
+def _close(subs: list[Subscriber]) -> None:
+    for sub in subs:
+        if sub.transport is not None:
+            sub.transport.close()
+
+
+async def _prompt_to_idle(client: httpx.AsyncClient, subs: list[Subscriber]) -> str:
+    """One prompt on a fresh session, awaited until every subscriber has its ``session.idle``
+    (every ``session.next.*`` event of the turn precedes it on each stream)."""
+    response = await client.post("/api/session", json={})
+    response.raise_for_status()
+    session_id = str(response.json()["data"]["id"])
+    idle = [sub.watch(b'"session.idle"', session_id.encode()) for sub in subs]
+    response = await client.post(f"/api/session/{session_id}/prompt", json=V2_PROMPT_BODY)
+    response.raise_for_status()
+    response = await client.post(f"/api/session/{session_id}/wait")
+    if response.status_code != 204:
+        raise RuntimeError(f"wait on {session_id} -> {response.status_code}: {response.text[:300]}")
+    await asyncio.wait_for(asyncio.gather(*idle), EVENT_TIMEOUT_S)
+    return session_id
+
+
+def _analyse(subs: list[Subscriber], measured: set[str]) -> FanOut:
+    arrivals: dict[str, list[float]] = {}  # event id -> arrival on each subscriber
+    stamps: dict[str, tuple[str, int]] = {}  # event id -> (type, data.timestamp)
     for sub in subs:
         for arrived, frame in sub.frames():
             data = frame.get("data") or {}
             if frame.get("type", "").startswith("session.next.") and data.get("sessionID") in measured:
                 arrivals.setdefault(frame["id"], []).append(arrived)
                 stamps[frame["id"]] = (frame["type"], int(data["timestamp"]))
-    missed = [event_id for event_id, times in arrivals.items() if len(times) != subscribers]
+    missed = [event_id for event_id, times in arrivals.items() if len(times) != len(subs)]
     if missed or not arrivals:
-        raise RuntimeError(f"{len(missed)} of {len(arrivals)} events did not reach all {subscribers} subscribers")
-    result = FanOut([], [], {}, client_cpu / wall, server_cpu / wall)
+        raise RuntimeError(f"{len(missed)} of {len(arrivals)} events did not reach all {len(subs)} subscribers")
+    result = FanOut([], [], {}, 0.0, 0.0)
     for event_id, times in arrivals.items():
         event_type, stamp = stamps[event_id]
         delays = [arrived * 1000 - stamp for arrived in times]
@@ -618,19 +628,36 @@ async def _fan_out(server: Server, subscribers: int, warmup: int, prompts: int) 
     return result
 
 
+async def _fan_out(server: Server, subscribers: int, warmup: int, prompts: int) -> FanOut:
+    subs = await _subscribe(server, subscribers)
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=EVENT_TIMEOUT_S, trust_env=False) as client:
+            for _ in range(warmup):
+                await _prompt_to_idle(client, subs)
+            cpu_started, server_started, started = time.process_time(), server.cpu_seconds(), time.perf_counter()
+            measured = {await _prompt_to_idle(client, subs) for _ in range(prompts)}
+            wall = time.perf_counter() - started
+            client_cpu, server_cpu = time.process_time() - cpu_started, server.cpu_seconds() - server_started
+    finally:
+        _close(subs)
+    result = _analyse(subs, measured)
+    result.client_cpu, result.server_cpu = client_cpu / wall, server_cpu / wall
+    return result
+
+
 def bench_fan_out(server: Server, subscribers: int, delay: Metric, warmup: int, prompts: int, notes: list[str]) -> None:
     # uvloop spends less per read than the stdlib loop, which with 100 sockets shows in the p99.
     with asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None) as runner:
         result = runner.run(_fan_out(server, subscribers, warmup, prompts))
     delay.samples = result.delays
-    spread = Metric("spread", "ms", 0, samples=result.spreads)
     tails = ", ".join(
-        f"{kind.removeprefix('session.next.')} {Metric(kind, 'ms', 0, samples=samples).p99:.1f}"
+        f"{kind.removeprefix('session.next.')} {nearest_rank(samples, 0.99):.1f}"
         for kind, samples in sorted(result.by_type.items())
     )
     verdict = "the client may be limiting" if result.client_cpu >= CLIENT_BOUND_CPU else "the client is not the limit"
     spread_text = (
-        f"first -> last subscriber of an event median {spread.median:.2f} ms, p99 {spread.p99:.2f} ms; "
+        f"first -> last subscriber of an event median {statistics.median(result.spreads):.2f} ms, "
+        f"p99 {nearest_rank(result.spreads, 0.99):.2f} ms; "
         if subscribers > 1
         else ""
     )

@@ -45,6 +45,8 @@ class PromptRequest:
     variant: str | None = None
     delivery: str = "queue"
     deferred: bool = False
+    # "manual" or "auto" for a request to summarize the history (the runner's compaction step).
+    compaction: str | None = None
     # The prompt as the V2 protocol shows it ({text, files?, agents?}); derived from parts if absent.
     view: dict[str, Any] | None = None
 
@@ -62,6 +64,7 @@ class PromptRequest:
                     "variant": self.variant,
                     "delivery": self.delivery,
                     "deferred": self.deferred,
+                    "compaction": self.compaction,
                 }
             )
         )
@@ -99,6 +102,22 @@ def user_message_info(session_id: str, message_id: str, stored: dict[str, Any], 
         if stored.get(key) is not None:
             info[key] = stored[key]
     return info
+
+
+def compaction_request(reason: str, model: ModelRef | None) -> PromptRequest:
+    """A request to summarize the history: a user message with a compaction part, as OpenCode
+    records it. Automatic ones steer (they run at the next step boundary, before queued work)."""
+    return PromptRequest(
+        parts=[{"type": "compaction", "auto": reason == "auto"}],
+        model=model,
+        delivery="steer" if reason == "auto" else "queue",
+        compaction=reason,
+        view={"text": ""},
+    )
+
+
+def is_compaction(row: InputRow) -> bool:
+    return bool(loads(row.prompt).get("compaction"))
 
 
 class _Duplicate(Exception):
@@ -156,6 +175,7 @@ class Admission:
             "prompt": view,
             "parts": request.parts,
             "deferred": request.deferred,
+            "compaction": request.compaction,
         }
         async with self.log.transaction() as tx:
             if request.message_id is not None:  # ids we generate are new by construction

@@ -33,8 +33,11 @@ def chat_messages(history: list[MessageWithParts], queued_user_ids: set[str]) ->
     return result
 
 
-def system_prompts(directory: str, extra: str | None) -> list[str]:
+def system_prompts(directory: str, extra: str | None, summary: str | None = None) -> list[str]:
+    """System text: ours, the prompt's own, and the summary of compacted history if any."""
     prompts = [f"{BASE_SYSTEM_PROMPT}\nWorking directory: {directory}"]
     if extra:
         prompts.append(extra)
+    if summary:
+        prompts.append(f"Summary of the earlier conversation (older messages are not repeated):\n{summary}")
     return prompts

@@ -91,6 +91,16 @@ class AssistantRecorder:
     async def emit_info(self, tx: Transaction) -> None:
         await self._emit(tx, "message.updated", {"sessionID": self.session_id, "info": self.info})
 
+    def text(self) -> str:
+        """The message's text so far (all text parts, in order)."""
+        open_text = "".join(self._open.chunks) if self._open and self._open.part["type"] == "text" else ""
+        closed = "".join(
+            p.get("text", "")
+            for p in self.parts
+            if p["type"] == "text" and p is not (self._open.part if self._open else None)
+        )
+        return closed + open_text
+
     def _new_part(self, part_type: str, **fields: Any) -> dict[str, Any]:
         part = {"id": ids.part_id(), "sessionID": self.session_id, "messageID": self.info["id"], "type": part_type}
         part.update(fields)

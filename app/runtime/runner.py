@@ -21,15 +21,26 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
+from app.config import ConfigLoader
 from app.events.log import EventLog, Transaction
 from app.events.model import Event
 from app.jsonutil import loads
 from app.providers.base import ChatRequest, Finish, Provider, ProviderError, ReasoningDelta, TextDelta
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.admission import user_message_info
+from app.runtime.admission import Admission, compaction_request, is_compaction, user_message_info
+from app.runtime.compaction import (
+    SUMMARY_INSTRUCTION,
+    SUMMARY_SYSTEM,
+    Snapshot,
+    Snapshots,
+    Window,
+    overflows,
+    transcript,
+)
 from app.runtime.context import chat_messages, system_prompts
 from app.runtime.coordinator import BUSY, DrainCoordinator
+from app.runtime.errors import Conflict
 from app.runtime.history import History
 from app.runtime.payloads import next_event
 from app.runtime.recorder import ABORTED, AssistantRecorder
@@ -53,14 +64,15 @@ def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
 
 
 def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
-    """The inputs the next step answers (see the module docstring)."""
+    """The inputs the next step answers (see the module docstring). A compaction request is
+    always a step of its own."""
     interrupted = [row for row in unsettled if row.promoted_seq is not None]
-    if interrupted:
-        return interrupted
     steers = [row for row in unsettled if row.delivery == "steer"]
-    if steers:
-        return steers[:MAX_STEERS_PER_STEP]
-    return unsettled[:1]
+    batch = interrupted or steers[:MAX_STEERS_PER_STEP] or unsettled[:1]
+    for index, row in enumerate(batch):
+        if is_compaction(row):
+            return batch[:index] or [row]
+    return batch
 
 
 class Runner:
@@ -73,6 +85,9 @@ class Runner:
         titles: TitleGenerator,
         waiters: InputWaiters,
         history: History,
+        admission: Admission,
+        snapshots: Snapshots,
+        config: ConfigLoader,
         flush_seconds: float,
     ) -> None:
         self.log = log
@@ -82,6 +97,9 @@ class Runner:
         self.titles = titles
         self.waiters = waiters
         self.history = history
+        self.admission = admission
+        self.snapshots = snapshots
+        self.config = config
         self.flush_seconds = flush_seconds
         self.coordinator: DrainCoordinator  # set by the runtime (they refer to each other)
 
@@ -125,8 +143,9 @@ class Runner:
         directory = session["directory"]
         answered = batch[-1]
         prompt = loads(answered.prompt)
+        reason = prompt.get("compaction")
         ref = ModelRef(prompt["model"]["providerID"], prompt["model"]["modelID"])
-        agent = prompt.get("agent") or "build"
+        agent = "compaction" if reason else prompt.get("agent") or "build"
         info: dict[str, Any] = {
             "id": ids.message_id(),
             "sessionID": session_id,
@@ -141,26 +160,48 @@ class Runner:
             "cost": 0,
             "tokens": zero_tokens(),
         }
+        if reason:
+            info["summary"] = True
+        # The window is read before this step's own messages exist: a compaction summarizes what
+        # came before its request, a normal step sees the prompts it answers (promoted below).
+        window = await self.snapshots.window(session_id)
         recorder = AssistantRecorder(self.log, info, directory, self.flush_seconds)
         input_ids = [row.id for row in batch]
         async with self.log.transaction() as tx:
             await self._promote(tx, session, batch)
             await recorder.begin(tx)
-        history = [m for m in await self.queries.messages(session_id, by_seq=True) if m["info"]["id"] != info["id"]]
-        messages = chat_messages(history, await self.queries.queued_user_ids(session_id))
+            if reason:
+                await tx.emit(
+                    "session.next.compaction.started",
+                    next_event(session_id, messageID=answered.id, reason=reason),
+                    session_id=session_id,
+                    directory=directory,
+                )
         try:
             provider, model = self.registry.resolve(directory, ref)
         except ModelNotFoundError as exc:
             await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": str(exc)}})
             return
-        request = ChatRequest(
-            model=model,
-            system=system_prompts(directory, prompt.get("system")),
-            messages=messages,
-            session_id=session_id,
-        )
+        if reason:
+            request = ChatRequest(
+                model=model,
+                system=[SUMMARY_SYSTEM],
+                session_id=session_id,
+                messages=[{"role": "user", "content": f"{transcript(window)}\n\n{SUMMARY_INSTRUCTION}"}],
+            )
+        else:
+            window = await self.snapshots.window(session_id)
+            tail = [m for m in window.tail if m["info"]["id"] != info["id"]]
+            summary = window.snapshot.summary if window.snapshot else None
+            request = ChatRequest(
+                model=model,
+                system=system_prompts(directory, prompt.get("system"), summary),
+                messages=chat_messages(tail, await self.queries.queued_user_ids(session_id)),
+                session_id=session_id,
+            )
         try:
             finish = await self._stream_with_retries(session_id, recorder, provider, request, signal)
+            snapshot = await self._store_summary(session_id, window, recorder, reason) if reason else None
         except Aborted as exc:
             if exc.reason == "abort":
                 await self._fail(recorder, input_ids, ABORTED)
@@ -168,13 +209,45 @@ class Runner:
         except ProviderError as exc:
             await self._fail(recorder, input_ids, exc.to_named_error())
             return
+        except Conflict as exc:
+            await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": exc.message}})
+            return
         async with self.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model)
             await recorder.complete(tx, input_ids)
             await self.sessions.mutate(tx, session_id, lambda s: _add_usage(s, usage))
-        if not any(m["info"]["role"] == "assistant" for m in history) and messages:
-            # After the answer rather than beside it: the title is not worth delaying the reply.
-            self.titles.schedule(session, messages[-1]["content"], provider, model)
+            if snapshot is not None:
+                await tx.emit(
+                    "session.next.compaction.ended",
+                    next_event(session_id, messageID=answered.id, reason=reason, text=snapshot.summary, recent=""),
+                    session_id=session_id,
+                    directory=directory,
+                )
+                tx.publish(Event("session.compacted", {"sessionID": session_id}, session_id, directory))
+        if snapshot is None:
+            self.titles.schedule(session, request.messages[-1]["content"] if request.messages else "", provider, model)
+            if self._auto_compaction(directory) and overflows(usage["tokens"], model):
+                await self.admission.admit(session_id, compaction_request("auto", ref))
+
+    async def _store_summary(
+        self, session_id: str, window: Window, recorder: AssistantRecorder, reason: str
+    ) -> Snapshot:
+        """Record the streamed summary as the session's newest snapshot, covering the window."""
+        covered = window.tail[-1]["info"]["id"] if window.tail else None
+        through = await self.queries.message_seq(session_id, covered) if covered else None
+        if through is None:
+            through = window.snapshot.through_seq if window.snapshot else -1
+        return await self.snapshots.write(
+            session_id,
+            replaces=window.version,
+            through_seq=through,
+            message_id=recorder.info["id"],
+            reason=reason,
+            summary=recorder.text(),
+        )
+
+    def _auto_compaction(self, directory: str) -> bool:
+        return (self.config.load(directory).raw.get("compaction") or {}).get("auto", True) is not False
 
     async def _stream_with_retries(
         self,

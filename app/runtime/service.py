@@ -13,7 +13,8 @@ from app.events.log import EventLog
 from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
 from app.runtime.abort import AbortSignal
-from app.runtime.admission import Admission, Admitted, PromptRequest
+from app.runtime.admission import Admission, Admitted, PromptRequest, compaction_request
+from app.runtime.compaction import Snapshots, Window
 from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import SessionNotFound
 from app.runtime.history import History
@@ -44,6 +45,8 @@ class Runtime:
         self.titles = TitleGenerator(self.sessions)
         self.coordinator = DrainCoordinator(self._drain, self._publish_status)
         self.history = History(self.log, self.queries, self.sessions, self.coordinator)
+        self.admission = Admission(self.log, self.sessions, self.registry, self.history)
+        self.snapshots = Snapshots(self.log, self.queries)
         self.runner = Runner(
             self.log,
             self.queries,
@@ -52,10 +55,12 @@ class Runtime:
             self.titles,
             self.waiters,
             self.history,
+            self.admission,
+            self.snapshots,
+            self.config,
             settings.part_flush_seconds,
         )
         self.runner.coordinator = self.coordinator
-        self.admission = Admission(self.log, self.sessions, self.registry, self.history)
         self.reverts = Reverts(self.log, self.history)
         self.shares = Shares(self.log, self.history)
 
@@ -115,6 +120,18 @@ class Runtime:
             with suppress(SessionNotFound):
                 await self.sessions.get(session_id)
                 self._publish_status(session_id, {"type": "idle"})
+
+    async def summarize(self, session_id: str, model: ModelRef | None = None) -> None:
+        """Compact the session's history now and return once the summary is stored (or failed)."""
+        admitted = await self.prompt(session_id, compaction_request("manual", model))
+        waiter = self.waiters.register(session_id, admitted.message_id)
+        if self.coordinator.is_active(session_id):
+            await waiter
+
+    async def context(self, session_id: str) -> Window:
+        """What the model sees next: the newest snapshot and the messages after it."""
+        await self.sessions.get(session_id)
+        return await self.snapshots.window(session_id)
 
     async def interrupt(self, session_id: str) -> None:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.jsonutil import loads
 from app.store import sql
-from app.store.database import Database
+from app.store.database import Database, Row
 
 MessageWithParts = dict[str, Any]
 
@@ -194,6 +194,14 @@ class Queries:
     async def messages_before_seq(self, session_id: str, seq: int) -> list[MessageWithParts]:
         rows = await self.db.fetch(sql.MESSAGES_BEFORE_SEQ, {"session_id": session_id, "seq": seq})
         return [m.decode() for m in await self._with_parts(session_id, rows, whole_session=False)]
+
+    async def messages_after_seq(self, session_id: str, seq: int) -> list[MessageWithParts]:
+        """Messages that entered the session after log position ``seq``, in entry order."""
+        rows = await self.db.fetch(sql.MESSAGES_AFTER_SEQ, {"session_id": session_id, "seq": seq})
+        return [m.decode() for m in await self._with_parts(session_id, rows, whole_session=False)]
+
+    async def latest_snapshot(self, session_id: str) -> Row | None:
+        return await self.db.fetch_one(sql.LATEST_SNAPSHOT, {"session_id": session_id})
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         row = await self.db.fetch_one(sql.MESSAGE_SEQ, {"id": message_id, "session_id": session_id})

@@ -107,3 +107,18 @@ shares = Table(
     Column("time_created", BigInteger, nullable=False),
     Index("ix_shares_session", "session_id"),
 )
+
+# Compaction snapshots: ``summary`` covers every message that entered the session at or before
+# ``through_seq``; the model's context is the newest snapshot plus the messages after it. The
+# (session_id, version) key makes concurrent writers conflict instead of overwriting each other.
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("session_id", String, primary_key=True),
+    Column("version", BigInteger, primary_key=True),
+    Column("through_seq", BigInteger, nullable=False),
+    Column("message_id", String, nullable=False),
+    Column("reason", String, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("time_created", BigInteger, nullable=False),
+)

@@ -9,7 +9,7 @@ from functools import lru_cache
 from sqlalchemy import ClauseElement, Table, bindparam, delete, func, literal_column, select, true, update
 from sqlalchemy.dialects import sqlite
 
-from app.store.schema import events, inputs, messages, parts, sessions, shares
+from app.store.schema import events, inputs, messages, parts, sessions, shares, snapshots
 
 _DIALECT = sqlite.dialect(paramstyle="named")
 
@@ -47,8 +47,15 @@ DELETE_PART = compile_sql(delete(parts).where(parts.c.id == bindparam("id")))
 DELETE_PARTS_OF_MESSAGE = compile_sql(delete(parts).where(parts.c.message_id == bindparam("message_id")))
 DELETE_SESSION_ROWS = {
     table.name: compile_sql(delete(table).where(table.c.session_id == bindparam("session_id")))
-    for table in (parts, messages, inputs, shares)
+    for table in (parts, messages, inputs, shares, snapshots)
 }
+INSERT_SNAPSHOT = compile_sql(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
+LATEST_SNAPSHOT = compile_sql(
+    select(snapshots)
+    .where(snapshots.c.session_id == bindparam("session_id"))
+    .order_by(snapshots.c.version.desc())
+    .limit(literal_column("1"))
+)
 INSERT_SHARE = compile_sql(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))
 SHARE_SESSION = compile_sql(select(shares.c.session_id).where(shares.c.token == bindparam("token")))
 PROMOTE_INPUT = compile_sql(
@@ -114,6 +121,11 @@ PART_IDS_FROM = compile_sql(
 )
 MESSAGE_COUNT = compile_sql(
     select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id"))
+)
+MESSAGES_AFTER_SEQ = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
+    .order_by(messages.c.seq, messages.c.id)
 )
 MESSAGES_BEFORE_SEQ = compile_sql(
     select(messages.c.id, messages.c.info)

@@ -134,3 +134,9 @@ class PartBody(BaseModel):
     type: str = Field(min_length=1)
     sessionID: SessionID | None = None
     messageID: MessageID | None = None
+
+
+class SummarizeBody(_Body):
+    providerID: str = Field(min_length=1)
+    modelID: str = Field(min_length=1)
+    auto: bool | None = None

@@ -10,7 +10,15 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
 from app.api.deps import DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
-from app.api.legacy.schemas import ForkBody, PartBody, PromptBody, RevertBody, SessionCreate, SessionUpdate
+from app.api.legacy.schemas import (
+    ForkBody,
+    PartBody,
+    PromptBody,
+    RevertBody,
+    SessionCreate,
+    SessionUpdate,
+    SummarizeBody,
+)
 from app.api.responses import JSONBody
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
@@ -265,3 +273,13 @@ async def share(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath)
 @router.delete("/session/{sessionID}/share", operation_id="session.unshare", responses=_SESSION_DOC)
 async def unshare(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     return JSONBody(await runtime.shares.unshare(sessionID))
+
+
+@router.post(
+    "/session/{sessionID}/summarize",
+    operation_id="session.summarize",
+    summary="Compact the history into a summary the model continues from; answers once done",
+)
+async def summarize(runtime: RuntimeDep, sessionID: SessionIDPath, body: SummarizeBody) -> Response:
+    await runtime.summarize(sessionID, ModelRef(body.providerID, body.modelID))
+    return JSONBody(True)

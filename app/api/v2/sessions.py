@@ -13,7 +13,6 @@ from sse_starlette import ServerSentEvent
 
 from app import ids
 from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
-from app.api.errors import tagged
 from app.api.responses import JSONBody
 from app.api.sse import (
     REPLAY_BATCH,
@@ -178,8 +177,8 @@ async def wait(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
 
 @router.post("/session/{sessionID}/compact", operation_id="v2.session.compact", status_code=204)
 async def compact(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    return tagged(503, "ServiceUnavailableError", "Session compact is not available yet", service="session.compact")
+    await runtime.summarize(sessionID)
+    return Response(status_code=204)
 
 
 @router.post("/session/{sessionID}/revert/stage", operation_id="v2.session.revert.stage")
@@ -289,7 +288,9 @@ async def message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: Mess
     summary="What the model sees next: the messages after the last compaction",
 )
 async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody({"data": [views.message(m) for m in await runtime.history.get_messages(sessionID, by_seq=True)]})
+    window = await runtime.context(sessionID)
+    data = [views.snapshot(window.snapshot)] if window.snapshot else []
+    return JSONBody({"data": data + [views.message(m) for m in window.tail]})
 
 
 def _v2_control() -> ServerSentEvent:

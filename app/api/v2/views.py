@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.events.model import Event
+from app.runtime.compaction import Snapshot
 from app.store.queries import MessageWithParts
 
 
@@ -104,3 +105,15 @@ def event(event: Event, *, with_location: bool) -> dict[str, Any]:
         envelope["location"] = {"directory": event.directory}
     envelope["data"] = event.properties
     return envelope
+
+
+def snapshot(snapshot: Snapshot) -> dict[str, Any]:
+    """A compaction snapshot as the ``compaction`` message that opens the model's context."""
+    return {
+        "id": snapshot.message_id,
+        "time": {"created": snapshot.time_created},
+        "type": "compaction",
+        "reason": snapshot.reason,
+        "summary": snapshot.summary,
+        "recent": "",
+    }

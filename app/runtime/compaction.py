@@ -1,0 +1,125 @@
+"""Compaction: replace the model's view of a long history with a summary, without rewriting the
+history anyone lists.
+
+- A snapshot stores a summary covering every message that entered the session up to a log
+  position (``through_seq``) and a ``version``; writing one states the version it replaces, so a
+  stale writer gets a Conflict instead of overwriting a newer summary.
+- The model's context ("window") is the newest snapshot's summary plus the messages after its
+  position, minus compaction bookkeeping (the request and the summary reply). Reading it costs
+  the tail, not the whole history.
+- Auto-compaction triggers when a step's tokens reach the model's usable context, as in OpenCode:
+  ``context limit - min(20 000, output limit)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.clock import now_ms
+from app.events.log import EventLog
+from app.providers.base import ModelInfo
+from app.runtime.errors import Conflict
+from app.store import sql
+from app.store.queries import MessageWithParts, Queries
+
+SUMMARY_SYSTEM = (
+    "You are summarizing a conversation between a user and a coding agent so that the work can "
+    "continue from the summary alone. Keep decisions, facts, file names, open questions and next "
+    "steps; drop pleasantries. Reply with the summary only."
+)
+SUMMARY_INSTRUCTION = "Summarize the conversation above."
+RESERVED_OUTPUT_CAP = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    session_id: str
+    version: int
+    through_seq: int
+    message_id: str
+    reason: str
+    summary: str
+    time_created: int
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What the model sees next: the newest summary (if any) and the messages after it."""
+
+    snapshot: Snapshot | None
+    tail: list[MessageWithParts]
+
+    @property
+    def version(self) -> int:
+        return self.snapshot.version if self.snapshot else 0
+
+
+def is_bookkeeping(message: MessageWithParts) -> bool:
+    """A compaction request or a summary reply: history for people, not context for the model."""
+    info = message["info"]
+    return bool(info.get("summary")) or any(p["type"] == "compaction" for p in message["parts"])
+
+
+def usable_context(model: ModelInfo) -> int:
+    if model.context_limit <= 0:
+        return 0
+    return model.context_limit - min(RESERVED_OUTPUT_CAP, model.output_limit)
+
+
+def overflows(tokens: dict[str, Any], model: ModelInfo) -> bool:
+    usable = usable_context(model)
+    return usable > 0 and tokens.get("total", 0) >= usable
+
+
+def transcript(window: Window) -> str:
+    """The window as plain text, for the summarizing model."""
+    lines = []
+    if window.snapshot:
+        lines.append(f"[Summary of earlier conversation]\n{window.snapshot.summary}")
+    for message in window.tail:
+        role = "User" if message["info"]["role"] == "user" else "Assistant"
+        text = "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
+        if text:
+            lines.append(f"[{role}]\n{text}")
+    return "<conversation>\n" + "\n\n".join(lines) + "\n</conversation>"
+
+
+class Snapshots:
+    def __init__(self, log: EventLog, queries: Queries) -> None:
+        self.log = log
+        self.queries = queries
+
+    async def latest(self, session_id: str) -> Snapshot | None:
+        row = await self.queries.latest_snapshot(session_id)
+        return Snapshot(*row) if row else None
+
+    async def window(self, session_id: str) -> Window:
+        snapshot = await self.latest(session_id)
+        tail = await self.queries.messages_after_seq(session_id, snapshot.through_seq if snapshot else -1)
+        return Window(snapshot, [m for m in tail if not is_bookkeeping(m)])
+
+    async def write(
+        self, session_id: str, *, replaces: int, through_seq: int, message_id: str, reason: str, summary: str
+    ) -> Snapshot:
+        """Store a new snapshot over version ``replaces``; Conflict if another writer got there
+        first (checked inside the write transaction, so exactly one of two racing writers wins)."""
+        snapshot = Snapshot(session_id, replaces + 1, through_seq, message_id, reason, summary, now_ms())
+        async with self.log.db.write() as scope:
+            rows = await scope.fetch(sql.LATEST_SNAPSHOT, {"session_id": session_id})
+            current = rows[0][1] if rows else 0
+            if current != replaces:
+                raise Conflict(f"Snapshot of {session_id} is at version {current}, not {replaces}", session_id)
+            scope.execute(
+                sql.INSERT_SNAPSHOT,
+                {
+                    "session_id": snapshot.session_id,
+                    "version": snapshot.version,
+                    "through_seq": snapshot.through_seq,
+                    "message_id": snapshot.message_id,
+                    "reason": snapshot.reason,
+                    "summary": snapshot.summary,
+                    "time_created": snapshot.time_created,
+                },
+            )
+        return snapshot
