@@ -5,15 +5,19 @@ stream is gap-free and duplicate-free across the replay/live boundary.
 Every event frame carries ``id: <position>`` (the whole-server cursor, or the session's ``seq``
 on a per-session stream), so a client that reconnects with ``Last-Event-ID`` receives every
 durable event it missed. Ephemeral events (deltas) are not replayed; the final part event
-carries the whole text."""
+carries the whole text.
+
+Speed: a frame is encoded once per event and stream kind and shared by all subscribers (stored
+JSON is spliced in, not decoded and re-encoded), and whatever is already queued is written in one
+chunk, so a burst costs one send per subscriber rather than one per event.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from app.events.bus import Accept, Overflowed
 from app.events.model import Event
@@ -26,19 +30,18 @@ SSE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 REPLAY_BATCH = 1000
+LIVE_BATCH = 256
+HEARTBEAT_COMMENT = b": heartbeat\n\n"
 
-Encode = Callable[[Event], bytes]  # b"" means: no frame for this event on this stream
+Encode = Callable[[Event], bytes]  # the frame's JSON; b"" means: no frame for this event here
 Replay = Callable[[int], Awaitable[list[Event]]]  # durable events after a position, one batch
 
 
-def sse(data: bytes, frame_id: int | None) -> ServerSentEvent:
-    # sse-starlette's per-response ``sep`` does not reach ServerSentEvent objects; OpenCode (and
-    # the official SDK's parser) use bare "\n" line endings.
-    return ServerSentEvent(data=data.decode(), id=None if frame_id is None else str(frame_id), sep="\n")
-
-
-def comment(text: str) -> ServerSentEvent:
-    return ServerSentEvent(comment=text, sep="\n")
+def frame(data: bytes, frame_id: int | None = None) -> bytes:
+    """One SSE frame with bare "\\n" line endings (OpenCode's framing; the official SDK splits on
+    "\\n\\n" only). Compact JSON never contains a newline, so one ``data:`` line suffices."""
+    head = b"" if frame_id is None else b"id: %d\n" % frame_id
+    return head + b"data: " + data + b"\n\n"
 
 
 def resume_position(last_event_id: str | None) -> int | None:
@@ -69,26 +72,28 @@ def session_position(event: Event) -> int:
 class StreamSpec:
     accept: Accept
     encode: Encode
-    kind: str  # key under which an event caches its encoding for this stream
+    kind: str  # key under which an event caches its frames for this stream
     position: Callable[[Event], int]
     replay: Replay
-    heartbeat: Callable[[], ServerSentEvent]
-    connected: Callable[[], ServerSentEvent] | None = None
+    heartbeat: Callable[[], bytes]
+    connected: Callable[[], bytes] | None = None
     twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
 
+    def frames(self, event: Event) -> bytes:
+        return event.encoded(self.kind, self._render)
 
-async def _frames(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncIterator[ServerSentEvent]:
+    def _render(self, event: Event) -> bytes:
+        position = self.position(event)
+        payload = self.encode(event)
+        rendered = frame(payload, position) if payload else b""
+        if self.twin is not None and event.durable:
+            rendered += frame(self.twin(event), position)
+        return rendered
+
+
+async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncIterator[bytes]:
     subscription = runtime.bus.subscribe(spec.accept)
     interval = runtime.settings.heartbeat_seconds
-
-    def frames(event: Event) -> list[ServerSentEvent]:
-        position = spec.position(event)
-        primary = event.encoded(spec.kind, spec.encode)
-        result = [sse(primary, position)] if primary else []
-        if spec.twin is not None and event.durable:
-            result.append(sse(event.encoded(spec.kind + ":sync", spec.twin), position))
-        return result
-
     try:
         if spec.connected is not None:
             yield spec.connected()
@@ -97,11 +102,11 @@ async def _frames(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
             replayed_to = after
             while True:
                 batch = await spec.replay(replayed_to)
-                for event in batch:
-                    replayed_to = spec.position(event)
-                    if spec.accept(event):
-                        for item in frames(event):
-                            yield item
+                if batch:
+                    replayed_to = spec.position(batch[-1])
+                    chunk = b"".join(spec.frames(event) for event in batch if spec.accept(event))
+                    if chunk:
+                        yield chunk
                 if len(batch) < REPLAY_BATCH:
                     break
         while True:
@@ -109,10 +114,10 @@ async def _frames(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
             if event is None:
                 yield spec.heartbeat()
                 continue
-            if event.durable and spec.position(event) <= replayed_to:
-                continue
-            for item in frames(event):
-                yield item
+            ready = [event, *subscription.ready(LIVE_BATCH)]
+            chunk = b"".join(spec.frames(e) for e in ready if not (e.durable and spec.position(e) <= replayed_to))
+            if chunk:
+                yield chunk
     except Overflowed:
         return  # the client resumes from the last id it received
     finally:
@@ -120,8 +125,17 @@ async def _frames(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
 
 
 def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventSourceResponse:
-    return EventSourceResponse(_frames(runtime, spec, after), headers=SSE_HEADERS, ping=0, sep="\n")
+    return EventSourceResponse(_stream(runtime, spec, after), headers=SSE_HEADERS, ping=0, sep="\n")
 
 
-def envelope(event_type: str, properties: dict[str, Any], event_id: str) -> dict[str, Any]:
-    return {"id": event_id, "type": event_type, "properties": properties}
+def legacy_envelope(event: Event) -> bytes:
+    """``{"id", "type", "properties"}`` with the payload spliced in as stored."""
+    return b'{"id":"%s","type":"%s","properties":%s}' % (
+        event.id.encode(),
+        event.type.encode(),
+        event.properties_json(),
+    )
+
+
+def control_envelope(event_id: str, event_type: str) -> bytes:
+    return b'{"id":"%s","type":"%s","properties":{}}' % (event_id.encode(), event_type.encode())

@@ -43,9 +43,17 @@ class Subscription:
         if self.overflowed:
             raise Overflowed
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
+            async with asyncio.timeout(timeout):  # no extra task per event, unlike wait_for
+                return await self._queue.get()
         except TimeoutError:
             return None
+
+    def ready(self, limit: int) -> list[Event]:
+        """Up to ``limit`` events already queued, without waiting (to send a burst at once)."""
+        events: list[Event] = []
+        while len(events) < limit and not self._queue.empty():
+            events.append(self._queue.get_nowait())
+        return events
 
     def close(self) -> None:
         self._bus.unsubscribe(self)

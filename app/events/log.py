@@ -17,7 +17,7 @@ from typing import Any
 
 from app.events.bus import EventBus
 from app.events.model import Event
-from app.jsonutil import dumps, loads
+from app.jsonutil import dumps
 from app.store import sql
 from app.store.database import Database, Params, Row, WriteScope
 from app.store.projectors import project
@@ -81,7 +81,7 @@ class Transaction:
 def _row_to_event(row: Row) -> Event:
     cursor, event_id, session_id, directory, seq, event_type, data, time = row
     return Event(
-        event_type, loads(data), session_id, directory, durable=True, seq=seq, cursor=cursor, id=event_id, time=time
+        event_type, None, session_id, directory, durable=True, seq=seq, cursor=cursor, id=event_id, time=time, raw=data
     )
 
 

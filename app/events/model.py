@@ -7,6 +7,7 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
+from app.jsonutil import dumpb, loads
 
 # Durable event types whose payload shape has a version other than 1 (as OpenCode numbers them).
 VERSIONS = {"session.next.step.ended": 2, "session.next.step.failed": 2}
@@ -23,7 +24,7 @@ class Event:
     """
 
     type: str
-    properties: dict[str, Any]
+    props: dict[str, Any] | None  # parsed payload; None until needed when ``raw`` is given
     session_id: str | None = None
     directory: str | None = None
     durable: bool = False
@@ -31,7 +32,19 @@ class Event:
     cursor: int = 0
     id: str = field(default_factory=ids.event_id)
     time: int = field(default_factory=now_ms)
+    raw: str | None = None  # the payload as stored JSON text (events read back from the log)
     _frames: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        """The payload. Replayed events parse their stored JSON only if someone looks inside."""
+        if self.props is None:
+            self.props = loads(self.raw or "{}")
+        return self.props
+
+    def properties_json(self) -> bytes:
+        """The payload as JSON bytes: the stored text when there is one (no decode/encode)."""
+        return self.raw.encode() if self.raw is not None else dumpb(self.props)
 
     @property
     def version(self) -> int:

@@ -162,9 +162,9 @@ class Runner:
         }
         if reason:
             info["summary"] = True
-        # The window is read before this step's own messages exist: a compaction summarizes what
-        # came before its request, a normal step sees the prompts it answers (promoted below).
-        window = await self.snapshots.window(session_id)
+        # A compaction summarizes what came before its request, so its window is read before the
+        # step's own messages exist; a normal step reads it after promoting the prompts it answers.
+        window = await self.snapshots.window(session_id) if reason else None
         recorder = AssistantRecorder(self.log, info, directory, self.flush_seconds)
         input_ids = [row.id for row in batch]
         async with self.log.transaction() as tx:
@@ -182,7 +182,7 @@ class Runner:
         except ModelNotFoundError as exc:
             await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": str(exc)}})
             return
-        if reason:
+        if window is not None:
             request = ChatRequest(
                 model=model,
                 system=[SUMMARY_SYSTEM],
@@ -190,18 +190,20 @@ class Runner:
                 messages=[{"role": "user", "content": f"{transcript(window)}\n\n{SUMMARY_INSTRUCTION}"}],
             )
         else:
-            window = await self.snapshots.window(session_id)
-            tail = [m for m in window.tail if m["info"]["id"] != info["id"]]
-            summary = window.snapshot.summary if window.snapshot else None
+            context = await self.snapshots.window(session_id)
+            tail = [m for m in context.tail if m["info"]["id"] != info["id"]]
+            summary = context.snapshot.summary if context.snapshot else None
             request = ChatRequest(
                 model=model,
                 system=system_prompts(directory, prompt.get("system"), summary),
-                messages=chat_messages(tail, await self.queries.queued_user_ids(session_id)),
+                # Prompts admitted but still waiting (read now: more may have arrived) are not
+                # shown to the model yet.
+                messages=chat_messages(tail, await self.queries.waiting_user_ids(session_id)),
                 session_id=session_id,
             )
         try:
             finish = await self._stream_with_retries(session_id, recorder, provider, request, signal)
-            snapshot = await self._store_summary(session_id, window, recorder, reason) if reason else None
+            snapshot = await self._store_summary(session_id, window, recorder, reason) if window else None
         except Aborted as exc:
             if exc.reason == "abort":
                 await self._fail(recorder, input_ids, ABORTED)

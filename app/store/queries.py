@@ -241,6 +241,6 @@ class Queries:
     async def sessions_with_unsettled_inputs(self) -> list[str]:
         return [row[0] for row in await self.db.fetch(sql.SESSIONS_WITH_UNSETTLED_INPUTS)]
 
-    async def queued_user_ids(self, session_id: str) -> set[str]:
-        """User messages admitted but not yet promoted into a turn."""
-        return {row[0] for row in await self.db.fetch(sql.QUEUED_USER_IDS, {"session_id": session_id})}
+    async def waiting_user_ids(self, session_id: str) -> set[str]:
+        """User messages admitted but not yet promoted into a step."""
+        return {row[0] for row in await self.db.fetch(sql.WAITING_USER_IDS, {"session_id": session_id})}

@@ -150,13 +150,13 @@ UNSETTLED_INPUTS = compile_sql(
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
     .order_by(inputs.c.admitted_seq)
 )
-SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
-    select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()
-)
-QUEUED_USER_IDS = compile_sql(
+WAITING_USER_IDS = compile_sql(
     select(inputs.c.id).where(
         inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None)
     )
+)
+SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
+    select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()
 )
 
 

@@ -7,12 +7,20 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
-from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
 from app import ids
 from app.api.deps import DirectoryDep, RuntimeDep
-from app.api.sse import REPLAY_BATCH, StreamSpec, envelope, event_source, global_position, resume_position, sse
+from app.api.sse import (
+    REPLAY_BATCH,
+    StreamSpec,
+    control_envelope,
+    event_source,
+    frame,
+    global_position,
+    legacy_envelope,
+    resume_position,
+)
 from app.events.model import Event
 from app.jsonutil import dumpb
 from app.runtime.project import cached_project_id
@@ -21,40 +29,33 @@ from app.runtime.service import Runtime
 router = APIRouter(tags=["event"])
 
 
-def _legacy(event: Event) -> bytes:
-    return dumpb(envelope(event.type, event.properties, event.id))
-
-
-def _global_frame(event: Event, payload: dict[str, Any]) -> bytes:
-    frame: dict[str, Any] = {"directory": event.directory or "global"}
+def _global_frame(event: Event, payload: bytes) -> bytes:
+    """``{"directory", "project"?, "payload"}`` with the (already encoded) payload spliced in."""
+    header: dict[str, Any] = {"directory": event.directory or "global"}
     project = cached_project_id(event.directory) if event.directory else None
     if project is not None:
-        frame["project"] = project
-    frame["payload"] = payload
-    return dumpb(frame)
+        header["project"] = project
+    return dumpb(header)[:-1] + b',"payload":' + payload + b"}"
 
 
 def _global(event: Event) -> bytes:
     # V2 events reach legacy clients only as sync twins, which keep each session's seq gap-free.
     if event.is_next:
         return b""
-    return _global_frame(event, envelope(event.type, event.properties, event.id))
+    return _global_frame(event, legacy_envelope(event))
 
 
 def _sync_twin(event: Event) -> bytes:
-    sync = {
-        "id": event.id,
-        "type": f"{event.type}.{event.version}",
-        "seq": event.seq,
-        "aggregateID": event.session_id,
-        "data": event.properties,
-    }
-    return _global_frame(event, {"type": "sync", "syncEvent": sync, "id": event.id})
+    head = dumpb(
+        {"id": event.id, "type": f"{event.type}.{event.version}", "seq": event.seq, "aggregateID": event.session_id}
+    )
+    sync = head[:-1] + b',"data":' + event.properties_json() + b"}"
+    return _global_frame(event, b'{"type":"sync","syncEvent":%s,"id":"%s"}' % (sync, event.id.encode()))
 
 
-def _control(runtime: Runtime, event_type: str, *, wrap: bool) -> ServerSentEvent:
-    payload = envelope(event_type, {}, ids.event_id())
-    return sse(dumpb({"payload": payload} if wrap else payload), runtime.bus.cursor)
+def _control(runtime: Runtime, event_type: str, *, wrap: bool) -> bytes:
+    payload = control_envelope(ids.event_id(), event_type)
+    return frame(b'{"payload":%s}' % payload if wrap else payload, runtime.bus.cursor)
 
 
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
@@ -64,7 +65,7 @@ LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id: LastEventID = None) -> Response:
     spec = StreamSpec(
         accept=lambda e: e.directory == directory and not e.is_next,
-        encode=_legacy,
+        encode=legacy_envelope,
         kind="legacy",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),

@@ -9,24 +9,22 @@ import mimetypes
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
-from sse_starlette import ServerSentEvent
 
 from app import ids
 from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
 from app.api.responses import JSONBody
 from app.api.sse import (
+    HEARTBEAT_COMMENT,
     REPLAY_BATCH,
     StreamSpec,
-    comment,
     event_source,
+    frame,
     global_position,
     resume_position,
     session_position,
-    sse,
 )
 from app.api.v2 import views
 from app.api.v2.schemas import AgentBody, ModelBody, PromptBody, RevertStageBody, SessionCreate
-from app.events.model import Event
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.admission import PromptRequest
@@ -212,8 +210,9 @@ async def history(
 ) -> Response:
     await runtime.sessions.get(sessionID)
     events = await runtime.log.session_since(sessionID, -1 if after is None else after, limit=limit + 1)
-    data = [views.event(e, with_location=False) for e in events[:limit]]
-    return JSONBody({"data": data, "hasMore": len(events) > limit})
+    data = b",".join(views.event_json(e, with_location=False) for e in events[:limit])
+    more = b"true" if len(events) > limit else b"false"
+    return Response(b'{"data":[%s],"hasMore":%s}' % (data, more), media_type="application/json")
 
 
 @router.get(
@@ -232,11 +231,11 @@ async def session_events(
     start = resume if resume is not None else after
     spec = StreamSpec(
         accept=lambda e: e.durable and e.session_id == sessionID,
-        encode=lambda e: dumpb(views.event(e, with_location=False)),
+        encode=lambda e: views.event_json(e, with_location=False),
         kind="v2-session",
         position=session_position,
         replay=lambda position: runtime.log.session_since(sessionID, position, limit=REPLAY_BATCH),
-        heartbeat=lambda: comment("heartbeat"),
+        heartbeat=lambda: HEARTBEAT_COMMENT,
     )
     return event_source(runtime, spec, -1 if start is None else start)
 
@@ -293,24 +292,21 @@ async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     return JSONBody({"data": data + [views.message(m) for m in window.tail]})
 
 
-def _v2_control() -> ServerSentEvent:
-    return sse(dumpb({"id": ids.event_id(), "type": "server.connected", "data": {}}), None)
+def _v2_connected() -> bytes:
+    return frame(b'{"id":"%s","type":"server.connected","data":{}}' % ids.event_id().encode())
 
 
 @router.get("/event", operation_id="v2.event.subscribe", summary="Every event, deltas included (SSE)")
 async def all_events(runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
     resume = resume_position(last_event_id)
 
-    def encode(event: Event) -> bytes:
-        return dumpb(views.event(event, with_location=True))
-
     spec = StreamSpec(
         accept=lambda _e: True,
-        encode=encode,
+        encode=lambda e: views.event_json(e, with_location=True),
         kind="v2",
         position=global_position,
         replay=lambda position: runtime.log.since(position, limit=REPLAY_BATCH),
-        connected=_v2_control,
-        heartbeat=lambda: comment("heartbeat"),
+        connected=_v2_connected,
+        heartbeat=lambda: HEARTBEAT_COMMENT,
     )
     return event_source(runtime, spec, resume)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.events.model import Event
+from app.jsonutil import dumpb
 from app.runtime.compaction import Snapshot
 from app.store.queries import MessageWithParts
 
@@ -97,14 +98,14 @@ def message(message: MessageWithParts) -> dict[str, Any]:
     return _user(info, parts) if info["role"] == "user" else _assistant(info, parts)
 
 
-def event(event: Event, *, with_location: bool) -> dict[str, Any]:
-    envelope: dict[str, Any] = {"id": event.id, "type": event.type}
+def event_json(event: Event, *, with_location: bool) -> bytes:
+    """``event()`` encoded, with the stored payload spliced in rather than re-encoded."""
+    head: dict[str, Any] = {"id": event.id, "type": event.type}
     if event.durable:
-        envelope["durable"] = {"aggregateID": event.session_id, "seq": event.seq, "version": event.version}
+        head["durable"] = {"aggregateID": event.session_id, "seq": event.seq, "version": event.version}
     if with_location and event.directory:
-        envelope["location"] = {"directory": event.directory}
-    envelope["data"] = event.properties
-    return envelope
+        head["location"] = {"directory": event.directory}
+    return dumpb(head)[:-1] + b',"data":' + event.properties_json() + b"}"
 
 
 def snapshot(snapshot: Snapshot) -> dict[str, Any]:
