@@ -65,7 +65,7 @@ class Metric:
     """One measured figure with its target and, for the legacy API, the real OpenCode figure."""
 
     name: str
-    unit: str  # "ms", "s", "MB" or "ev/s"
+    unit: str  # "ms", "s", "MB", "ev/s" or "x" (a ratio)
     target: float
     opencode: float | None = None  # no OpenCode reference for the V2 figures
     samples: list[float] = field(default_factory=list)
@@ -116,6 +116,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return f"{value:.1f} MB"
     if unit == "ev/s":
         return f"{value:,.0f} ev/s"
+    if unit == "x":
+        return f"{value:.2f}x"
     return f"{value:.2f} ms"
 
 
@@ -151,10 +153,21 @@ def print_table(metrics: list[Metric]) -> None:
 # -- the server process ---------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: the server gets SIGTERM if the benchmark itself is killed, so none is left behind."""
     with suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def child_env(config_dir: Path) -> dict[str, str]:
+    """Environment of a child that imports ``app``: an empty config dir keeps a user's
+    opencode.json from changing the default (echo) model."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OPENSESSION_CONFIG_DIR": str(config_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def free_port() -> int:
@@ -183,13 +196,7 @@ class Server:
             "--directory",
             str(directory),
         ]
-        # An empty config dir keeps a user's opencode.json from changing the default (echo) model.
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "OPENSESSION_CONFIG_DIR": str(config_dir),
-            "PYTHONUNBUFFERED": "1",
-        }
+        self.env = child_env(config_dir)
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -198,7 +205,7 @@ class Server:
         with self.log_path.open("ab") as log:
             started = time.perf_counter()
             self.proc = subprocess.Popen(
-                self.args, cwd=ROOT, env=self.env, stdout=log, stderr=log, preexec_fn=_die_with_parent
+                self.args, cwd=ROOT, env=self.env, stdout=log, stderr=log, preexec_fn=die_with_parent
             )
         with httpx.Client(base_url=self.url, timeout=1.0, trust_env=False) as client:
             while time.perf_counter() - started < HEALTH_TIMEOUT_S:
@@ -756,8 +763,10 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli(run: Callable[[bool, list[str]], list[Metric]], description: str, argv: list[str] | None = None) -> int:
+    """The command line every benchmark script shares: options, load average, table, notes, JSON.
+    ``run(quick, notes)`` measures and returns the metrics in table order."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run, noisier figures)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)
@@ -787,6 +796,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(run, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

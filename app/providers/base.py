@@ -31,6 +31,11 @@ class ChatRequest:
     attempt: int = 1
     session_id: str | None = None
     max_tokens: int | None = None
+    # Function tools the model may call, in OpenAI's shape: {"type": "function", "function": {...}}.
+    tools: list[dict[str, Any]] | None = None
+
+    def offers(self, tool: str) -> bool:
+        return any(t["function"]["name"] == tool for t in self.tools or [])
 
 
 @dataclass(slots=True)
@@ -41,6 +46,23 @@ class TextDelta:
 @dataclass(slots=True)
 class ReasoningDelta:
     text: str
+
+
+@dataclass(slots=True)
+class ToolInputStart:
+    """The model began a tool call (its arguments are still streaming)."""
+
+    call_id: str
+    name: str
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A complete tool call: ``arguments`` is the raw JSON text the model produced."""
+
+    call_id: str
+    name: str
+    arguments: str
 
 
 @dataclass(slots=True)
@@ -58,7 +80,7 @@ class Finish:
     usage: Usage = field(default_factory=Usage)
 
 
-StreamEvent = TextDelta | ReasoningDelta | Finish
+StreamEvent = TextDelta | ReasoningDelta | ToolInputStart | ToolCall | Finish
 
 
 class ProviderError(Exception):

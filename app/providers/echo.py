@@ -8,11 +8,16 @@ no network. Directives anywhere in the last user text change its behaviour:
 - ``FAIL:retry[:n]``   fail the first ``n`` attempts (default 1) with a retryable 503
 - ``FAIL:fatal``       fail with a non-retryable 400
 - ``FAIL:auth``        fail with ProviderAuthError
+- ``TOOL:<name> <args>`` call a tool (one per line; several lines, several calls): ``<args>`` is
+  a JSON object, or shorthand for the tool's main argument (``TOOL:bash ls``,
+  ``TOOL:read notes.txt``). Calls happen only when the request offers the tool; once the last
+  message is a tool result, the model answers ``Tool result seen: <start of the result>``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator
 
@@ -24,6 +29,8 @@ from app.providers.base import (
     ReasoningDelta,
     StreamEvent,
     TextDelta,
+    ToolCall,
+    ToolInputStart,
     Usage,
 )
 
@@ -34,6 +41,16 @@ ECHO_MODEL = ModelInfo(PROVIDER_ID, MODEL_ID, "Echo (offline)", context_limit=20
 _SLOW = re.compile(r"SLOW:(\d+(?:\.\d+)?)")
 _FAIL = re.compile(r"FAIL:(retry|fatal|auth)(?::(\d+))?")
 _TITLE_SYSTEM_MARK = "title generator"
+_TOOL = re.compile(r"^\s*TOOL:([a-z_]+)(?:[ \t]+(.*))?$", re.M)
+# The argument a shorthand directive fills for each tool (``TOOL:bash ls`` -> {"command": "ls"}).
+_SHORTHAND = {
+    "bash": "command",
+    "read": "filePath",
+    "list": "path",
+    "glob": "pattern",
+    "grep": "pattern",
+    "task": "prompt",
+}
 
 
 def _text_of(content: object) -> str:
@@ -53,10 +70,35 @@ def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def _tool_calls(prompt: str, request: ChatRequest) -> list[ToolCall]:
+    calls = []
+    for index, match in enumerate(_TOOL.finditer(prompt)):
+        name, rest = match.group(1), (match.group(2) or "").strip()
+        if not request.offers(name):
+            continue
+        if rest.startswith("{"):
+            arguments = rest
+        elif name in _SHORTHAND:
+            arguments = json.dumps(
+                {_SHORTHAND[name]: rest} | ({"description": "echo directive"} if name == "bash" else {})
+            )
+        else:
+            arguments = "{}"
+        calls.append(ToolCall(f"call_echo_{request.attempt}_{index}", name, arguments))
+    return calls
+
+
 class EchoProvider:
     id = PROVIDER_ID
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        last = request.messages[-1] if request.messages else {}
+        if last.get("role") == "tool":
+            answer = "Tool result seen: " + _text_of(last.get("content")).replace("\n", " ")[:60]
+            for piece in split_deltas(answer):
+                yield TextDelta(piece)
+            yield Finish("stop", Usage(input=_estimate_tokens(answer), output=_estimate_tokens(answer)))
+            return
         users = [m for m in request.messages if m.get("role") == "user"]
         prompt = _text_of(users[-1]["content"]) if users else ""
         if any(_TITLE_SYSTEM_MARK in s for s in request.system):
@@ -65,6 +107,14 @@ class EchoProvider:
             yield Finish("stop", Usage(input=_estimate_tokens(prompt), output=_estimate_tokens(title)))
             return
         self._maybe_fail(prompt, request.attempt)
+        calls = _tool_calls(prompt, request)
+        if calls:
+            for call in calls:
+                yield ToolInputStart(call.call_id, call.name)
+            for call in calls:
+                yield call
+            yield Finish("tool-calls", Usage(input=_estimate_tokens(prompt), output=len(calls)))
+            return
         slow = _SLOW.search(prompt)
         delay = float(slow.group(1)) if slow else 0.0
         reasoning = "Thinking about the request." if "REASON" in prompt else ""

@@ -18,6 +18,8 @@ from app.providers.base import (
     ReasoningDelta,
     StreamEvent,
     TextDelta,
+    ToolCall,
+    ToolInputStart,
     Usage,
 )
 
@@ -88,8 +90,11 @@ class OpenAICompatibleProvider:
         }
         if request.max_tokens:
             body["max_tokens"] = request.max_tokens
+        if request.tools:
+            body["tools"] = request.tools
         headers = {"x-opencode-session-id": request.session_id} if request.session_id else {}
         finish, usage = "unknown", Usage()
+        calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
         try:
             async with aconnect_sse(self._client, "POST", self._url, json=body, headers=headers) as source:
                 response = source.response
@@ -111,12 +116,26 @@ class OpenAICompatibleProvider:
                             yield ReasoningDelta(reasoning)
                         if delta.get("content"):
                             yield TextDelta(delta["content"])
+                        for piece in delta.get("tool_calls") or []:
+                            call = calls.setdefault(int(piece.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+                            function = piece.get("function") or {}
+                            started = bool(call["id"] and call["name"])
+                            call["id"] = call["id"] or piece.get("id") or ""
+                            call["name"] = call["name"] or function.get("name") or ""
+                            call["arguments"] += function.get("arguments") or ""
+                            if not started and call["id"] and call["name"]:
+                                yield ToolInputStart(call["id"], call["name"])
                         if choice.get("finish_reason"):
                             finish = _FINISH.get(choice["finish_reason"], "unknown")
         except httpx.TransportError as exc:
             raise ProviderError(f"Connection error: {exc!r}", is_retryable=True) from exc
         except ValueError as exc:
             raise ProviderError(f"Malformed stream from provider: {exc}", is_retryable=False) from exc
+        for index in sorted(calls):
+            call = calls[index]
+            yield ToolCall(call["id"] or f"call_{index}", call["name"], call["arguments"] or "{}")
+        if calls and finish in ("stop", "unknown"):
+            finish = "tool-calls"
         yield Finish(finish, usage)
 
     async def aclose(self) -> None:

@@ -18,7 +18,9 @@ from typing import Any
 
 from app.clock import now_ms
 from app.events.log import EventLog
+from app.jsonutil import dumps
 from app.providers.base import ModelInfo
+from app.runtime.context import tool_result
 from app.runtime.errors import Conflict
 from app.store import sql
 from app.store.queries import MessageWithParts, Queries
@@ -30,6 +32,7 @@ SUMMARY_SYSTEM = (
 )
 SUMMARY_INSTRUCTION = "Summarize the conversation above."
 RESERVED_OUTPUT_CAP = 20_000
+TOOL_OUTPUT_LIMIT = 2_000  # per tool result in a summary transcript, as OpenCode truncates them
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,10 @@ def transcript(window: Window) -> str:
         text = "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
         if text:
             lines.append(f"[{role}]\n{text}")
+        for part in message["parts"]:
+            if part["type"] == "tool":
+                lines.append(f"[Assistant tool call] {part['tool']} {dumps(part['state'].get('input') or {})}")
+                lines.append(f"[Tool result]\n{tool_result(part)[:TOOL_OUTPUT_LIMIT]}")
     return "<conversation>\n" + "\n\n".join(lines) + "\n</conversation>"
 
 

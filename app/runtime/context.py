@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.jsonutil import dumps
 from app.store.queries import MessageWithParts
 
 BASE_SYSTEM_PROMPT = (
@@ -19,7 +20,19 @@ def _text(parts: list[dict[str, Any]]) -> str:
     return "".join(p.get("text", "") for p in parts if p.get("type") == "text" and not p.get("ignored"))
 
 
+def tool_result(part: dict[str, Any]) -> str:
+    """What the model is told a tool call produced (an unfinished call counts as aborted)."""
+    state = part["state"]
+    if state["status"] == "completed":
+        return str(state.get("output", ""))
+    if state["status"] == "error":
+        return f"Error: {state.get('error', 'tool failed')}"
+    return "Error: Tool execution aborted"
+
+
 def chat_messages(history: list[MessageWithParts], queued_user_ids: set[str]) -> list[dict[str, Any]]:
+    """OpenAI chat messages: tool calls become an assistant ``tool_calls`` entry followed by one
+    ``tool`` message per call, with its result."""
     result: list[dict[str, Any]] = []
     for message in history:
         info = message["info"]
@@ -28,8 +41,27 @@ def chat_messages(history: list[MessageWithParts], queued_user_ids: set[str]) ->
         text = _text(message["parts"])
         if info["role"] == "user":
             result.append({"role": "user", "content": text})
-        elif text:
-            result.append({"role": "assistant", "content": text})
+            continue
+        calls = [p for p in message["parts"] if p["type"] == "tool"]
+        if not calls:
+            if text:
+                result.append({"role": "assistant", "content": text})
+            continue
+        result.append(
+            {
+                "role": "assistant",
+                "content": text or None,
+                "tool_calls": [
+                    {
+                        "id": p["callID"],
+                        "type": "function",
+                        "function": {"name": p["tool"], "arguments": dumps(p["state"].get("input") or {})},
+                    }
+                    for p in calls
+                ],
+            }
+        )
+        result += [{"role": "tool", "tool_call_id": p["callID"], "content": tool_result(p)} for p in calls]
     return result
 
 

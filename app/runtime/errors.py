@@ -66,3 +66,15 @@ class ShareNotFound(RuntimeFailure):
     def __init__(self, token: str) -> None:
         super().__init__("Share not found")
         self.token = token
+
+
+class PermissionNotFound(RuntimeFailure):
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"Permission request not found: {request_id}")
+        self.request_id = request_id
+
+
+class CommandNotFound(RuntimeFailure):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Command not found: {name}")
+        self.name = name

@@ -73,6 +73,7 @@ class AssistantRecorder:
         self.flush_seconds = flush_seconds
         self._open: _StreamingPart | None = None
         self.parts: list[dict[str, Any]] = []
+        self._started: dict[str, int] = {}  # tool call id -> when it started running
 
     async def _emit(self, tx: Transaction, event_type: str, props: dict[str, Any]) -> None:
         await tx.emit(event_type, props, session_id=self.session_id, directory=self.directory)
@@ -160,6 +161,69 @@ class AssistantRecorder:
             kind = final["type"]
             await self._emit_next(tx, f"{kind}.ended", **{stream.id_field: final["id"]}, text=final["text"])
 
+    # -- tool calls: pending -> running -> completed | error ---------------------------------------
+
+    async def tool_pending(self, call_id: str, name: str) -> dict[str, Any]:
+        async with self.log.transaction() as tx:
+            await self._close_open(tx)
+            part = self._new_part(
+                "tool", callID=call_id, tool=name, state={"status": "pending", "input": {}, "raw": ""}
+            )
+            await self.emit_part(tx, dict(part))
+            await self._emit_next(tx, "tool.input.started", callID=call_id, name=name)
+        return part
+
+    async def _tool_state(self, part: dict[str, Any], state: dict[str, Any], kind: str, **fields: Any) -> None:
+        part["state"] = state
+        async with self.log.transaction() as tx:
+            await self.emit_part(tx, dict(part))
+            await self._emit_next(tx, kind, callID=part["callID"], **fields)
+
+    async def tool_running(self, part: dict[str, Any], args: dict[str, Any], raw: str) -> None:
+        self._started[part["callID"]] = now_ms()
+        part["state"] = {"status": "running", "input": args, "time": {"start": self._started[part["callID"]]}}
+        async with self.log.transaction() as tx:
+            await self.emit_part(tx, dict(part))
+            await self._emit_next(tx, "tool.input.ended", callID=part["callID"], text=raw)
+            await self._emit_next(
+                tx, "tool.called", callID=part["callID"], tool=part["tool"], input=args, provider={"executed": False}
+            )
+
+    async def tool_progress(self, part: dict[str, Any], metadata: dict[str, Any]) -> None:
+        state = {**part["state"], "metadata": metadata}
+        await self._tool_state(part, state, "tool.progress", structured=metadata, content=[])
+
+    async def tool_completed(self, part: dict[str, Any], output: str, title: str, metadata: dict[str, Any]) -> None:
+        state = {
+            "status": "completed",
+            "input": part["state"]["input"],
+            "output": output,
+            "title": title,
+            "metadata": metadata,
+            "time": {"start": self._started.pop(part["callID"], now_ms()), "end": now_ms()},
+        }
+        await self._tool_state(
+            part,
+            state,
+            "tool.success",
+            structured=metadata,
+            content=[{"type": "text", "text": output}],
+            provider={"executed": False},
+        )
+
+    async def tool_failed(self, part: dict[str, Any], error: str, metadata: dict[str, Any] | None = None) -> None:
+        state: dict[str, Any] = {
+            "status": "error",
+            "input": part["state"].get("input", {}),
+            "error": error,
+            "time": {"start": self._started.pop(part["callID"], now_ms()), "end": now_ms()},
+        }
+        if metadata:
+            state["metadata"] = metadata
+        await self._tool_state(
+            part, state, "tool.failed", error={"type": "unknown", "message": error}, provider={"executed": False}
+        )
+
     async def finish_step(self, tx: Transaction, finish: Finish, model: ModelInfo) -> dict[str, Any]:
         """Close the step: final parts, step-finish with usage, the message's finish and tokens."""
         tokens = tokens_of(finish.usage)
@@ -176,6 +240,16 @@ class AssistantRecorder:
     async def complete(self, tx: Transaction, input_ids: list[str], error: dict[str, Any] | None = None) -> None:
         """Mark the message completed (with ``error`` if it failed) and settle the inputs it answers."""
         await self._close_open(tx)
+        for part in self.parts:  # tool calls cut short by an abort or failure: their effects are unknown
+            if part["type"] == "tool" and part["state"]["status"] in ("pending", "running"):
+                part["state"] = {
+                    "status": "error",
+                    "input": part["state"].get("input", {}),
+                    "error": "Tool execution aborted",
+                    "metadata": {"interrupted": True},
+                    "time": {"start": self._started.pop(part["callID"], now_ms()), "end": now_ms()},
+                }
+                await self.emit_part(tx, dict(part))
         if error is not None:
             self.info["error"] = error
             message = INTERRUPTED_STEP if error is ABORTED else error_message(error)

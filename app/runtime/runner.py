@@ -25,7 +25,16 @@ from app.config import ConfigLoader
 from app.events.log import EventLog, Transaction
 from app.events.model import Event
 from app.jsonutil import loads
-from app.providers.base import ChatRequest, Finish, Provider, ProviderError, ReasoningDelta, TextDelta
+from app.providers.base import (
+    ChatRequest,
+    Finish,
+    Provider,
+    ProviderError,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolInputStart,
+)
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.admission import Admission, compaction_request, is_compaction, user_message_info
@@ -47,11 +56,26 @@ from app.runtime.recorder import ABORTED, AssistantRecorder
 from app.runtime.retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.sessions import SessionService, zero_tokens
 from app.runtime.title import TitleGenerator
+from app.runtime.toolcalls import ToolCalls, TurnTools
+from app.runtime.tools.registry import TOOLS, function_specs
 from app.runtime.waiters import InputWaiters
 from app.store import sql
 from app.store.queries import InputRow, Queries
 
 MAX_STEERS_PER_STEP = 100
+MAX_STEPS_PER_TURN = 25  # the last step is offered no tools, so a runaway tool loop ends
+
+
+def _summary(diffs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "additions": sum(d["additions"] for d in diffs),
+        "deletions": sum(d["deletions"] for d in diffs),
+        "files": len(diffs),
+    }
+
+
+def _first_user_text(request: ChatRequest) -> str:
+    return next((m["content"] for m in request.messages if m["role"] == "user" and isinstance(m["content"], str)), "")
 
 
 def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
@@ -88,6 +112,7 @@ class Runner:
         admission: Admission,
         snapshots: Snapshots,
         config: ConfigLoader,
+        toolcalls: ToolCalls,
         flush_seconds: float,
     ) -> None:
         self.log = log
@@ -100,6 +125,7 @@ class Runner:
         self.admission = admission
         self.snapshots = snapshots
         self.config = config
+        self.toolcalls = toolcalls
         self.flush_seconds = flush_seconds
         self.coordinator: DrainCoordinator  # set by the runtime (they refer to each other)
 
@@ -107,13 +133,32 @@ class Runner:
         try:
             while batch := next_batch(await self.queries.unsettled_inputs(session_id)):
                 signal.check()
-                await self._step(session_id, batch, signal)
-                for row in batch:
-                    self.waiters.settle(row.id)
+                await self._turn(session_id, batch, signal)
         except Aborted as exc:
             if exc.reason == "abort" and signal.settle_pending:
                 await self._settle_waiting(session_id)
             raise
+
+    async def _turn(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
+        """Steps until the model stops asking for tools: each continuation answers the same
+        prompt, and steers admitted meanwhile join it at the step boundary."""
+        turn = TurnTools()
+        answered = list(batch)
+        steps = 1
+        more = await self._step(session_id, batch, signal, turn)
+        while more:
+            steers = [
+                row
+                for row in await self.queries.unsettled_inputs(session_id)
+                if row.delivery == "steer" and row.promoted_seq is None and not is_compaction(row)
+            ]
+            answered += steers
+            steps += 1
+            more = await self._step(
+                session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
+            )
+        for row in answered:
+            self.waiters.settle(row.id)
 
     async def _settle_waiting(self, session_id: str) -> None:
         """A legacy abort stops the whole busy period: inputs queued behind the aborted turn stay
@@ -138,10 +183,22 @@ class Runner:
                 await self.history.append_message(tx, session, info, stored["parts"])
             tx.execute(sql.PROMOTE_INPUT, {"id": row.id, "promoted_seq": prompted.seq})
 
-    async def _step(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
+    async def _step(
+        self,
+        session_id: str,
+        batch: list[InputRow],
+        signal: AbortSignal,
+        turn: TurnTools,
+        *,
+        parent: InputRow | None = None,
+        last_step: bool = False,
+    ) -> bool:
+        """One model call answering ``batch`` (or continuing ``parent``'s turn); returns whether
+        the turn goes on (the model called tools and nothing blocked)."""
         session = await self.sessions.get(session_id)
         directory = session["directory"]
-        answered = batch[-1]
+        answered = batch[-1] if batch else parent
+        assert answered is not None
         prompt = loads(answered.prompt)
         reason = prompt.get("compaction")
         ref = ModelRef(prompt["model"]["providerID"], prompt["model"]["modelID"])
@@ -181,7 +238,7 @@ class Runner:
             provider, model = self.registry.resolve(directory, ref)
         except ModelNotFoundError as exc:
             await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": str(exc)}})
-            return
+            return False
         if window is not None:
             request = ChatRequest(
                 model=model,
@@ -200,24 +257,30 @@ class Runner:
                 # shown to the model yet.
                 messages=chat_messages(tail, await self.queries.waiting_user_ids(session_id)),
                 session_id=session_id,
+                tools=None if last_step else await self._tool_specs(session),
             )
         try:
-            finish = await self._stream_with_retries(session_id, recorder, provider, request, signal)
+            finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
             snapshot = await self._store_summary(session_id, window, recorder, reason) if window else None
+            outcome = await self.toolcalls.run(session, recorder, calls, parts, turn, signal)
         except Aborted as exc:
             if exc.reason == "abort":
                 await self._fail(recorder, input_ids, ABORTED)
             raise
         except ProviderError as exc:
             await self._fail(recorder, input_ids, exc.to_named_error())
-            return
+            return False
         except Conflict as exc:
             await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": exc.message}})
-            return
+            return False
+        diffs = await self.toolcalls.services.files.diff(session) if outcome.changed_files else None
         async with self.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model)
             await recorder.complete(tx, input_ids)
             await self.sessions.mutate(tx, session_id, lambda s: _add_usage(s, usage))
+            if diffs is not None:
+                await self.sessions.mutate(tx, session_id, lambda s: s.__setitem__("summary", _summary(diffs)))
+                tx.publish(Event("session.diff", {"sessionID": session_id, "diff": diffs}, session_id, directory))
             if snapshot is not None:
                 await tx.emit(
                     "session.next.compaction.ended",
@@ -227,9 +290,15 @@ class Runner:
                 )
                 tx.publish(Event("session.compacted", {"sessionID": session_id}, session_id, directory))
         if snapshot is None:
-            self.titles.schedule(session, request.messages[-1]["content"] if request.messages else "", provider, model)
+            self.titles.schedule(session, _first_user_text(request), provider, model)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
                 await self.admission.admit(session_id, compaction_request("auto", ref))
+        return outcome.called and not outcome.blocked and not last_step
+
+    async def _tool_specs(self, session: dict[str, Any]) -> list[dict[str, Any]] | None:
+        disabled = await self.toolcalls.permissions.disabled_tools(session, list(TOOLS))
+        names = [name for name in TOOLS if name not in disabled]
+        return function_specs(names) if names else None
 
     async def _store_summary(
         self, session_id: str, window: Window, recorder: AssistantRecorder, reason: str
@@ -258,7 +327,7 @@ class Runner:
         provider: Provider,
         request: ChatRequest,
         signal: AbortSignal,
-    ) -> Finish:
+    ) -> tuple[Finish, list[ToolCall], dict[str, dict[str, Any]]]:
         attempt = 0
         while True:
             request.attempt = attempt + 1
@@ -286,20 +355,28 @@ class Runner:
     @staticmethod
     async def _stream_once(
         recorder: AssistantRecorder, provider: Provider, request: ChatRequest, signal: AbortSignal
-    ) -> Finish:
+    ) -> tuple[Finish, list[ToolCall], dict[str, dict[str, Any]]]:
+        """Stream one model call into the message; returns its finish, the tool calls it made and
+        the pending parts already opened for them."""
         stream = provider.stream(request).__aiter__()
+        calls: list[ToolCall] = []
+        parts: dict[str, dict[str, Any]] = {}
         try:
             while True:
                 try:
                     event = await signal.race(stream.__anext__())
                 except StopAsyncIteration:
-                    return Finish("unknown")
+                    return Finish("unknown"), calls, parts
                 if isinstance(event, TextDelta):
                     await recorder.delta("text", event.text)
                 elif isinstance(event, ReasoningDelta):
                     await recorder.delta("reasoning", event.text)
+                elif isinstance(event, ToolInputStart):
+                    parts[event.call_id] = await recorder.tool_pending(event.call_id, event.name)
+                elif isinstance(event, ToolCall):
+                    calls.append(event)
                 else:
-                    return event
+                    return event, calls, parts
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:

@@ -12,19 +12,22 @@ from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
-from app.runtime.abort import AbortSignal
+from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.admission import Admission, Admitted, PromptRequest, compaction_request
 from app.runtime.compaction import Snapshots, Window
 from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import SessionNotFound
 from app.runtime.history import History
 from app.runtime.payloads import next_event
+from app.runtime.permissions import Permissions
 from app.runtime.recovery import recover
 from app.runtime.revert import Reverts
 from app.runtime.runner import Runner
 from app.runtime.sessions import SessionService
 from app.runtime.share import Shares
 from app.runtime.title import TitleGenerator
+from app.runtime.toolcalls import ToolCalls
+from app.runtime.toolstate import FileChanges, TodoStore, ToolServices
 from app.runtime.waiters import InputWaiters
 from app.settings import Settings
 from app.store.database import Database
@@ -47,6 +50,9 @@ class Runtime:
         self.history = History(self.log, self.queries, self.sessions, self.coordinator)
         self.admission = Admission(self.log, self.sessions, self.registry, self.history)
         self.snapshots = Snapshots(self.log, self.queries)
+        self.permissions = Permissions(self.log, self.config)
+        self.tool_state = ToolServices(todos=TodoStore(self.log), files=FileChanges(self.log), tasks=self)
+        self.toolcalls = ToolCalls(self.permissions, self.tool_state)
         self.runner = Runner(
             self.log,
             self.queries,
@@ -58,6 +64,7 @@ class Runtime:
             self.admission,
             self.snapshots,
             self.config,
+            self.toolcalls,
             settings.part_flush_seconds,
         )
         self.runner.coordinator = self.coordinator
@@ -132,6 +139,28 @@ class Runtime:
         """What the model sees next: the newest snapshot and the messages after it."""
         await self.sessions.get(session_id)
         return await self.snapshots.window(session_id)
+
+    async def run(
+        self, parent: dict[str, Any], description: str, prompt: str, agent: str, signal: AbortSignal
+    ) -> tuple[dict[str, Any], str]:
+        """The ``task`` tool: run ``prompt`` in a new child session and return its final answer.
+        Aborting the parent's turn interrupts the child too."""
+        child = await self.sessions.create(
+            parent["directory"], parent_id=parent["id"], title=f"{description} (@{agent} subagent)"
+        )
+        model = parent.get("model")
+        request = PromptRequest(
+            parts=[{"type": "text", "text": prompt}],
+            agent=agent,
+            model=ModelRef(model["providerID"], model["id"]) if model else None,
+        )
+        try:
+            reply = await signal.race(self.prompt_and_wait(child["id"], request))
+        except Aborted:
+            await self.coordinator.interrupt(child["id"])
+            raise
+        text = "".join(p.get("text", "") for p in reply["parts"] if p["type"] == "text")
+        return child, text or "(the sub-agent gave no answer)"
 
     async def interrupt(self, session_id: str) -> None:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the

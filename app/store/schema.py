@@ -122,3 +122,33 @@ snapshots = Table(
     Column("summary", Text, nullable=False),
     Column("time_created", BigInteger, nullable=False),
 )
+
+# A session's todo list (the todowrite tool), stored whole.
+todos = Table(
+    "todos",
+    metadata,
+    Column("session_id", String, primary_key=True),
+    Column("todos", Text, nullable=False),
+)
+
+# Permissions approved with "always": allow rules of a project that outlive the server.
+saved_permissions = Table(
+    "saved_permissions",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("project_id", String, nullable=False),
+    Column("permission", String, nullable=False),
+    Column("pattern", String, nullable=False),
+    Column("time_created", BigInteger, nullable=False),
+    Index("ix_saved_permissions_project", "project_id"),
+)
+
+# What a file contained before a session's tools first changed it (NULL: it did not exist); the
+# session diff compares the file as it is now with this.
+file_baselines = Table(
+    "file_baselines",
+    metadata,
+    Column("session_id", String, primary_key=True),
+    Column("path", String, primary_key=True),
+    Column("content", Text, nullable=True),
+)

@@ -9,7 +9,18 @@ from functools import lru_cache
 from sqlalchemy import ClauseElement, Table, bindparam, delete, func, literal_column, select, true, update
 from sqlalchemy.dialects import sqlite
 
-from app.store.schema import events, inputs, messages, parts, sessions, shares, snapshots
+from app.store.schema import (
+    events,
+    file_baselines,
+    inputs,
+    messages,
+    parts,
+    saved_permissions,
+    sessions,
+    shares,
+    snapshots,
+    todos,
+)
 
 _DIALECT = sqlite.dialect(paramstyle="named")
 
@@ -47,8 +58,30 @@ DELETE_PART = compile_sql(delete(parts).where(parts.c.id == bindparam("id")))
 DELETE_PARTS_OF_MESSAGE = compile_sql(delete(parts).where(parts.c.message_id == bindparam("message_id")))
 DELETE_SESSION_ROWS = {
     table.name: compile_sql(delete(table).where(table.c.session_id == bindparam("session_id")))
-    for table in (parts, messages, inputs, shares, snapshots)
+    for table in (parts, messages, inputs, shares, snapshots, todos, file_baselines)
 }
+UPSERT_TODOS = _upsert(todos)
+TODOS = compile_sql(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")))
+INSERT_SAVED_PERMISSION = compile_sql(
+    saved_permissions.insert().values({c.name: bindparam(c.name) for c in saved_permissions.columns})
+)
+SAVED_PERMISSIONS = compile_sql(
+    select(saved_permissions)
+    .where(saved_permissions.c.project_id == bindparam("project_id"))
+    .order_by(saved_permissions.c.time_created)
+)
+ALL_SAVED_PERMISSIONS = compile_sql(select(saved_permissions).order_by(saved_permissions.c.time_created))
+DELETE_SAVED_PERMISSION = compile_sql(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
+INSERT_BASELINE = compile_sql(
+    sqlite.insert(file_baselines)
+    .values({c.name: bindparam(c.name) for c in file_baselines.columns})
+    .on_conflict_do_nothing()
+)
+BASELINES = compile_sql(
+    select(file_baselines.c.path, file_baselines.c.content)
+    .where(file_baselines.c.session_id == bindparam("session_id"))
+    .order_by(file_baselines.c.path)
+)
 INSERT_SNAPSHOT = compile_sql(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
 LATEST_SNAPSHOT = compile_sql(
     select(snapshots)

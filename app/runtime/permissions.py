@@ -1,0 +1,263 @@
+"""Permissions: rules ``{permission, pattern, action: allow|deny|ask}``, evaluated last match wins.
+
+Rule sources, in order (later ones win): OpenCode's defaults for the build agent, the project's
+``opencode.json`` ``permission`` key, the session's rules (``POST/PATCH /session``, the deprecated
+``tools`` map of a prompt), and the allow rules saved with ``always`` (persisted per project,
+unlike OpenCode, and listed by ``GET /api/permission/saved``).
+
+``ask`` publishes ``permission.asked`` and blocks the tool (the session stays busy) until a
+reply: ``once`` runs it; ``always`` also saves allow rules and approves the session's other
+pending requests that now pass; ``reject`` fails the tool, rejects the session's other pending
+requests and stops the loop; ``reject`` with a message fails the tool with that feedback and the
+loop goes on. An abort or a restart leaves no request hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from app import ids
+from app.clock import now_ms
+from app.config import ConfigLoader
+from app.events.log import EventLog
+from app.events.model import Event
+from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.errors import PermissionNotFound
+from app.runtime.payloads import next_event
+from app.store import sql
+
+Rule = dict[str, str]
+REPLIES = ("once", "always", "reject")
+
+DEFAULT_RULES: list[Rule] = [
+    {"permission": "*", "pattern": "*", "action": "allow"},
+    {"permission": "doom_loop", "pattern": "*", "action": "ask"},
+    {"permission": "external_directory", "pattern": "*", "action": "ask"},
+    {"permission": "read", "pattern": "*.env", "action": "ask"},
+    {"permission": "read", "pattern": "*.env.*", "action": "ask"},
+    {"permission": "read", "pattern": "*.env.example", "action": "allow"},
+]
+
+
+class Denied(Exception):
+    """A rule forbids this call; the message is what the model is told."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The user has specified a rule which prevents you from using this specific tool call. "
+            "You may try using a different tool, or ask the user for help."
+        )
+
+
+class Rejected(Exception):
+    """The user said no. ``feedback`` is set when they said why (then the loop continues)."""
+
+    def __init__(self, feedback: str | None = None) -> None:
+        message = "The user rejected permission to use this specific tool call."
+        if feedback:
+            message = (
+                f"The user rejected permission to use this specific tool call with the following feedback: {feedback}"
+            )
+        super().__init__(message)
+        self.feedback = feedback
+
+
+def matches(pattern: str, text: str) -> bool:
+    return fnmatchcase(text, pattern)
+
+
+def evaluate(permission: str, pattern: str, rules: list[Rule]) -> str:
+    """The action of the last rule matching both the permission and the pattern (default ask)."""
+    action = "ask"
+    for rule in rules:
+        if matches(rule["permission"], permission) and matches(rule["pattern"], pattern):
+            action = rule["action"]
+    return action
+
+
+def config_rules(value: Any) -> list[Rule]:
+    """OpenCode's ``permission`` config: ``"allow"``, ``{"bash": "ask"}`` or ``{"bash": {"git *": "allow"}}``."""
+    if isinstance(value, str):
+        return [{"permission": "*", "pattern": "*", "action": value}]
+    rules: list[Rule] = []
+    for permission, spec in (value or {}).items():
+        if isinstance(spec, str):
+            rules.append({"permission": permission, "pattern": "*", "action": spec})
+        elif isinstance(spec, dict):
+            for pattern, action in spec.items():
+                expanded = os.path.expanduser(pattern.replace("$HOME", "~"))
+                rules.append({"permission": permission, "pattern": expanded, "action": action})
+    return [r for r in rules if r["action"] in ("allow", "deny", "ask")]
+
+
+def tools_rules(tools: dict[str, bool]) -> list[Rule]:
+    """The deprecated ``tools: {name: bool}`` of a prompt, as session rules."""
+    return [{"permission": name, "pattern": "*", "action": "allow" if on else "deny"} for name, on in tools.items()]
+
+
+@dataclass
+class Pending:
+    info: dict[str, Any]
+    project_id: str
+    rules: list[Rule]
+    reply: asyncio.Future[tuple[str, str | None]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class Permissions:
+    def __init__(self, log: EventLog, config: ConfigLoader) -> None:
+        self.log = log
+        self.config = config
+        self._pending: dict[str, Pending] = {}
+
+    async def rules_for(self, session: dict[str, Any]) -> list[Rule]:
+        saved = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": session["projectID"]})
+        return [
+            *DEFAULT_RULES,
+            *config_rules(self.config.load(session["directory"]).raw.get("permission")),
+            *(session.get("permission") or []),
+            *({"permission": row[2], "pattern": row[3], "action": "allow"} for row in saved),
+        ]
+
+    async def disabled_tools(self, session: dict[str, Any], names: list[str]) -> set[str]:
+        """Tools a rule denies outright: they are not offered to the model at all."""
+        rules = await self.rules_for(session)
+        return {name for name in names if evaluate(name, "*", rules) == "deny"}
+
+    async def ask(
+        self,
+        session: dict[str, Any],
+        permission: str,
+        patterns: list[str],
+        *,
+        always: list[str],
+        metadata: dict[str, Any],
+        tool: dict[str, str] | None,
+        signal: AbortSignal,
+    ) -> None:
+        """Return if the call is allowed; raise Denied or Rejected otherwise (may wait for a reply)."""
+        rules = await self.rules_for(session)
+        actions = [evaluate(permission, pattern, rules) for pattern in patterns]
+        if "deny" in actions:
+            raise Denied
+        if all(action == "allow" for action in actions):
+            return
+        info: dict[str, Any] = {
+            "id": ids.new_id("permission"),
+            "sessionID": session["id"],
+            "permission": permission,
+            "patterns": patterns,
+            "metadata": metadata,
+            "always": always,
+        }
+        if tool:
+            info["tool"] = tool
+        pending = Pending(info, session["projectID"], rules)
+        self._pending[info["id"]] = pending
+        self._announce(session["directory"], "permission.asked", info, "permission.v2.asked", _v2_request(info))
+        try:
+            reply, message = await signal.race(asyncio.shield(pending.reply))
+        except Aborted:
+            self._settle(pending, "reject", None, session["directory"])  # no request left hanging
+            raise
+        finally:
+            self._pending.pop(info["id"], None)
+        if reply == "reject":
+            raise Rejected(message)
+
+    def _announce(
+        self, directory: str | None, legacy: str, props: dict[str, Any], v2: str, v2_props: dict[str, Any]
+    ) -> None:
+        session_id = props.get("sessionID")
+        self.log.publish(Event(legacy, props, session_id, directory))
+        self.log.publish(Event(v2, v2_props, session_id, directory))
+
+    def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        return [p.info for p in self._pending.values() if session_id is None or p.info["sessionID"] == session_id]
+
+    def pending_v2(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        return [_v2_request(info) for info in self.pending(session_id)]
+
+    def get(self, request_id: str) -> dict[str, Any]:
+        pending = self._pending.get(request_id)
+        if pending is None:
+            raise PermissionNotFound(request_id)
+        return pending.info
+
+    async def reply(
+        self, request_id: str, reply: str, message: str | None = None, *, directory: str | None = None
+    ) -> None:
+        pending = self._pending.get(request_id)
+        if pending is None:
+            raise PermissionNotFound(request_id)
+        session_id = pending.info["sessionID"]
+        if reply == "always":
+            await self._save(pending)
+        self._settle(pending, reply, message if reply == "reject" else None, directory)
+        others = [p for p in self._pending.values() if p.info["sessionID"] == session_id and not p.reply.done()]
+        if reply == "reject" and not message:
+            for other in others:
+                self._settle(other, "reject", None, directory)
+        elif reply == "always":
+            rules = pending.rules + [
+                {"permission": pending.info["permission"], "pattern": pattern, "action": "allow"}
+                for pattern in pending.info["always"]
+            ]
+            for other in others:
+                if all(evaluate(other.info["permission"], p, rules) == "allow" for p in other.info["patterns"]):
+                    self._settle(other, "always", None, directory)
+
+    def _settle(self, pending: Pending, reply: str, message: str | None, directory: str | None) -> None:
+        if pending.reply.done():
+            return
+        pending.reply.set_result((reply, message))
+        props = {"sessionID": pending.info["sessionID"], "requestID": pending.info["id"], "reply": reply}
+        self._announce(directory, "permission.replied", props, "permission.v2.replied", dict(props))
+
+    async def _save(self, pending: Pending) -> None:
+        async with self.log.db.write() as scope:
+            for pattern in pending.info["always"]:
+                scope.execute(
+                    sql.INSERT_SAVED_PERMISSION,
+                    {
+                        "id": ids.new_id("permission"),
+                        "project_id": pending.project_id,
+                        "permission": pending.info["permission"],
+                        "pattern": pattern,
+                        "time_created": now_ms(),
+                    },
+                )
+
+    async def saved(self) -> list[dict[str, Any]]:
+        rows = await self.log.db.fetch(sql.ALL_SAVED_PERMISSIONS)
+        return [{"id": row[0], "projectID": row[1], "action": row[2], "resource": row[3]} for row in rows]
+
+    async def forget(self, saved_id: str) -> None:
+        async with self.log.db.write() as scope:
+            scope.execute(sql.DELETE_SAVED_PERMISSION, {"id": saved_id})
+
+    def reject_session(self, session_id: str, directory: str | None) -> None:
+        """An aborted session leaves no request hanging."""
+        for pending in list(self._pending.values()):
+            if pending.info["sessionID"] == session_id:
+                self._settle(pending, "reject", None, directory)
+
+
+def _v2_request(info: dict[str, Any]) -> dict[str, Any]:
+    request = next_event(
+        info["sessionID"],
+        id=info["id"],
+        action=info["permission"],
+        resources=info["patterns"],
+        save=info["always"],
+        metadata=info["metadata"],
+    )
+    request.pop("timestamp")
+    if info.get("tool"):
+        request["source"] = {"type": "tool", **info["tool"]}
+    return request

@@ -1,0 +1,119 @@
+"""Runs the tool calls of one step: parse the arguments, check the doom loop, ask permission,
+run the tool with its context, and record the part's lifecycle. A tool failure is reported to
+the model (an ``error`` part), never raised; only an abort propagates."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.jsonutil import dumps, loads
+from app.providers.base import ToolCall
+from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.permissions import Denied, Permissions, Rejected
+from app.runtime.recorder import AssistantRecorder
+from app.runtime.tools.base import ToolContext, ToolError
+from app.runtime.tools.registry import TOOLS
+
+log = logging.getLogger("opensession.tools")
+
+DOOM_LOOP_REPEATS = 3
+FILE_TOOLS = {"write", "edit"}
+
+
+@dataclass
+class TurnTools:
+    """What a turn's steps share about tool use: the calls made so far (for the doom loop)."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class StepOutcome:
+    called: bool = False  # the model asked for tools: the turn continues
+    blocked: bool = False  # a denial or a plain rejection: the turn stops here
+    changed_files: bool = False
+
+
+class ToolCalls:
+    def __init__(self, permissions: Permissions, services: Any) -> None:
+        self.permissions = permissions
+        self.services = services
+
+    async def run(
+        self,
+        session: dict[str, Any],
+        recorder: AssistantRecorder,
+        calls: list[ToolCall],
+        parts: dict[str, dict[str, Any]],
+        turn: TurnTools,
+        signal: AbortSignal,
+    ) -> StepOutcome:
+        outcome = StepOutcome(called=bool(calls))
+        for call in calls:
+            part = parts.get(call.call_id) or await recorder.tool_pending(call.call_id, call.name)
+            status = await self._one(session, recorder, call, part, turn, signal)
+            if status == "blocked":
+                outcome.blocked = True
+            elif status == "ok" and call.name in FILE_TOOLS:
+                outcome.changed_files = True
+        return outcome
+
+    async def _one(
+        self,
+        session: dict[str, Any],
+        recorder: AssistantRecorder,
+        call: ToolCall,
+        part: dict[str, Any],
+        turn: TurnTools,
+        signal: AbortSignal,
+    ) -> str:
+        try:
+            args = loads(call.arguments or "{}")
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            await recorder.tool_running(part, {}, call.arguments)
+            await recorder.tool_failed(part, f"Invalid arguments for {call.name}: {exc}")
+            return "failed"
+        await recorder.tool_running(part, args, call.arguments)
+        tool = TOOLS.get(call.name)
+        if tool is None:
+            await recorder.tool_failed(part, f"Unknown tool: {call.name}. Available tools: {', '.join(TOOLS)}")
+            return "failed"
+        tool_ref = {"messageID": recorder.info["id"], "callID": call.call_id}
+
+        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
+            await self.permissions.ask(
+                session, permission, patterns, always=always, metadata=metadata, tool=tool_ref, signal=signal
+            )
+
+        async def progress(metadata: dict[str, Any]) -> None:
+            await recorder.tool_progress(part, metadata)
+
+        ctx = ToolContext(session, recorder.info["id"], call.call_id, signal, ask, progress, self.services)
+        try:
+            signature = (call.name, dumps(args))
+            turn.calls.append(signature)
+            if turn.calls[-DOOM_LOOP_REPEATS:] == [signature] * DOOM_LOOP_REPEATS:
+                await ask("doom_loop", [call.name], [call.name], {"tool": call.name, "input": args})
+            result = await tool.run(ctx, args)
+        except Aborted:
+            await recorder.tool_failed(part, "Tool execution aborted", {"interrupted": True})
+            raise
+        except ToolError as exc:
+            await recorder.tool_failed(part, str(exc))
+            return "failed"
+        except Denied as exc:
+            await recorder.tool_failed(part, str(exc))
+            return "blocked"
+        except Rejected as exc:
+            await recorder.tool_failed(part, str(exc))
+            return "failed" if exc.feedback else "blocked"
+        except Exception as exc:  # a tool bug must not take the session down
+            log.exception("tool %s failed", call.name)
+            await recorder.tool_failed(part, f"{call.name} failed: {exc}")
+            return "failed"
+        await recorder.tool_completed(part, result.output, result.title, result.metadata)
+        return "ok"

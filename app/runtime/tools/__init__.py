@@ -1,0 +1,2 @@
+"""The agent's tools, with OpenCode's names and parameter names so models prompted for OpenCode
+work unchanged."""

@@ -1,0 +1,74 @@
+"""What every tool gets and gives back.
+
+A tool receives its parsed arguments and a ``ToolContext`` (the session, its directory, the abort
+signal, and hooks to ask permission, report progress and reach session state). It returns a
+``ToolResult`` or raises ``ToolError``; both go back to the model, a tool failure never stops the
+server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from app.runtime.abort import AbortSignal
+
+MAX_OUTPUT_CHARS = 30_000
+
+
+class ToolError(Exception):
+    """The call failed in a way the model should hear about (bad arguments, missing file...)."""
+
+
+@dataclass(slots=True)
+class ToolResult:
+    output: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+Ask = Callable[[str, list[str], list[str], dict[str, Any]], Awaitable[None]]
+Progress = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class ToolContext:
+    session: dict[str, Any]
+    message_id: str
+    call_id: str
+    signal: AbortSignal
+    # ask(permission, patterns, always, metadata): returns if allowed, raises Denied/Rejected.
+    ask: Ask
+    progress: Progress
+    services: Any  # the runtime's session-state services a tool may need (todos, files, tasks)
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.session["directory"])
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult: ...
+
+
+def truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + f"\n\n... output truncated ({len(text) - limit} more characters)", True
+
+
+def schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def require(args: dict[str, Any], name: str, kind: type = str) -> Any:
+    value = args.get(name)
+    if not isinstance(value, kind) or (kind is str and not value):
+        raise ToolError(f"The {name} parameter is required and must be a {kind.__name__}")
+    return value

@@ -1,0 +1,104 @@
+"""bash: run a command in the session's directory.
+
+Output (stdout and stderr, merged) streams into the running part's ``metadata.output``; the
+command has a timeout; on abort or timeout its whole process group is killed (SIGTERM, then
+SIGKILL), so a ``sleep`` started by the command does not outlive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import time
+from typing import Any
+
+from app.runtime.abort import Aborted
+from app.runtime.tools.base import ToolContext, ToolError, ToolResult, require, schema, truncate
+
+DEFAULT_TIMEOUT_MS = 120_000
+MAX_TIMEOUT_MS = 600_000
+PROGRESS_INTERVAL = 0.2
+KILL_GRACE = 2.0
+
+
+def _always_pattern(command: str) -> str:
+    """What approving "always" covers: the command's program with any arguments (``git *``)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    return f"{words[0]} *" if words else "*"
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        try:
+            await asyncio.wait_for(process.wait(), KILL_GRACE)
+            return
+        except TimeoutError:
+            continue
+
+
+class Bash:
+    name = "bash"
+    description = "Run a shell command in the project directory. Output is returned; long runs time out."
+    parameters = schema(
+        {
+            "command": {"type": "string"},
+            "timeout": {"type": "integer", "description": "Milliseconds (default 120000, at most 600000)"},
+            "description": {"type": "string", "description": "What the command does, in a few words"},
+        },
+        ["command"],
+    )
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+        command = require(args, "command")
+        description = str(args.get("description") or "")
+        await ctx.ask("bash", [command], [_always_pattern(command)], {"command": command})
+        timeout = min(max(int(args.get("timeout") or DEFAULT_TIMEOUT_MS), 1), MAX_TIMEOUT_MS) / 1000
+        process = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            command,
+            cwd=str(ctx.directory),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        chunks: list[str] = []
+        last_progress = 0.0
+        timed_out = False
+
+        async def pump() -> None:
+            nonlocal last_progress
+            assert process.stdout is not None
+            while data := await process.stdout.read(4096):
+                chunks.append(data.decode(errors="replace"))
+                if time.monotonic() - last_progress >= PROGRESS_INTERVAL:
+                    last_progress = time.monotonic()
+                    await ctx.progress({"output": "".join(chunks)[-4000:], "description": description})
+            await process.wait()
+
+        try:
+            await ctx.signal.race(asyncio.wait_for(pump(), timeout))
+        except TimeoutError:
+            timed_out = True
+            await _kill_group(process)
+        except Aborted:
+            await _kill_group(process)
+            raise
+        except OSError as exc:
+            await _kill_group(process)
+            raise ToolError(f"Could not run the command: {exc}") from exc
+        output, truncated = truncate("".join(chunks))
+        if timed_out:
+            notice = f"bash tool terminated command after exceeding timeout {timeout * 1000:.0f} ms"
+            output += f"\n\n<bash_metadata>\n{notice}\n</bash_metadata>"
+        metadata = {"output": output, "exit": process.returncode, "description": description, "truncated": truncated}
+        return ToolResult(output, title=command, metadata=metadata)

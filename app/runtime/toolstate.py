@@ -1,0 +1,92 @@
+"""Session state the tools keep: the todo list and the files they changed (for the session
+diff)."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.events.log import EventLog
+from app.events.model import Event
+from app.jsonutil import dumps, loads
+from app.store import sql
+
+
+@dataclass
+class ToolServices:
+    """The session state tools reach through their context."""
+
+    todos: TodoStore
+    files: FileChanges
+    tasks: Any  # runs a sub-agent in a child session: ``run(parent, description, prompt, agent, signal)``
+
+
+class TodoStore:
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+
+    async def get(self, session_id: str) -> list[dict[str, Any]]:
+        row = await self.log.db.fetch_one(sql.TODOS, {"session_id": session_id})
+        return loads(row[0]) if row else []
+
+    async def replace(self, session: dict[str, Any], todos: list[dict[str, Any]]) -> None:
+        async with self.log.db.write() as scope:
+            scope.execute(sql.UPSERT_TODOS, {"session_id": session["id"], "todos": dumps(todos)})
+        self.log.publish(
+            Event("todo.updated", {"sessionID": session["id"], "todos": todos}, session["id"], session["directory"])
+        )
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+def file_diff(name: str, before: str | None, after: str | None) -> dict[str, Any] | None:
+    """OpenCode's SnapshotFileDiff for one file, or None when it is unchanged."""
+    if before == after:
+        return None
+    lines = list(
+        difflib.unified_diff(
+            (before or "").splitlines(keepends=True),
+            (after or "").splitlines(keepends=True),
+            fromfile=f"a/{name}",
+            tofile=f"b/{name}",
+        )
+    )
+    additions = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    deletions = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+    status = "added" if before is None else "deleted" if after is None else "modified"
+    return {"file": name, "patch": "".join(lines), "additions": additions, "deletions": deletions, "status": status}
+
+
+class FileChanges:
+    """Remembers each file's content before a session's tools first changed it."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+
+    async def remember(self, session_id: str, path: Path) -> None:
+        content = await asyncio.to_thread(_read, path)
+        async with self.log.db.write() as scope:
+            scope.execute(sql.INSERT_BASELINE, {"session_id": session_id, "path": str(path), "content": content})
+
+    async def diff(self, session: dict[str, Any]) -> list[dict[str, Any]]:
+        rows = await self.log.db.fetch(sql.BASELINES, {"session_id": session["id"]})
+        root = Path(session["directory"]).resolve()
+
+        def compute() -> list[dict[str, Any]]:
+            diffs = []
+            for path, before in rows:
+                name = str(Path(path).relative_to(root)) if Path(path).is_relative_to(root) else path
+                change = file_diff(name, before, _read(Path(path)))
+                if change is not None:
+                    diffs.append(change)
+            return diffs
+
+        return await asyncio.to_thread(compute)
