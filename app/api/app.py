@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import errors, share
+from app.api import errors, permissions, share
 from app.api.legacy import events as legacy_events
 from app.api.legacy import meta as legacy_meta
 from app.api.legacy import sessions as legacy_sessions
@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(legacy_events.router)
     app.include_router(v2_sessions.router)
     app.include_router(share.router)
+    app.include_router(permissions.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)

@@ -17,10 +17,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import JSONBody
 from app.runtime.errors import (
+    CommandNotFound,
     Conflict,
     InvalidCursor,
     InvalidInput,
     MessageNotFound,
+    PermissionNotFound,
     SessionBusy,
     SessionNotFound,
     ShareNotFound,
@@ -101,6 +103,14 @@ async def _share_missing(_request: Request, exc: ShareNotFound) -> JSONBody:
     return named(404, "NotFoundError", exc.message)
 
 
+async def _permission_missing(_request: Request, exc: PermissionNotFound) -> JSONBody:
+    return tagged(404, "PermissionNotFoundError", exc.message, requestID=exc.request_id)
+
+
+async def _command_missing(_request: Request, exc: CommandNotFound) -> JSONBody:
+    return named(404, "NotFoundError", exc.message)
+
+
 async def _invalid(request: Request, exc: InvalidInput) -> JSONBody:
     return bad_request(request, exc.message, exc.kind, exc.field)
 
@@ -128,6 +138,8 @@ def install(app: FastAPI) -> None:
         MessageNotFound: _message_missing,
         InvalidInput: _invalid,
         ShareNotFound: _share_missing,
+        PermissionNotFound: _permission_missing,
+        CommandNotFound: _command_missing,
         InvalidCursor: _invalid_cursor,
         Conflict: _conflict,
         SessionBusy: _busy,

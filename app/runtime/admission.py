@@ -24,6 +24,7 @@ from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistr
 from app.runtime.errors import InputConflict, InvalidInput
 from app.runtime.history import History
 from app.runtime.payloads import next_event
+from app.runtime.permissions import tools_rules
 from app.runtime.revert import commit_staged
 from app.runtime.sessions import SessionService
 from app.store import sql
@@ -192,6 +193,10 @@ class Admission:
                 await self.history.append_message(tx, session, info, stored["parts"])
 
             def remember_choice(s: dict[str, Any]) -> None:
+                if request.tools:  # the deprecated tools map becomes session permission rules
+                    replaced = set(request.tools)
+                    kept = [r for r in s.get("permission") or [] if r["permission"] not in replaced]
+                    s["permission"] = kept + tools_rules(request.tools)
                 s["agent"] = agent
                 s["model"] = {
                     "id": ref.model_id,

@@ -14,13 +14,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.errors import SessionBusy
 
 log = logging.getLogger("opensession.coordinator")
 
 Drain = Callable[[str, AbortSignal], Awaitable[None]]
+T = TypeVar("T")
 StatusListener = Callable[[str, dict[str, Any]], None]
 
 BUSY = {"type": "busy"}
@@ -51,19 +53,43 @@ class DrainCoordinator:
             return
         self._start(session_id)
 
-    def _start(self, session_id: str) -> None:
+    def _start(self, session_id: str, work: Drain | None = None) -> _Entry:
         entry = _Entry()
         self._entries[session_id] = entry
         self.drains_started += 1
         self.set_status(session_id, BUSY)
-        entry.task = asyncio.create_task(self._run(session_id, entry), name=f"drain:{session_id}")
+        entry.task = asyncio.create_task(self._run(session_id, entry, work), name=f"drain:{session_id}")
+        return entry
 
-    async def _run(self, session_id: str, entry: _Entry) -> None:
+    async def run_exclusive(self, session_id: str, work: Callable[[AbortSignal], Awaitable[T]]) -> T:
+        """Run ``work`` as the session's one execution (a user shell command): busy meanwhile,
+        interruptible by abort, refused with SessionBusy if something already runs. Prompts
+        arriving meanwhile wait for it (a pending wake) and run after it."""
+        if session_id in self._entries:
+            raise SessionBusy(session_id)
+        outcome: dict[str, Any] = {}
+
+        async def job(_session_id: str, signal: AbortSignal) -> None:
+            try:
+                outcome["value"] = await work(signal)
+            except BaseException as exc:
+                outcome["error"] = exc
+                raise
+
+        entry = self._start(session_id, job)
+        await entry.done.wait()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]  # type: ignore[no-any-return]
+
+    async def _run(self, session_id: str, entry: _Entry, work: Drain | None = None) -> None:
         try:
             while True:
                 entry.pending_wake = False
+                # The first pass runs ``work`` when given (run_exclusive), later passes drain.
+                drain, work = work or self._drain, None
                 try:
-                    await self._drain(session_id, entry.signal)
+                    await drain(session_id, entry.signal)
                 except Aborted:
                     break
                 except Exception:

@@ -183,9 +183,9 @@ class Permissions:
     def pending_v2(self, session_id: str | None = None) -> list[dict[str, Any]]:
         return [_v2_request(info) for info in self.pending(session_id)]
 
-    def get(self, request_id: str) -> dict[str, Any]:
+    def get(self, request_id: str, *, session_id: str | None = None) -> dict[str, Any]:
         pending = self._pending.get(request_id)
-        if pending is None:
+        if pending is None or (session_id is not None and pending.info["sessionID"] != session_id):
             raise PermissionNotFound(request_id)
         return pending.info
 

@@ -14,6 +14,7 @@ from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.admission import Admission, Admitted, PromptRequest, compaction_request
+from app.runtime.commands import Commands
 from app.runtime.compaction import Snapshots, Window
 from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import SessionNotFound
@@ -53,6 +54,7 @@ class Runtime:
         self.permissions = Permissions(self.log, self.config)
         self.tool_state = ToolServices(todos=TodoStore(self.log), files=FileChanges(self.log), tasks=self)
         self.toolcalls = ToolCalls(self.permissions, self.tool_state)
+        self.commands = Commands(self)
         self.runner = Runner(
             self.log,
             self.queries,
@@ -161,6 +163,13 @@ class Runtime:
             raise
         text = "".join(p.get("text", "") for p in reply["parts"] if p["type"] == "text")
         return child, text or "(the sub-agent gave no answer)"
+
+    async def reply_permission(
+        self, request_id: str, reply: str, message: str | None, *, session_id: str | None = None
+    ) -> None:
+        info = self.permissions.get(request_id, session_id=session_id)
+        directory = self.sessions.cached_directory(info["sessionID"])
+        await self.permissions.reply(request_id, reply, message, directory=directory, session_id=session_id)
 
     async def interrupt(self, session_id: str) -> None:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the

@@ -15,6 +15,7 @@ from app import __version__
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
+from app.runtime.commands import command_list
 from app.runtime.project import project_id
 
 router = APIRouter(tags=["instance"])
@@ -145,6 +146,11 @@ def _empty_list(request: Request) -> Response:
 
 for _path in _EMPTY_LISTS:
     router.add_api_route(_path, _empty_list, methods=["GET"], include_in_schema=False)
+
+
+@router.get("/command", operation_id="command.list", summary="The project's commands (opencode.json)")
+async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(command_list(runtime.config, directory))
 
 
 @router.get("/mcp", include_in_schema=False)

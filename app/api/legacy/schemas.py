@@ -140,3 +140,18 @@ class SummarizeBody(_Body):
     providerID: str = Field(min_length=1)
     modelID: str = Field(min_length=1)
     auto: bool | None = None
+
+
+class ShellBody(_Body):
+    agent: str = Field(min_length=1)
+    command: str = Field(min_length=1, max_length=100_000)
+    model: ModelChoice | None = None
+    messageID: MessageID | None = None
+
+
+class CommandBody(_Body):
+    command: str = Field(min_length=1)
+    arguments: str = ""
+    agent: str | None = None
+    model: str | None = None
+    messageID: MessageID | None = None

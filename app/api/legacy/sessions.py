@@ -11,12 +11,14 @@ from pydantic import ValidationError
 
 from app.api.deps import DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
 from app.api.legacy.schemas import (
+    CommandBody,
     ForkBody,
     PartBody,
     PromptBody,
     RevertBody,
     SessionCreate,
     SessionUpdate,
+    ShellBody,
     SummarizeBody,
 )
 from app.api.responses import JSONBody
@@ -131,13 +133,14 @@ async def session_children(runtime: RuntimeDep, sessionID: SessionIDPath) -> Res
 @router.get("/session/{sessionID}/todo", operation_id="session.todo")
 async def session_todo(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     await runtime.sessions.get(sessionID)
-    return JSONBody([])
+    return JSONBody(await runtime.tool_state.todos.get(sessionID))
 
 
-@router.get("/session/{sessionID}/diff", operation_id="session.diff")
+@router.get(
+    "/session/{sessionID}/diff", operation_id="session.diff", summary="Changes the session's tools made to files"
+)
 async def session_diff(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    return JSONBody([])
+    return JSONBody(await runtime.tool_state.files.diff(await runtime.sessions.get(sessionID)))
 
 
 @router.get("/session/{sessionID}/message", operation_id="session.messages", summary="Messages, oldest first")
@@ -283,3 +286,25 @@ async def unshare(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
 async def summarize(runtime: RuntimeDep, sessionID: SessionIDPath, body: SummarizeBody) -> Response:
     await runtime.summarize(sessionID, ModelRef(body.providerID, body.modelID))
     return JSONBody(True)
+
+
+@router.post(
+    "/session/{sessionID}/shell",
+    operation_id="session.shell",
+    summary="Run a command as the user; recorded with a completed bash part",
+)
+async def shell(runtime: RuntimeDep, sessionID: SessionIDPath, body: ShellBody) -> Response:
+    model = ModelRef(body.model.providerID, body.model.modelID) if body.model else None
+    return JSONBody(await runtime.commands.shell(sessionID, body.command, agent=body.agent, model=model))
+
+
+@router.post(
+    "/session/{sessionID}/command",
+    operation_id="session.command",
+    summary="Run a project command (opencode.json) as a prompt and wait for the reply",
+)
+async def command(runtime: RuntimeDep, sessionID: SessionIDPath, body: CommandBody) -> Response:
+    reply = await runtime.commands.command(
+        sessionID, body.command, body.arguments, agent=body.agent, model=body.model, message_id=body.messageID
+    )
+    return JSONBody(reply)

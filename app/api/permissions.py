@@ -1,0 +1,91 @@
+"""Permission routes of both protocols: list pending requests, reply (``/permission/:id/reply``,
+the deprecated ``/session/:id/permissions/:id`` and V2's ``/api/session/:id/permission/:id/reply``)
+and the saved "always" rules. All reach the same runtime service."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import ID_PATTERN, DirectoryDep, RuntimeDep, SessionIDPath
+from app.api.responses import JSONBody
+
+router = APIRouter(tags=["permission"])
+
+RequestIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="per"), description="Permission request ID")]
+Reply = Literal["once", "always", "reject"]
+
+
+class ReplyBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    reply: Reply
+    message: str | None = Field(default=None, max_length=10_000)
+
+
+class RespondBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    response: Reply
+
+
+@router.get("/permission", operation_id="permission.list", summary="Pending permission requests")
+async def pending(runtime: RuntimeDep) -> Response:
+    return JSONBody(runtime.permissions.pending())
+
+
+@router.post("/permission/{requestID}/reply", operation_id="permission.reply")
+async def reply(runtime: RuntimeDep, requestID: RequestIDPath, body: ReplyBody) -> Response:
+    await runtime.reply_permission(requestID, body.reply, body.message)
+    return JSONBody(True)
+
+
+@router.post("/session/{sessionID}/permissions/{permissionID}", operation_id="permission.respond", deprecated=True)
+async def respond(
+    runtime: RuntimeDep, sessionID: SessionIDPath, permissionID: RequestIDPath, body: RespondBody
+) -> Response:
+    await runtime.reply_permission(permissionID, body.response, None, session_id=sessionID)
+    return JSONBody(True)
+
+
+@router.get("/api/permission/request", operation_id="v2.permission.requests")
+async def v2_pending(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody({"location": {"directory": directory}, "data": runtime.permissions.pending_v2()})
+
+
+@router.get("/api/session/{sessionID}/permission", operation_id="v2.session.permission.list")
+async def v2_session_pending(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    return JSONBody({"data": runtime.permissions.pending_v2(sessionID)})
+
+
+@router.get("/api/session/{sessionID}/permission/{requestID}", operation_id="v2.session.permission.get")
+async def v2_get(runtime: RuntimeDep, sessionID: SessionIDPath, requestID: RequestIDPath) -> Response:
+    await runtime.sessions.get(sessionID)
+    runtime.permissions.get(requestID, session_id=sessionID)
+    return JSONBody({"data": next(r for r in runtime.permissions.pending_v2(sessionID) if r["id"] == requestID)})
+
+
+@router.post(
+    "/api/session/{sessionID}/permission/{requestID}/reply", operation_id="v2.session.permission.reply", status_code=204
+)
+async def v2_reply(
+    runtime: RuntimeDep, sessionID: SessionIDPath, requestID: RequestIDPath, body: ReplyBody
+) -> Response:
+    await runtime.reply_permission(requestID, body.reply, body.message, session_id=sessionID)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/api/permission/saved",
+    operation_id="v2.permission.saved.list",
+    summary="Rules saved by replying always (persisted)",
+)
+async def saved(runtime: RuntimeDep) -> Response:
+    return JSONBody({"data": await runtime.permissions.saved()})
+
+
+@router.delete("/api/permission/saved/{savedID}", operation_id="v2.permission.saved.delete", status_code=204)
+async def forget(runtime: RuntimeDep, savedID: RequestIDPath) -> Response:
+    await runtime.permissions.forget(savedID)
+    return Response(status_code=204)

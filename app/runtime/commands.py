@@ -1,0 +1,152 @@
+"""User-run operations that are not prompts to the model: ``shell`` (a command the user runs,
+recorded as a user message plus an assistant message holding a completed ``bash`` part) and
+project ``command`` templates from opencode.json (expanded into a prompt)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from app import ids
+from app.clock import now_ms
+from app.config import ConfigLoader
+from app.events.model import Event
+from app.providers.registry import ModelRef
+from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.admission import DEFAULT_AGENT, PromptRequest, user_message_info
+from app.runtime.errors import CommandNotFound, InvalidInput
+from app.runtime.recorder import ABORTED, AssistantRecorder
+from app.runtime.sessions import zero_tokens
+from app.runtime.tools.base import ToolContext, ToolError
+from app.runtime.tools.bash import Bash
+from app.store.queries import MessageWithParts
+
+SHELL_NOTICE = "The following tool was executed by the user"
+
+
+def command_list(config: ConfigLoader, directory: str) -> list[dict[str, Any]]:
+    """The project's commands (``command.<name>`` in opencode.json), as ``GET /command`` lists them."""
+    commands = config.load(directory).raw.get("command") or {}
+    return [
+        {"name": name, **{k: spec[k] for k in ("description", "template", "agent", "model", "subtask") if k in spec}}
+        for name, spec in commands.items()
+        if isinstance(spec, dict) and isinstance(spec.get("template"), str)
+    ]
+
+
+def expand(template: str, arguments: str) -> str:
+    """``$ARGUMENTS`` is the whole argument string; ``$1``, ``$2``... its words."""
+    words = arguments.split()
+    text = re.sub(
+        r"\$(\d+)", lambda m: words[int(m.group(1)) - 1] if 0 < int(m.group(1)) <= len(words) else "", template
+    )
+    return text.replace("$ARGUMENTS", arguments)
+
+
+class Commands:
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+
+    def prompt_for(
+        self,
+        session: dict[str, Any],
+        name: str,
+        arguments: str,
+        *,
+        agent: str | None,
+        model: str | None,
+        message_id: str | None,
+    ) -> PromptRequest:
+        spec = next((c for c in command_list(self.runtime.config, session["directory"]) if c["name"] == name), None)
+        if spec is None:
+            raise CommandNotFound(name)
+        chosen = model or spec.get("model")
+        ref = None
+        if chosen:
+            if "/" not in chosen:
+                raise InvalidInput(f"model must look like provider/model, got {chosen!r}")
+            ref = ModelRef(*chosen.split("/", 1))
+        return PromptRequest(
+            parts=[{"type": "text", "text": expand(spec["template"], arguments)}],
+            agent=agent or spec.get("agent"),
+            model=ref,
+            message_id=message_id,
+        )
+
+    async def command(
+        self,
+        session_id: str,
+        name: str,
+        arguments: str,
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+        message_id: str | None = None,
+    ) -> MessageWithParts:
+        session = await self.runtime.sessions.get(session_id)
+        request = self.prompt_for(session, name, arguments, agent=agent, model=model, message_id=message_id)
+        reply = await self.runtime.prompt_and_wait(session_id, request)
+        props = {"name": name, "sessionID": session_id, "arguments": arguments, "messageID": reply["info"]["id"]}
+        self.runtime.log.publish(Event("command.executed", props, session_id, session["directory"]))
+        return reply
+
+    async def shell(self, session_id: str, command: str, *, agent: str, model: ModelRef | None) -> MessageWithParts:
+        """Run ``command`` now (409 if the session is busy) and record it in the history."""
+        session = await self.runtime.sessions.get(session_id)
+        ref = self.runtime.admission.model_for(session, model)
+
+        async def work(signal: AbortSignal) -> MessageWithParts:
+            return await self._shell(session, command, agent, ref, signal)
+
+        return await self.runtime.coordinator.run_exclusive(session_id, work)
+
+    async def _shell(
+        self, session: dict[str, Any], command: str, agent: str, ref: ModelRef, signal: AbortSignal
+    ) -> MessageWithParts:
+        runtime = self.runtime
+        session_id, directory = session["id"], session["directory"]
+        user_id = ids.message_id()
+        stored = {"agent": agent or DEFAULT_AGENT, "model": {"providerID": ref.provider_id, "modelID": ref.model_id}}
+        info = {
+            "id": ids.message_id(),
+            "sessionID": session_id,
+            "role": "assistant",
+            "time": {"created": now_ms()},
+            "parentID": user_id,
+            "modelID": ref.model_id,
+            "providerID": ref.provider_id,
+            "mode": stored["agent"],
+            "agent": stored["agent"],
+            "path": {"cwd": directory, "root": directory},
+            "cost": 0,
+            "tokens": zero_tokens(),
+        }
+        recorder = AssistantRecorder(runtime.log, info, directory, runtime.settings.part_flush_seconds)
+        async with runtime.log.transaction() as tx:
+            notice = {"type": "text", "text": SHELL_NOTICE, "synthetic": True}
+            await runtime.history.append_message(
+                tx, session, user_message_info(session_id, user_id, stored, now_ms()), [notice]
+            )
+            await recorder.begin(tx)
+        part = await recorder.tool_pending(ids.new_id("part"), "bash")
+        args = {"command": command, "description": "user command"}
+        await recorder.tool_running(part, args, "")
+
+        async def allowed(*_args: Any) -> None:
+            return None  # the user ran it: no permission to ask
+
+        async def progress(metadata: dict[str, Any]) -> None:
+            await recorder.tool_progress(part, metadata)
+
+        ctx = ToolContext(session, info["id"], part["callID"], signal, allowed, progress, runtime.tool_state)
+        error = None
+        try:
+            result = await Bash().run(ctx, args)
+            await recorder.tool_completed(part, result.output, result.title, result.metadata)
+        except ToolError as exc:
+            await recorder.tool_failed(part, str(exc))
+        except Aborted:
+            error = ABORTED
+        async with runtime.log.transaction() as tx:
+            await recorder.complete(tx, [], error)
+        return {"info": recorder.info, "parts": [p for p in recorder.parts]}
