@@ -257,6 +257,18 @@ def running(server: Server) -> Iterator[Server]:
         server.stop()
 
 
+@contextmanager
+def workspace(prefix: str) -> Iterator[tuple[Path, Path, Path]]:
+    """A throw-away directory with an empty project and config directory in it: (base, project,
+    config). Deleted on exit, servers' databases and logs included."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        base = Path(tmp)
+        project, config = base / "project", base / "config"
+        project.mkdir()
+        config.mkdir()
+        yield base, project, config
+
+
 # -- the event stream ------------------------------------------------------------------------------
 
 
@@ -701,11 +713,7 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     fan_many = Metric(f"/api/event publish -> receive, {subscribers} subs", "ms", 20, judged_on="p99")
     v2_rss = Metric("peak RSS after V2 work (VmHWM)", "MB", 120)
 
-    with tempfile.TemporaryDirectory(prefix="opensession-bench-") as tmp:
-        base = Path(tmp)
-        project, config = base / "project", base / "config"
-        project.mkdir()
-        config.mkdir()
+    with workspace("opensession-bench-") as (base, project, config):
         log = base / "server.log"
 
         def server(db: Path) -> Server:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from bench import ROOT, Metric, Server, child_env, cli, die_with_parent, progress, running, timed
+from bench import ROOT, Metric, Server, child_env, cli, die_with_parent, progress, running, timed, workspace
 
 SIZES = (1_000, 10_000, 100_000)
 FORK_SIZE = 10_000
@@ -91,6 +90,8 @@ def check_v2_page(response: httpx.Response, session: Seeded) -> None:
 
 @dataclass
 class PageRead:
+    """One timed endpoint on one session, with the check that it returns the newest page."""
+
     metric: Metric
     path: str
     check: Callable[[httpx.Response, Seeded], None]
@@ -139,11 +140,7 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     v2 = {n: Metric(f"GET /api/session/:id/message?limit={PAGE} ({n:,} msgs)", "ms", PAGE_TARGET_MS) for n in SIZES}
     fork = Metric(f"POST /session/:id/fork ({FORK_SIZE:,} msgs)", "s", FORK_TARGET_S)
 
-    with tempfile.TemporaryDirectory(prefix="opensession-history-") as tmp:
-        base = Path(tmp)
-        project, config = base / "project", base / "config"
-        project.mkdir()
-        config.mkdir()
+    with workspace("opensession-history-") as (base, project, config):
         db = base / "history.db"
         progress(f"seeding sessions of {', '.join(f'{n:,}' for n in SIZES)} messages")
         sessions = seed(db, project, config, sorted({*SIZES, FORK_SIZE}), notes)
@@ -158,9 +155,12 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
                 for n in SIZES
             ]
             bench_pages(client, reads, warmup, iterations)
+            paged_rss = srv.peak_rss_mb()
             progress(f"fork of the {FORK_SIZE:,}-message session, {fork_runs} times")
             bench_fork(client, fork, sessions[FORK_SIZE], fork_runs)
-            notes.append(f"server peak RSS (VmHWM) after the forks: {srv.peak_rss_mb():.1f} MB")
+            notes.append(
+                f"server peak RSS (VmHWM): {paged_rss:.1f} MB after the pages, {srv.peak_rss_mb():.1f} MB after forks"
+            )
 
     small, large = min(SIZES), max(SIZES)
     label = f"{large // 1000}k / {small // 1000}k median"

@@ -19,3 +19,12 @@ def text_prompt(text: str, **extra: Any) -> dict[str, Any]:
 
 def assistant_text(message: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
+
+
+def running(pid: int) -> bool:
+    """Whether a process is alive (a zombie waiting to be reaped by init counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -161,6 +161,8 @@ class StubReply:
         default_factory=lambda: {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
     )
     delay: float = 0.0
+    # Tool calls to stream ({"id", "name", "arguments"}); their arguments arrive in two pieces.
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -218,7 +220,22 @@ def openai_stub(reply: Reply | None = None) -> Iterator[OpenAIStub]:
                 chunk({"reasoning_content": piece})
             for piece in answer.content:
                 chunk({"content": piece})
-            chunk({}, finish="stop")
+            for index, call in enumerate(answer.tool_calls):
+                half = len(call["arguments"]) // 2
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["name"], "arguments": call["arguments"][:half]},
+                            }
+                        ]
+                    }
+                )
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": call["arguments"][half:]}}]})
+            chunk({}, finish="tool_calls" if answer.tool_calls else "stop")
             chunk({}, usage=answer.usage)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

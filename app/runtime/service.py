@@ -169,7 +169,7 @@ class Runtime:
     ) -> None:
         info = self.permissions.get(request_id, session_id=session_id)
         directory = self.sessions.cached_directory(info["sessionID"])
-        await self.permissions.reply(request_id, reply, message, directory=directory, session_id=session_id)
+        await self.permissions.reply(request_id, reply, message, directory=directory)
 
     async def interrupt(self, session_id: str) -> None:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the

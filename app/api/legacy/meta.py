@@ -129,10 +129,8 @@ async def console() -> Response:
 
 
 _EMPTY_LISTS = (
-    "/command",
     "/lsp",
     "/formatter",
-    "/permission",
     "/question",
     "/experimental/resource",
     "/experimental/workspace",

@@ -1,0 +1,168 @@
+"""Each tool against a real temporary directory: results, error cases and confinement."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.events.bus import EventBus
+from app.events.log import EventLog
+from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.permissions import Denied
+from app.runtime.tools.base import ToolContext, ToolError
+from app.runtime.tools.registry import TOOLS
+from app.runtime.toolstate import FileChanges, TodoStore, ToolServices
+from app.store.database import Database
+from tests.helpers import running
+
+
+class Harness:
+    def __init__(self, root: Path, services: ToolServices) -> None:
+        self.root = root
+        self.services = services
+        self.asked: list[tuple[str, list[str]]] = []
+        self.refuse: set[str] = set()
+        self.progress: list[dict[str, Any]] = []
+        self.signal = AbortSignal()
+
+    def context(self) -> ToolContext:
+        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
+            self.asked.append((permission, patterns))
+            if permission in self.refuse:
+                raise Denied
+
+        async def progress(metadata: dict[str, Any]) -> None:
+            self.progress.append(metadata)
+
+        session = {"id": "ses_test", "directory": str(self.root), "projectID": "global"}
+        return ToolContext(session, "msg_test", "call_test", self.signal, ask, progress, self.services)
+
+    async def run(self, name: str, **args: Any) -> Any:
+        return await TOOLS[name].run(self.context(), args)
+
+
+@pytest.fixture
+async def tools(tmp_path: Path) -> AsyncIterator[Harness]:
+    root = tmp_path / "project"
+    root.mkdir()
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'tools.db'}")
+    await db.open()
+    log = EventLog(db, EventBus(64))
+    await log.start()
+    yield Harness(root, ToolServices(todos=TodoStore(log), files=FileChanges(log), tasks=None))
+    await db.close()
+
+
+async def test_read_with_line_ranges(tools: Harness) -> None:
+    (tools.root / "notes.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    whole = await tools.run("read", filePath="notes.txt")
+    assert "1: line 1" in whole.output and "10: line 10" in whole.output and "total 10 lines" in whole.output
+    part = await tools.run("read", filePath="notes.txt", offset=3, limit=2)
+    assert "3: line 3\n4: line 4" in part.output and "5: line 5" not in part.output
+    assert "offset=5" in part.output and part.metadata["truncated"] is True
+    with pytest.raises(ToolError, match="File not found"):
+        await tools.run("read", filePath="missing.txt")
+
+
+async def test_write_edit_and_their_errors(tools: Harness) -> None:
+    result = await tools.run("write", filePath="src/app.py", content="x = 1\ny = 1\n")
+    assert result.output == "Wrote file successfully." and result.metadata["exists"] is False
+    assert (tools.root / "src/app.py").read_text() == "x = 1\ny = 1\n"
+    await tools.run("edit", filePath="src/app.py", oldString="x = 1", newString="x = 2")
+    assert (tools.root / "src/app.py").read_text() == "x = 2\ny = 1\n"
+    with pytest.raises(ToolError, match="not found"):
+        await tools.run("edit", filePath="src/app.py", oldString="z = 3", newString="z = 4")
+    with pytest.raises(ToolError, match="2 matches"):
+        await tools.run("edit", filePath="src/app.py", oldString=" = ", newString=" := ")
+    await tools.run("edit", filePath="src/app.py", oldString=" = ", newString=" := ", replaceAll=True)
+    assert (tools.root / "src/app.py").read_text() == "x := 2\ny := 1\n"
+    with pytest.raises(ToolError, match="different"):
+        await tools.run("edit", filePath="src/app.py", oldString="x", newString="x")
+    assert ("edit", ["src/app.py"]) in tools.asked
+    diff = await tools.services.files.diff({"id": "ses_test", "directory": str(tools.root)})
+    assert diff == [
+        {"file": "src/app.py", "patch": diff[0]["patch"], "additions": 2, "deletions": 0, "status": "added"}
+    ]
+
+
+async def test_list_glob_grep(tools: Harness) -> None:
+    for name, text in {
+        "a.py": "def alpha():\n    pass\n",
+        "pkg/b.py": "ALPHA = 1\n",
+        "c.txt": "nothing\n",
+        ".git/config": "alpha\n",
+    }.items():
+        (tools.root / name).parent.mkdir(parents=True, exist_ok=True)
+        (tools.root / name).write_text(text)
+    listing = (await tools.run("list")).output
+    assert "a.py" in listing and "pkg/b.py" in listing and ".git" not in listing
+    found = (await tools.run("glob", pattern="**/*.py")).output.splitlines()
+    assert sorted(Path(p).name for p in found) == ["a.py", "b.py"]
+    grep = (await tools.run("grep", pattern="(?i)alpha", include="*.py")).output
+    assert grep.startswith("Found 2 matches") and "Line 1: def alpha():" in grep and ".git" not in grep
+    with pytest.raises(ToolError, match="Invalid regular expression"):
+        await tools.run("grep", pattern="(")
+
+
+@pytest.mark.parametrize("escape", ["../outside.txt", "/etc/hostname", "link/secret.txt"])
+async def test_escapes_need_the_external_directory_permission(tools: Harness, tmp_path: Path, escape: str) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    (tmp_path / "outside.txt").write_text("secret")
+    os.symlink(outside, tools.root / "link")
+    tools.refuse.add("external_directory")
+    with pytest.raises(Denied):
+        await tools.run("read", filePath=escape)
+    with pytest.raises(Denied):
+        await tools.run("write", filePath=escape, content="pwned")
+    assert (outside / "secret.txt").read_text() == "secret" and (tmp_path / "outside.txt").read_text() == "secret"
+    assert tools.asked[0][0] == "external_directory"
+    tools.refuse.clear()
+    assert (
+        "secret"
+        in (await tools.run("read", filePath=escape.replace("/etc/hostname", str(outside / "secret.txt")))).output
+        or escape == "/etc/hostname"
+    )
+
+
+async def test_bash_streams_output_and_reports_exit(tools: Harness) -> None:
+    result = await tools.run("bash", command="echo one; sleep 0.3; echo two; exit 3", description="demo")
+    assert result.output == "one\ntwo\n" and result.metadata["exit"] == 3
+    assert tools.progress and tools.progress[0]["output"].startswith("one")
+    assert tools.asked == [("bash", ["echo one; sleep 0.3; echo two; exit 3"])]
+    slow = await tools.run("bash", command="echo start; sleep 5", timeout=300)
+    assert "start" in slow.output and "exceeding timeout" in slow.output
+
+
+async def test_bash_abort_kills_the_whole_process_group(tools: Harness) -> None:
+    marker = tools.root / "pid"
+    task = asyncio.ensure_future(tools.run("bash", command=f"sleep 30 & echo $! > {marker}; wait"))
+    for _ in range(100):
+        if marker.exists() and marker.read_text().strip():
+            break
+        await asyncio.sleep(0.02)
+    child = int(marker.read_text())
+    tools.signal.fire()
+    with pytest.raises(Aborted):
+        await task
+    await asyncio.sleep(0.1)
+    assert not running(child)  # the sleep died with its group
+
+
+async def test_todos_round_trip(tools: Harness) -> None:
+    todos = [
+        {"content": "write tests", "status": "in_progress", "priority": "high"},
+        {"content": "ship", "status": "pending", "priority": "medium"},
+    ]
+    written = await tools.run("todowrite", todos=todos)
+    assert written.title == "2 todos"
+    read = await tools.run("todoread")
+    assert read.metadata["todos"] == todos
+    with pytest.raises(ToolError):
+        await tools.run("todowrite", todos=[{"content": "x", "status": "someday", "priority": "high"}])
