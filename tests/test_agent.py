@@ -236,3 +236,25 @@ def test_full_turn_with_an_openai_compatible_model(project_dir: Path, client: ht
     assert "1: hello from file" in follow_up[-1]["content"]
     history = client.get(f"/session/{sid}/message").json()
     assert [m["info"].get("finish") for m in history[1:]] == ["tool-calls", "stop"]
+
+
+def test_project_commands(server: ThreadServer, client: httpx.Client, project_dir: Path) -> None:
+    config = {"command": {"greet": {"description": "Say hello", "template": "Say hello to $1 ($ARGUMENTS)"}}}
+    (project_dir / "opencode.json").write_text(json.dumps(config))
+    assert client.get("/command").json() == [
+        {"name": "greet", "description": "Say hello", "template": "Say hello to $1 ($ARGUMENTS)"}
+    ]
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        reply = client.post(f"/session/{sid}/command", json={"command": "greet", "arguments": "Ada Lovelace"})
+        executed = events.wait_for(lambda f: f.type == "command.executed")
+    assert reply.status_code == 200
+    assert reply.json()["parts"][1]["text"] == "Echo: Say hello to Ada (Ada Lovelace)"
+    assert executed.properties == {
+        "name": "greet",
+        "sessionID": sid,
+        "arguments": "Ada Lovelace",
+        "messageID": reply.json()["info"]["id"],
+    }
+    missing = client.post(f"/session/{sid}/command", json={"command": "nope", "arguments": ""})
+    assert missing.status_code == 404 and missing.json()["data"]["message"] == "Command not found: nope"
