@@ -29,6 +29,7 @@ from typing import Any
 import aiosqlite
 
 import migrations
+from app.store.sql import COMMUTING
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 READERS = 3
@@ -105,6 +106,25 @@ def _create_fresh(path: str, head: str) -> None:
         engine.dispose()
 
 
+def _commuting_segments(queued: list[tuple[str, Params]]) -> list[list[tuple[str, Params]]]:
+    """Split the queue at non-commuting statements and regroup each run of commuting ones by
+    statement: a fork's thousands of alternating message/part upserts become two executemany
+    calls instead of thousands of round trips."""
+    segments: list[list[tuple[str, Params]]] = []
+    run: dict[str, list[tuple[str, Params]]] = {}
+    for statement, params in queued:
+        if statement in COMMUTING:
+            run.setdefault(statement, []).append((statement, params))
+            continue
+        if run:
+            segments.append([item for group in run.values() for item in group])
+            run = {}
+        segments.append([(statement, params)])
+    if run:
+        segments.append([item for group in run.values() for item in group])
+    return segments
+
+
 class WriteScope:
     """An open write transaction. Statements are queued and sent in batches (consecutive uses of
     one statement become one ``executemany``); reads through ``fetch`` see queued writes."""
@@ -137,6 +157,10 @@ class WriteScope:
         await self._send(appended)
 
     async def _send(self, queued: list[tuple[str, Params]]) -> None:
+        for segment in _commuting_segments(queued):
+            await self._send_in_order(segment)
+
+    async def _send_in_order(self, queued: list[tuple[str, Params]]) -> None:
         start = 0
         while start < len(queued):
             sql = queued[start][0]

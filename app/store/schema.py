@@ -67,7 +67,7 @@ parts = Table(
     Column("session_id", String, nullable=False),
     Column("data", Text, nullable=False),
     Index("ix_parts_message_id", "message_id", "id"),
-    Index("ix_parts_session", "session_id"),
+    Index("ix_parts_session", "session_id", "message_id", "id"),
 )
 
 inputs = Table(

@@ -50,6 +50,9 @@ def _upsert(table: Table, *, keep: tuple[str, ...] = ()) -> str:
 UPSERT_SESSION = _upsert(sessions)
 UPSERT_MESSAGE = _upsert(messages, keep=("seq",))
 UPSERT_PART = _upsert(parts)
+# Upserts into different tables commute (no foreign keys, triggers or reads between them): a write
+# transaction may regroup a run of them by statement, each keeping its own row order.
+COMMUTING = frozenset({UPSERT_SESSION, UPSERT_MESSAGE, UPSERT_PART})
 INSERT_EVENT = compile_sql(events.insert().values({c.name: bindparam(c.name) for c in events.columns}))
 INSERT_INPUT = compile_sql(inputs.insert().values({c.name: bindparam(c.name) for c in inputs.columns}))
 DELETE_SESSION = compile_sql(delete(sessions).where(sessions.c.id == bindparam("id")))
