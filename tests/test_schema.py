@@ -33,3 +33,24 @@ def test_fresh_schema_matches_migrations(tmp_path: Path) -> None:
     _create_fresh(str(fresh), _head_revision())
     assert _schema(fresh) == _schema(migrated)
     assert _schema(fresh)["alembic_version rows"] == [(_head_revision(),)]
+
+
+def test_write_batches_regroup_only_commuting_statements() -> None:
+    from app.store import sql
+    from app.store.database import _commuting_segments
+
+    message, part, event = sql.UPSERT_MESSAGE, sql.UPSERT_PART, sql.INSERT_EVENT
+    queued = [
+        (message, {"n": 1}),
+        (part, {"n": 1}),
+        (message, {"n": 2}),
+        (event, {"n": 1}),
+        (event, {"n": 2}),
+        (part, {"n": 2}),
+    ]
+    segments = _commuting_segments(queued)
+    assert segments == [
+        [(message, {"n": 1}), (message, {"n": 2}), (part, {"n": 1})],  # regrouped, each in its own order
+        [(event, {"n": 1}), (event, {"n": 2})],  # other statements keep their order and stay together
+        [(part, {"n": 2})],  # nothing moves across a non-commuting statement
+    ]

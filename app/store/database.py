@@ -107,21 +107,27 @@ def _create_fresh(path: str, head: str) -> None:
 
 
 def _commuting_segments(queued: list[tuple[str, Params]]) -> list[list[tuple[str, Params]]]:
-    """Split the queue at non-commuting statements and regroup each run of commuting ones by
-    statement: a fork's thousands of alternating message/part upserts become two executemany
-    calls instead of thousands of round trips."""
+    """Split the queue into runs of commuting and of other statements, and regroup each commuting
+    run by statement: a fork's thousands of alternating message/part upserts become two
+    executemany calls instead of thousands of round trips. Other runs keep their order."""
     segments: list[list[tuple[str, Params]]] = []
-    run: dict[str, list[tuple[str, Params]]] = {}
-    for statement, params in queued:
-        if statement in COMMUTING:
-            run.setdefault(statement, []).append((statement, params))
-            continue
-        if run:
-            segments.append([item for group in run.values() for item in group])
-            run = {}
-        segments.append([(statement, params)])
-    if run:
-        segments.append([item for group in run.values() for item in group])
+    commuting: dict[str, list[tuple[str, Params]]] = {}
+    ordered: list[tuple[str, Params]] = []
+    for item in queued:
+        if item[0] in COMMUTING:
+            if ordered:
+                segments.append(ordered)
+                ordered = []
+            commuting.setdefault(item[0], []).append(item)
+        else:
+            if commuting:
+                segments.append([entry for group in commuting.values() for entry in group])
+                commuting = {}
+            ordered.append(item)
+    if commuting:
+        segments.append([entry for group in commuting.values() for entry in group])
+    if ordered:
+        segments.append(ordered)
     return segments
 
 
