@@ -102,6 +102,16 @@ async def project_current(directory: DirectoryDep) -> Response:
     )
 
 
+@router.get("/project/{projectID}/directories", operation_id="project.directories")
+async def project_directories(directory: DirectoryDep) -> Response:
+    return JSONBody([{"directory": directory}])
+
+
+@router.get("/api/location", operation_id="v2.location.get")
+async def location(directory: DirectoryDep) -> Response:
+    return JSONBody({"directory": directory, "project": {"id": await project_id(directory), "directory": directory}})
+
+
 def _git_branch(directory: str) -> str | None:
     try:
         out = subprocess.run(
