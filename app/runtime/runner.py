@@ -17,6 +17,7 @@ shutdown settles nothing, so the next start recovers the work.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from app import ids
@@ -99,35 +100,23 @@ def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
     return batch
 
 
+@dataclass
 class Runner:
-    def __init__(
-        self,
-        log: EventLog,
-        queries: Queries,
-        sessions: SessionService,
-        registry: ProviderRegistry,
-        titles: TitleGenerator,
-        waiters: InputWaiters,
-        history: History,
-        admission: Admission,
-        snapshots: Snapshots,
-        config: ConfigLoader,
-        toolcalls: ToolCalls,
-        flush_seconds: float,
-    ) -> None:
-        self.log = log
-        self.queries = queries
-        self.sessions = sessions
-        self.registry = registry
-        self.titles = titles
-        self.waiters = waiters
-        self.history = history
-        self.admission = admission
-        self.snapshots = snapshots
-        self.config = config
-        self.toolcalls = toolcalls
-        self.flush_seconds = flush_seconds
-        self.coordinator: DrainCoordinator  # set by the runtime (they refer to each other)
+    """Runs sessions' drains; the services it needs are its fields."""
+
+    log: EventLog
+    queries: Queries
+    sessions: SessionService
+    registry: ProviderRegistry
+    titles: TitleGenerator
+    waiters: InputWaiters
+    history: History
+    admission: Admission
+    snapshots: Snapshots
+    config: ConfigLoader
+    toolcalls: ToolCalls
+    flush_seconds: float
+    coordinator: DrainCoordinator = field(init=False)  # set by the runtime (they refer to each other)
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
         try:
