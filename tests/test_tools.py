@@ -73,8 +73,11 @@ async def test_write_edit_and_their_errors(tools: Harness) -> None:
     result = await tools.run("write", filePath="src/app.py", content="x = 1\ny = 1\n")
     assert result.output == "Wrote file successfully." and result.metadata["exists"] is False
     assert (tools.root / "src/app.py").read_text() == "x = 1\ny = 1\n"
-    await tools.run("edit", filePath="src/app.py", oldString="x = 1", newString="x = 2")
+    edited = await tools.run("edit", filePath="src/app.py", oldString="x = 1", newString="x = 2")
     assert (tools.root / "src/app.py").read_text() == "x = 2\ny = 1\n"
+    patch = edited.metadata["diff"]  # a full unified diff, as OpenCode clients render it
+    assert patch.startswith("---") and "@@" in patch and "-x = 1\n+x = 2\n" in patch
+    assert edited.metadata["filediff"]["additions"] == 1 and edited.metadata["filediff"]["deletions"] == 1
     with pytest.raises(ToolError, match="not found"):
         await tools.run("edit", filePath="src/app.py", oldString="z = 3", newString="z = 4")
     with pytest.raises(ToolError, match="2 matches"):
@@ -122,7 +125,8 @@ async def test_escapes_need_the_external_directory_permission(tools: Harness, tm
     with pytest.raises(Denied):
         await tools.run("write", filePath=escape, content="pwned")
     assert (outside / "secret.txt").read_text() == "secret" and (tmp_path / "outside.txt").read_text() == "secret"
-    assert tools.asked[0][0] == "external_directory"
+    permission, patterns = tools.asked[0]
+    assert permission == "external_directory" and patterns[0].endswith("/*")  # the folder, as OpenCode asks
     tools.refuse.clear()
     assert (
         "secret"
@@ -134,7 +138,8 @@ async def test_escapes_need_the_external_directory_permission(tools: Harness, tm
 async def test_bash_streams_output_and_reports_exit(tools: Harness) -> None:
     result = await tools.run("bash", command="echo one; sleep 0.3; echo two; exit 3", description="demo")
     assert result.output == "one\ntwo\n" and result.metadata["exit"] == 3
-    assert tools.progress and tools.progress[0]["output"].startswith("one")
+    assert tools.progress[0] == {"output": "", "description": "demo"}  # the running block appears at once
+    assert tools.progress[1]["output"] == "one\n"  # output streams before the command ends
     assert tools.asked == [("bash", ["echo one; sleep 0.3; echo two; exit 3"])]
     slow = await tools.run("bash", command="echo start; sleep 5", timeout=300)
     assert "start" in slow.output and "exceeding timeout" in slow.output

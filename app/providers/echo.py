@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import secrets
 from collections.abc import AsyncIterator
 
 from app.providers.base import (
@@ -84,7 +85,7 @@ def _tool_calls(prompt: str, request: ChatRequest) -> list[ToolCall]:
             )
         else:
             arguments = "{}"
-        calls.append(ToolCall(f"call_echo_{request.attempt}_{index}", name, arguments))
+        calls.append(ToolCall(f"call_echo_{secrets.token_hex(6)}_{index}", name, arguments))  # unique, as providers
     return calls
 
 

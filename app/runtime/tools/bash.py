@@ -72,7 +72,8 @@ class Bash:
             start_new_session=True,
         )
         chunks: list[str] = []
-        last_progress = 0.0
+        await ctx.progress({"output": "", "description": description})  # clients show a live block at once
+        last_progress = 0.0  # the first output shows at once; later updates at most every PROGRESS_INTERVAL
         timed_out = False
 
         async def pump() -> None:

@@ -5,6 +5,7 @@ so the session diff can report the change."""
 from __future__ import annotations
 
 import asyncio
+import difflib
 import os
 import re
 from pathlib import Path
@@ -69,11 +70,37 @@ class Read:
         )
 
 
-async def _prepare_edit(ctx: ToolContext, raw: str, diff_hint: str) -> tuple[Path, str]:
-    path = await resolve(ctx, raw)
+def unified_patch(name: str, before: str, after: str) -> str:
+    """A full unified diff (with ---/+++ headers and @@ hunks), as OpenCode clients render it."""
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=name, tofile=name
+        )
+    )
+
+
+async def _ask_edit(ctx: ToolContext, path: Path, before: str, after: str) -> tuple[str, str]:
+    """Ask the ``edit`` permission showing the change; returns (relative name, patch)."""
     rel = relative(path, ctx.directory.resolve())
-    await ctx.ask("edit", [rel], ["*"], {"filepath": str(path), "diff": diff_hint})
-    return path, rel
+    patch = unified_patch(str(path), before, after)
+    await ctx.ask("edit", [rel], ["*"], {"filepath": str(path), "diff": patch})
+    return rel, patch
+
+
+def _edit_metadata(path: Path, patch: str, before: str, after: str) -> dict[str, Any]:
+    additions = sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    deletions = sum(1 for line in patch.splitlines() if line.startswith("-") and not line.startswith("---"))
+    return {
+        "diff": patch,
+        "diagnostics": {},
+        "filediff": {
+            "file": str(path),
+            "before": before,
+            "after": after,
+            "additions": additions,
+            "deletions": deletions,
+        },
+    }
 
 
 class Write:
@@ -88,14 +115,17 @@ class Write:
         content = args.get("content")
         if not isinstance(content, str):
             raise ToolError("The content parameter is required and must be a string")
-        path, rel = await _prepare_edit(ctx, require(args, "filePath"), "")
+        path = await resolve(ctx, require(args, "filePath"))
         if path.is_dir():
             raise ToolError(f"Path is a directory: {path}")
         existed = path.exists()
+        before = await asyncio.to_thread(_read_text, path) if existed else ""
+        rel, _patch = await _ask_edit(ctx, path, before, content)
         await ctx.services.files.remember(ctx.session["id"], path)
         path.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(path.write_text, content, encoding="utf-8")
-        return ToolResult("Wrote file successfully.", title=rel, metadata={"filepath": str(path), "exists": existed})
+        metadata = {"filepath": str(path), "exists": existed, "diagnostics": {}}
+        return ToolResult("Wrote file successfully.", title=rel, metadata=metadata)
 
 
 class Edit:
@@ -117,7 +147,7 @@ class Edit:
             raise ToolError("oldString and newString are required strings")
         if old == new:
             raise ToolError("oldString and newString must be different")
-        path, rel = await _prepare_edit(ctx, require(args, "filePath"), f"-{old}\n+{new}")
+        path = await resolve(ctx, require(args, "filePath"))
         if not path.is_file():
             raise ToolError(f"File not found: {path}")
         text = await asyncio.to_thread(_read_text, path)
@@ -129,12 +159,11 @@ class Edit:
                 f"Found {count} matches for oldString. Provide more surrounding lines in oldString to "
                 "identify the correct match, or set replaceAll."
             )
-        await ctx.services.files.remember(ctx.session["id"], path)
         updated = text.replace(old, new) if args.get("replaceAll") else text.replace(old, new, 1)
+        rel, patch = await _ask_edit(ctx, path, text, updated)
+        await ctx.services.files.remember(ctx.session["id"], path)
         await asyncio.to_thread(path.write_text, updated, encoding="utf-8")
-        return ToolResult(
-            "Edit applied successfully.", title=rel, metadata={"replacements": count if args.get("replaceAll") else 1}
-        )
+        return ToolResult("Edit applied successfully.", title=rel, metadata=_edit_metadata(path, patch, text, updated))
 
 
 def _walk(root: Path) -> list[Path]:

@@ -26,5 +26,6 @@ async def resolve(ctx: ToolContext, raw: str) -> Path:
     resolved = candidate.resolve(strict=False)
     if not inside(resolved, root):
         folder = resolved if resolved.is_dir() else resolved.parent
-        await ctx.ask("external_directory", [str(resolved)], [str(folder) + "/*"], {"filepath": str(resolved)})
+        pattern = str(folder).rstrip("/") + "/*"
+        await ctx.ask("external_directory", [pattern], [pattern], {"filepath": str(resolved), "parentDir": str(folder)})
     return resolved
