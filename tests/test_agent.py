@@ -258,3 +258,19 @@ def test_project_commands(server: ThreadServer, client: httpx.Client, project_di
     }
     missing = client.post(f"/session/{sid}/command", json={"command": "nope", "arguments": ""})
     assert missing.status_code == 404 and missing.json()["data"]["message"] == "Command not found: nope"
+
+
+def test_plan_agent_cannot_edit(client: httpx.Client, project_dir: Path) -> None:
+    assert {a["name"]: a["mode"] for a in client.get("/agent").json()} == {
+        "build": "primary",
+        "plan": "primary",
+        "general": "subagent",
+    }
+    sid = create_session(client)["id"]
+    write = 'TOOL:write {"filePath": "plan.txt", "content": "x"}'
+    planned = client.post(f"/session/{sid}/message", json=text_prompt(write, agent="plan")).json()
+    assert [p["type"] for p in planned["parts"]] == ["step-start", "text", "step-finish"]  # write not offered
+    assert not (project_dir / "plan.txt").exists()
+    built = client.post(f"/session/{sid}/message", json=text_prompt(write, agent="build")).json()
+    assert built["parts"][1]["text"] == "Tool result seen: Wrote file successfully."
+    assert (project_dir / "plan.txt").read_text() == "x"

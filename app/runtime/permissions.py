@@ -1,6 +1,6 @@
 """Permissions: rules ``{permission, pattern, action: allow|deny|ask}``, evaluated last match wins.
 
-Rule sources, in order (later ones win): OpenCode's defaults for the build agent, the project's
+Rule sources, in order (later ones win): the agent's rules (``app.runtime.agents``), the project's
 ``opencode.json`` ``permission`` key, the session's rules (``POST/PATCH /session``, the deprecated
 ``tools`` map of a prompt), and the allow rules saved with ``always`` (persisted per project,
 unlike OpenCode, and listed by ``GET /api/permission/saved``).
@@ -26,21 +26,13 @@ from app.config import ConfigLoader
 from app.events.log import EventLog
 from app.events.model import Event
 from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.agents import Rule, agent_rules
 from app.runtime.errors import PermissionNotFound
 from app.runtime.payloads import next_event
 from app.store import sql
 
-Rule = dict[str, str]
 REPLIES = ("once", "always", "reject")
-
-DEFAULT_RULES: list[Rule] = [
-    {"permission": "*", "pattern": "*", "action": "allow"},
-    {"permission": "doom_loop", "pattern": "*", "action": "ask"},
-    {"permission": "external_directory", "pattern": "*", "action": "ask"},
-    {"permission": "read", "pattern": "*.env", "action": "ask"},
-    {"permission": "read", "pattern": "*.env.*", "action": "ask"},
-    {"permission": "read", "pattern": "*.env.example", "action": "allow"},
-]
+PERMISSION_OF = {"write": "edit"}  # tools checked under another tool's permission
 
 
 class Denied(Exception):
@@ -115,19 +107,20 @@ class Permissions:
         self.config = config
         self._pending: dict[str, Pending] = {}
 
-    async def rules_for(self, session: dict[str, Any]) -> list[Rule]:
+    async def rules_for(self, session: dict[str, Any], agent: str | None = None) -> list[Rule]:
         saved = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": session["projectID"]})
         return [
-            *DEFAULT_RULES,
+            *agent_rules(agent),
             *config_rules(self.config.load(session["directory"]).raw.get("permission")),
             *(session.get("permission") or []),
             *({"permission": row[2], "pattern": row[3], "action": "allow"} for row in saved),
         ]
 
-    async def disabled_tools(self, session: dict[str, Any], names: list[str]) -> set[str]:
-        """Tools a rule denies outright: they are not offered to the model at all."""
-        rules = await self.rules_for(session)
-        return {name for name in names if evaluate(name, "*", rules) == "deny"}
+    async def disabled_tools(self, session: dict[str, Any], agent: str | None, names: list[str]) -> set[str]:
+        """Tools a rule denies outright: they are not offered to the model at all (``write`` and
+        ``edit`` both fall under the ``edit`` permission, as in OpenCode)."""
+        rules = await self.rules_for(session, agent)
+        return {name for name in names if evaluate(PERMISSION_OF.get(name, name), "*", rules) == "deny"}
 
     async def ask(
         self,
@@ -139,9 +132,10 @@ class Permissions:
         metadata: dict[str, Any],
         tool: dict[str, str] | None,
         signal: AbortSignal,
+        agent: str | None = None,
     ) -> None:
         """Return if the call is allowed; raise Denied or Rejected otherwise (may wait for a reply)."""
-        rules = await self.rules_for(session)
+        rules = await self.rules_for(session, agent)
         actions = [evaluate(permission, pattern, rules) for pattern in patterns]
         if "deny" in actions:
             raise Denied

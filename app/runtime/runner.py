@@ -246,7 +246,7 @@ class Runner:
                 # shown to the model yet.
                 messages=chat_messages(tail, await self.queries.waiting_user_ids(session_id)),
                 session_id=session_id,
-                tools=None if last_step else await self._tool_specs(session),
+                tools=None if last_step else await self._tool_specs(session, agent),
             )
         try:
             finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
@@ -284,8 +284,8 @@ class Runner:
                 await self.admission.admit(session_id, compaction_request("auto", ref))
         return outcome.called and not outcome.blocked and not last_step
 
-    async def _tool_specs(self, session: dict[str, Any]) -> list[dict[str, Any]] | None:
-        disabled = await self.toolcalls.permissions.disabled_tools(session, list(TOOLS))
+    async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
+        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, list(TOOLS))
         names = [name for name in TOOLS if name not in disabled]
         return function_specs(names) if names else None
 

@@ -86,7 +86,14 @@ class ToolCalls:
 
         async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
             await self.permissions.ask(
-                session, permission, patterns, always=always, metadata=metadata, tool=tool_ref, signal=signal
+                session,
+                permission,
+                patterns,
+                always=always,
+                metadata=metadata,
+                tool=tool_ref,
+                signal=signal,
+                agent=recorder.info["agent"],
             )
 
         async def progress(metadata: dict[str, Any]) -> None:

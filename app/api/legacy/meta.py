@@ -15,19 +15,11 @@ from app import __version__
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
+from app.runtime.agents import agent_list
 from app.runtime.commands import command_list
 from app.runtime.project import project_id
 
 router = APIRouter(tags=["instance"])
-
-_BUILD_AGENT = {
-    "name": "build",
-    "description": "The default agent. Executes tools based on configured permissions.",
-    "mode": "primary",
-    "native": True,
-    "permission": [{"permission": "*", "pattern": "*", "action": "allow"}],
-    "options": {},
-}
 
 
 def _default_choice(runtime: RuntimeDep, directory: str) -> dict[str, str]:
@@ -84,7 +76,7 @@ async def provider_auth() -> Response:
 
 @router.get("/agent", operation_id="app.agents")
 async def agents() -> Response:
-    return JSONBody([_BUILD_AGENT])
+    return JSONBody(agent_list())
 
 
 @router.get("/project/current", operation_id="project.current")
