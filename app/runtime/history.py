@@ -19,6 +19,8 @@ from app.runtime.sessions import SessionService, zero_tokens
 from app.store import sql
 from app.store.queries import MessageWithParts, Queries, RawMessage
 
+COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
+
 
 class History:
     def __init__(
@@ -103,7 +105,9 @@ class History:
                 raise MessageNotFound(source_id, up_to)
             originals = await self.queries.messages_before_seq(source_id, seq)
         new_ids: dict[str, str] = {}
-        for original in originals:
+        for index, original in enumerate(originals, 1):
+            if index % COPY_BATCH == 0:
+                tx.scope.send_ahead()  # the database writes this batch while the next is built
             info = dict(original["info"])
             new_ids[info["id"]] = info["id"] = ids.message_id()
             info["sessionID"] = target["id"]

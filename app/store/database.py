@@ -139,6 +139,7 @@ class WriteScope:
         self._conn = conn
         self._queued: list[tuple[str, Params]] = []
         self._appended: list[tuple[str, Params]] = []
+        self._in_flight: asyncio.Future[None] | None = None
         self.callbacks: list[Callable[[], None]] = []
 
     def execute(self, sql: str, params: Params) -> None:
@@ -153,7 +154,28 @@ class WriteScope:
         await self.flush()
         return list(await self._conn.execute_fetchall(sql, params or {}))
 
+    def send_ahead(self) -> None:
+        """Start sending everything queued so far while the caller prepares more (a large copy):
+        the driver's thread writes one batch while Python builds the next. Batches stay in order;
+        the next flush (or the commit) waits for them and re-raises their errors."""
+        batch = self._queued + self._appended
+        self._queued, self._appended = [], []
+        previous = self._in_flight
+
+        async def send() -> None:
+            if previous is not None:
+                await previous
+            await self._send(batch)
+
+        self._in_flight = asyncio.ensure_future(send())
+
+    async def settle(self) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            await in_flight
+
     async def flush(self) -> None:
+        await self.settle()
         queued, self._queued = self._queued, []
         await self._send(queued)
 
@@ -240,6 +262,8 @@ class Database:
             try:
                 yield scope
             except BaseException:
+                with suppress(BaseException):
+                    await scope.settle()  # no batch may still be running when we roll back
                 with suppress(sqlite3.Error):
                     await conn.execute("ROLLBACK")
                 raise
