@@ -105,7 +105,14 @@ def _config_files(directory: Path, user_dir: Path) -> list[Path]:
     files = [user_dir / name for name in CONFIG_NAMES]
     files += [directory / name for name in CONFIG_NAMES]
     files += [directory / ".opencode" / name for name in CONFIG_NAMES]
-    return [f for f in files if f.is_file()]
+    return [f for f in files if _is_file(f)]
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a name too long for the filesystem: there is no such file
+        return False
 
 
 class ConfigLoader:
@@ -117,7 +124,10 @@ class ConfigLoader:
 
     def load(self, directory: str) -> OpenCodeConfig:
         files = _config_files(Path(directory), self._user_dir)
-        stamp = tuple((str(f), f.stat().st_mtime) for f in files)
+        try:
+            stamp = tuple((str(f), f.stat().st_mtime) for f in files)
+        except OSError:  # removed between the listing and the stat: read what is there now
+            stamp = ()
         cached = self._cache.get(directory)
         if cached and cached[0] == stamp:
             return cached[1]

@@ -14,6 +14,7 @@ from app.runtime.errors import InvalidInput
 from app.runtime.service import Runtime
 
 ID_PATTERN = r"^{prefix}_[0-9A-Za-z]{{1,64}}$"
+MAX_INT = 2**63 - 1  # what a SQLite integer holds: query numbers beyond it are refused, not overflowed
 
 
 def _id(prefix: str) -> object:
@@ -44,9 +45,13 @@ async def instance_directory(
     value = directory or request.headers.get("x-opencode-directory")
     if not value:
         return request.app.state.runtime.settings.directory  # type: ignore[no-any-return]
-    value = unquote(value)
-    if not os.path.isabs(value):
-        raise InvalidInput(f"directory must be an absolute path, got {value!r}")
+    return checked_directory(unquote(value), kind="Query")
+
+
+def checked_directory(value: str, *, kind: str = "Payload") -> str:
+    """An absolute, NUL-free directory path, normalised."""
+    if "\0" in value or not os.path.isabs(value):
+        raise InvalidInput(f"directory must be an absolute path, got {value!r}", kind=kind)
     return os.path.normpath(value)
 
 

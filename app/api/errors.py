@@ -2,7 +2,7 @@
 
 Legacy routes answer named errors (``{"name": "NotFoundError" | "BadRequest", "data": {...}}``);
 V2 routes (``/api/...``) answer tagged errors (``{"_tag": "SessionNotFoundError", "message", ...}``);
-busy and conflict errors are tagged on both, as OpenCode does. Anything unexpected is a 500
+busy, conflict and unknown-permission errors are tagged on both, as OpenCode does. Anything unexpected is a 500
 ``UnknownError`` with a reference that is also logged, never a stack trace."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import JSONBody
+from app.jsonutil import UnencodableValue
 from app.runtime.errors import (
     CommandNotFound,
     Conflict,
@@ -71,11 +72,17 @@ async def _validation(request: Request, exc: RequestValidationError) -> JSONBody
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONBody:
+    if exc.status_code == 400:  # the body could not be decoded (bad UTF-8, nesting, encoding...)
+        return bad_request(request, f"Malformed request body: {exc.detail}", "Payload")
     if exc.status_code == 404:
-        return named(404, "NotFoundError", f"Route not found: {request.method} {request.url.path}")
-    if exc.status_code == 405:
-        return named(405, "MethodNotAllowed", f"Method {request.method} not allowed on {request.url.path}")
-    return named(exc.status_code, "HTTPError", str(exc.detail))
+        message, tag = f"Route not found: {request.method} {request.url.path}", "NotFoundError"
+    elif exc.status_code == 405:
+        message, tag = f"Method {request.method} not allowed on {request.url.path}", "MethodNotAllowed"
+    else:
+        message, tag = str(exc.detail), "HTTPError"
+    if _is_v2(request):
+        return tagged(exc.status_code, tag, message)
+    return named(exc.status_code, tag, message)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONBody:
@@ -115,6 +122,10 @@ async def _invalid(request: Request, exc: InvalidInput) -> JSONBody:
     return bad_request(request, exc.message, exc.kind, exc.field)
 
 
+async def _unencodable(request: Request, exc: UnencodableValue) -> JSONBody:
+    return bad_request(request, str(exc), "Payload")
+
+
 async def _invalid_cursor(request: Request, exc: InvalidCursor) -> JSONBody:
     if _is_v2(request):
         return tagged(400, "InvalidCursorError", exc.message)
@@ -137,6 +148,7 @@ def install(app: FastAPI) -> None:
         SessionNotFound: _session_missing,
         MessageNotFound: _message_missing,
         InvalidInput: _invalid,
+        UnencodableValue: _unencodable,
         ShareNotFound: _share_missing,
         PermissionNotFound: _permission_missing,
         CommandNotFound: _command_missing,

@@ -32,6 +32,7 @@ SSE_HEADERS = {
 REPLAY_BATCH = 1000
 LIVE_BATCH = 256
 HEARTBEAT_COMMENT = b": heartbeat\n\n"
+MAX_POSITION = 2**63 - 1  # positions are SQLite integers
 
 Encode = Callable[[Event], bytes]  # the frame's JSON; b"" means: no frame for this event here
 Replay = Callable[[int], Awaitable[list[Event]]]  # durable events after a position, one batch
@@ -52,7 +53,7 @@ def resume_position(last_event_id: str | None) -> int | None:
         position = int(last_event_id)
     except ValueError:
         position = -1
-    if position < 0:
+    if not 0 <= position <= MAX_POSITION:
         raise InvalidInput("Last-Event-ID must be an event id sent by this server", kind="Headers")
     return position
 

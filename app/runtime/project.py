@@ -19,7 +19,7 @@ def _root_commit(directory: str) -> str:
             timeout=5,
             check=False,
         )
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, ValueError, subprocess.SubprocessError):  # missing dir, NUL byte, no git...
         return "global"
     roots = sorted(out.stdout.split()) if out.returncode == 0 else []
     return roots[0] if roots else "global"

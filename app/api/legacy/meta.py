@@ -82,7 +82,10 @@ async def agents() -> Response:
 @router.get("/project/current", operation_id="project.current")
 async def project_current(directory: DirectoryDep) -> Response:
     pid = await project_id(directory)
-    created = int(os.stat(directory).st_ctime * 1000) if os.path.isdir(directory) else 0
+    try:
+        created = int(os.stat(directory).st_ctime * 1000)
+    except OSError:
+        created = 0
     return JSONBody(
         {
             "id": pid,
@@ -95,7 +98,7 @@ async def project_current(directory: DirectoryDep) -> Response:
 
 
 @router.get("/project/{projectID}/directories", operation_id="project.directories")
-async def project_directories(directory: DirectoryDep) -> Response:
+async def project_directories(projectID: str, directory: DirectoryDep) -> Response:
     return JSONBody([{"directory": directory}])
 
 
@@ -109,7 +112,7 @@ def _git_branch(directory: str) -> str | None:
         out = subprocess.run(
             ["git", "branch", "--show-current"], cwd=directory, capture_output=True, text=True, timeout=5, check=False
         )
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, ValueError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
 

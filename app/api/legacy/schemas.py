@@ -42,7 +42,7 @@ class SessionCreate(_Body):
 
 
 class SessionTime(_Body):
-    archived: float | None = None
+    archived: float | None = Field(default=None, allow_inf_nan=False)
 
 
 class SessionUpdate(_Body):
@@ -134,6 +134,16 @@ class PartBody(BaseModel):
     type: str = Field(min_length=1)
     sessionID: SessionID | None = None
     messageID: MessageID | None = None
+
+    @model_validator(mode="after")
+    def _known_fields_have_their_types(self) -> PartBody:
+        """The fields clients read for each part type must keep their types."""
+        extra = self.model_extra or {}
+        required = {"text": ("text",), "reasoning": ("text",), "file": ("mime", "url"), "agent": ("name",)}
+        for name in required.get(self.type, ()):
+            if not isinstance(extra.get(name), str):
+                raise ValueError(f"a {self.type} part needs a string {name}")
+        return self
 
 
 class SummarizeBody(_Body):

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
-from app.api.deps import DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
+from app.api.deps import MAX_INT, DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
 from app.api.legacy.schemas import (
     CommandBody,
     ForkBody,
@@ -67,7 +67,7 @@ async def list_sessions(
     runtime: RuntimeDep,
     directory: DirectoryDep,
     roots: Annotated[bool | None, Query()] = None,
-    start: Annotated[int | None, Query(ge=0, description="Only sessions updated at or after (ms)")] = None,
+    start: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated at or after (ms)")] = None,
     search: Annotated[str | None, Query(max_length=500)] = None,
     limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
 ) -> Response:

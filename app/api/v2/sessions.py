@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 
 from app import ids
-from app.api.deps import DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath
+from app.api.deps import MAX_INT, DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath, checked_directory
 from app.api.responses import JSONBody
 from app.api.sse import (
     HEARTBEAT_COMMENT,
@@ -91,6 +91,13 @@ async def list_sessions(
             anchor = (int(state["anchor"]["time"]), str(state["anchor"]["id"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidCursor from exc
+        if (
+            order not in ("asc", "desc")
+            or not isinstance(directory, str)
+            or not isinstance(search, str | None)
+            or not 0 <= anchor[0] <= MAX_INT
+        ):
+            raise InvalidCursor
     order = order or "desc"
     infos = await runtime.sessions.page(
         descending=order == "desc", directory=directory, search=search, anchor=anchor, limit=limit + 1
@@ -113,7 +120,7 @@ async def list_sessions(
 @router.post("/session", operation_id="v2.session.create")
 async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
     body = body or SessionCreate()  # the SDK sends no body at all for create({})
-    location = body.location.directory if body.location else directory
+    location = checked_directory(body.location.directory) if body.location else directory
     info = await runtime.sessions.create(
         location,
         session_id=body.id,
@@ -205,7 +212,7 @@ async def revert_commit(runtime: RuntimeDep, sessionID: SessionIDPath) -> Respon
 async def history(
     runtime: RuntimeDep,
     sessionID: SessionIDPath,
-    after: Annotated[int, Query(ge=0)] | None = None,
+    after: Annotated[int, Query(ge=0, le=MAX_INT)] | None = None,
     limit: Limit = 50,
 ) -> Response:
     await runtime.sessions.get(sessionID)
@@ -223,7 +230,7 @@ async def history(
 async def session_events(
     runtime: RuntimeDep,
     sessionID: SessionIDPath,
-    after: Annotated[int, Query(ge=0)] | None = None,
+    after: Annotated[int, Query(ge=0, le=MAX_INT)] | None = None,
     last_event_id: LastEventID = None,
 ) -> Response:
     await runtime.sessions.get(sessionID)

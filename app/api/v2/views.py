@@ -12,6 +12,10 @@ from app.runtime.compaction import Snapshot
 from app.store.queries import MessageWithParts
 
 
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _tokens(tokens: dict[str, Any] | None) -> dict[str, Any]:
     tokens = tokens or {}
     cache = tokens.get("cache") or {}
@@ -46,15 +50,16 @@ def _user(info: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": info["id"],
         "time": {"created": info["time"]["created"]},
-        "text": "".join(p.get("text", "") for p in parts if p["type"] == "text" and not p.get("synthetic")),
+        "text": "".join(_str(p.get("text")) for p in parts if p["type"] == "text" and not p.get("synthetic")),
         "type": "user",
     }
     files = [
-        {"uri": p["url"], "mime": p["mime"]} | ({"name": p["filename"]} if p.get("filename") else {})
+        {"uri": _str(p.get("url")), "mime": _str(p.get("mime"))}
+        | ({"name": p["filename"]} if p.get("filename") else {})
         for p in parts
         if p["type"] == "file"
     ]
-    agents = [{"name": p["name"]} for p in parts if p["type"] == "agent"]
+    agents = [{"name": _str(p.get("name"))} for p in parts if p["type"] == "agent"]
     if files:
         view["files"] = files
     if agents:
