@@ -84,7 +84,7 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.coordinator.shutdown()
-        await self.titles.drain()
+        await self.titles.stop()
         await self.registry.aclose()
         await self.db.close()
 

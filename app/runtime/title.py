@@ -56,7 +56,9 @@ class TitleGenerator:
         except Exception:  # the session may have been deleted meanwhile
             log.debug("could not store title for %s", session_id, exc_info=True)
 
-    async def drain(self) -> None:
-        """Wait for titles in flight (used at shutdown and by tests)."""
+    async def stop(self) -> None:
+        """At shutdown: a title is not worth waiting for (a remote model may take long)."""
+        for task in self._tasks:
+            task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
