@@ -147,6 +147,11 @@ class AssistantRecorder:
         if time.monotonic() - stream.last_flush >= self.flush_seconds:
             await self._checkpoint(stream)
 
+    async def save_partial(self) -> None:
+        """At shutdown: keep the text streamed so far (the next start closes the message)."""
+        if self._open is not None:
+            await self._checkpoint(self._open)
+
     async def _checkpoint(self, stream: _StreamingPart) -> None:
         """Persist the partial text without an event: a crash then loses at most one interval."""
         stream.last_flush = time.monotonic()

@@ -255,6 +255,8 @@ class Runner:
         except Aborted as exc:
             if exc.reason == "abort":
                 await self._fail(recorder, input_ids, ABORTED)
+            else:
+                await recorder.save_partial()
             raise
         except ProviderError as exc:
             await self._fail(recorder, input_ids, exc.to_named_error())
