@@ -274,3 +274,24 @@ def test_plan_agent_cannot_edit(client: httpx.Client, project_dir: Path) -> None
     built = client.post(f"/session/{sid}/message", json=text_prompt(write, agent="build")).json()
     assert built["parts"][1]["text"] == "Tool result seen: Wrote file successfully."
     assert (project_dir / "plan.txt").read_text() == "x"
+
+
+def test_agents_declared_in_the_project_config(project_dir: Path, client: httpx.Client) -> None:
+    config = {
+        "agent": {
+            "reviewer": {
+                "description": "Reviews code",
+                "mode": "primary",
+                "prompt": "You review code.",
+                "tools": {"bash": False},
+            },
+            "general": {"disable": True},
+        }
+    }
+    (project_dir / "opencode.json").write_text(json.dumps(config))
+    agents = {a["name"]: a for a in client.get("/agent").json()}
+    assert set(agents) == {"build", "plan", "reviewer"} and agents["reviewer"]["prompt"] == "You review code."
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("TOOL:bash ls", agent="reviewer")).json()
+    assert reply["info"]["agent"] == "reviewer"
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "text", "step-finish"]  # bash denied: not offered

@@ -21,10 +21,10 @@ from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.jsonutil import dumps, loads
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
+from app.runtime.agents import Agents, tools_rules
 from app.runtime.errors import InputConflict, InvalidInput
 from app.runtime.history import History
 from app.runtime.payloads import next_event
-from app.runtime.permissions import tools_rules
 from app.runtime.revert import commit_staged
 from app.runtime.sessions import SessionService
 from app.store import sql
@@ -130,15 +130,22 @@ class _Duplicate(Exception):
 
 
 class Admission:
-    def __init__(self, log: EventLog, sessions: SessionService, registry: ProviderRegistry, history: History) -> None:
+    def __init__(
+        self, log: EventLog, sessions: SessionService, registry: ProviderRegistry, history: History, agents: Agents
+    ) -> None:
         self.log = log
         self.sessions = sessions
         self.registry = registry
         self.history = history
+        self.agents = agents
 
-    def model_for(self, session: dict[str, Any], requested: ModelRef | None) -> ModelRef:
+    def model_for(self, session: dict[str, Any], requested: ModelRef | None, agent: str | None = None) -> ModelRef:
+        """The prompt's model, else the agent's (opencode.json), else the session's last, else the default."""
+        configured = self.agents.get(session["directory"], agent).model if agent else None
         if requested is not None:
             ref = requested
+        elif configured and "/" in configured:
+            ref = ModelRef(*configured.split("/", 1))
         elif session.get("model"):
             ref = ModelRef(session["model"]["providerID"], session["model"]["id"])
         else:
@@ -159,8 +166,8 @@ class Admission:
 
     async def _admit(self, session_id: str, request: PromptRequest) -> Admitted:
         session = await self.sessions.get(session_id)
-        ref = self.model_for(session, request.model)
         agent = request.agent or session.get("agent") or DEFAULT_AGENT
+        ref = self.model_for(session, request.model, request.agent)
         message_id = request.message_id or ids.message_id()
         canonical = request.canonical()
         directory = session["directory"]

@@ -1,10 +1,16 @@
-"""The agents a prompt can name, as OpenCode defines them: each is a mode (primary agents are
-chosen by the user, subagents run through ``task``) and a set of permission rules that come
-before the project's and the session's. ``plan`` may read and run but not edit."""
+"""The agents a prompt can name, as OpenCode defines them, plus those a project declares in
+opencode.json (``agent.<name>``: description, mode, model, prompt, permission, tools, disable).
+An agent is a mode (primary agents are chosen by the user, subagents run through ``task``), an
+optional model and system prompt, and permission rules that come before the project's and the
+session's. ``plan`` may read and run but not edit."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
+
+from app.config import ConfigLoader
 
 Rule = dict[str, str]
 
@@ -17,7 +23,7 @@ BASE_RULES: list[Rule] = [
     {"permission": "read", "pattern": "*.env.example", "action": "allow"},
 ]
 
-AGENTS: dict[str, dict[str, Any]] = {
+BUILT_IN: dict[str, dict[str, Any]] = {
     "build": {
         "description": "The default agent. Executes tools based on configured permissions.",
         "mode": "primary",
@@ -41,21 +47,87 @@ AGENTS: dict[str, dict[str, Any]] = {
 }
 
 
-def agent_rules(name: str | None) -> list[Rule]:
-    """The rules of an agent; unknown names (custom agents) get the build agent's."""
-    return AGENTS.get(name or "build", AGENTS["build"])["rules"]
+@dataclass(frozen=True, slots=True)
+class Agent:
+    name: str
+    description: str
+    mode: str
+    rules: list[Rule]
+    prompt: str | None = None
+    model: str | None = None  # "provider/model"
 
-
-def agent_list() -> list[dict[str, Any]]:
-    """``GET /agent``: OpenCode's Agent shape."""
-    return [
-        {
-            "name": name,
-            "description": spec["description"],
-            "mode": spec["mode"],
-            "native": True,
-            "permission": spec["rules"],
+    def as_wire(self) -> dict[str, Any]:
+        """OpenCode's Agent shape (``GET /agent``)."""
+        agent: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "mode": self.mode,
+            "native": self.name in BUILT_IN,
+            "permission": self.rules,
             "options": {},
         }
-        for name, spec in AGENTS.items()
-    ]
+        if self.prompt:
+            agent["prompt"] = self.prompt
+        if self.model and "/" in self.model:
+            provider_id, model_id = self.model.split("/", 1)
+            agent["model"] = {"providerID": provider_id, "modelID": model_id}
+        return agent
+
+
+def config_rules(value: Any) -> list[Rule]:
+    """OpenCode's ``permission`` config: ``"allow"``, ``{"bash": "ask"}`` or ``{"bash": {"git *": "allow"}}``."""
+    if isinstance(value, str):
+        return [{"permission": "*", "pattern": "*", "action": value}]
+    rules: list[Rule] = []
+    for permission, spec in (value or {}).items() if isinstance(value, dict) else ():
+        if isinstance(spec, str):
+            rules.append({"permission": permission, "pattern": "*", "action": spec})
+        elif isinstance(spec, dict):
+            rules += [
+                {
+                    "permission": permission,
+                    "pattern": os.path.expanduser(pattern.replace("$HOME", "~")),
+                    "action": action,
+                }
+                for pattern, action in spec.items()
+            ]
+    return [r for r in rules if r["action"] in ("allow", "deny", "ask")]
+
+
+def tools_rules(tools: dict[str, bool]) -> list[Rule]:
+    """A ``tools: {name: bool}`` map (deprecated on prompts, still used in agent configs) as rules."""
+    return [{"permission": name, "pattern": "*", "action": "allow" if on else "deny"} for name, on in tools.items()]
+
+
+class Agents:
+    def __init__(self, config: ConfigLoader) -> None:
+        self.config = config
+
+    def all(self, directory: str) -> dict[str, Agent]:
+        declared = self.config.load(directory).raw.get("agent") or {}
+        names = list(BUILT_IN) + [n for n in declared if n not in BUILT_IN]
+        agents = {}
+        for name in names:
+            spec = declared.get(name) if isinstance(declared.get(name), dict) else {}
+            if spec.get("disable"):
+                continue
+            base = BUILT_IN.get(name, {"description": "", "mode": "all", "rules": BASE_RULES})
+            tools = spec.get("tools") if isinstance(spec.get("tools"), dict) else {}
+            agents[name] = Agent(
+                name=name,
+                description=str(spec.get("description") or base["description"]),
+                mode=spec.get("mode") if spec.get("mode") in ("primary", "subagent", "all") else base["mode"],
+                rules=[*base["rules"], *config_rules(spec.get("permission")), *tools_rules(tools)],
+                prompt=spec.get("prompt") if isinstance(spec.get("prompt"), str) else None,
+                model=spec.get("model") if isinstance(spec.get("model"), str) else None,
+            )
+        return agents
+
+    def get(self, directory: str, name: str | None) -> Agent:
+        """An agent by name; an unknown name gets the build agent's behaviour under its own name."""
+        agents = self.all(directory)
+        found = agents.get(name or "build")
+        if found is None:
+            build = agents.get("build") or Agent("build", "", "primary", BASE_RULES)
+            found = Agent(name or "build", build.description, build.mode, build.rules, build.prompt, build.model)
+        return found

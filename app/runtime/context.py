@@ -65,9 +65,12 @@ def chat_messages(history: list[MessageWithParts], queued_user_ids: set[str]) ->
     return result
 
 
-def system_prompts(directory: str, extra: str | None, summary: str | None = None) -> list[str]:
-    """System text: ours, the prompt's own, and the summary of compacted history if any."""
-    prompts = [f"{BASE_SYSTEM_PROMPT}\nWorking directory: {directory}"]
+def system_prompts(
+    directory: str, extra: str | None, summary: str | None = None, agent_prompt: str | None = None
+) -> list[str]:
+    """System text: ours (or the agent's own prompt), the prompt's, and the summary of compacted
+    history if any."""
+    prompts = [f"{agent_prompt or BASE_SYSTEM_PROMPT}\nWorking directory: {directory}"]
     if extra:
         prompts.append(extra)
     if summary:

@@ -15,7 +15,6 @@ loop goes on. An abort or a restart leaves no request hanging.
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -26,7 +25,7 @@ from app.config import ConfigLoader
 from app.events.log import EventLog
 from app.events.model import Event
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.agents import Rule, agent_rules
+from app.runtime.agents import Agents, Rule, config_rules
 from app.runtime.errors import PermissionNotFound
 from app.runtime.payloads import next_event
 from app.store import sql
@@ -71,26 +70,6 @@ def evaluate(permission: str, pattern: str, rules: list[Rule]) -> str:
     return action
 
 
-def config_rules(value: Any) -> list[Rule]:
-    """OpenCode's ``permission`` config: ``"allow"``, ``{"bash": "ask"}`` or ``{"bash": {"git *": "allow"}}``."""
-    if isinstance(value, str):
-        return [{"permission": "*", "pattern": "*", "action": value}]
-    rules: list[Rule] = []
-    for permission, spec in (value or {}).items():
-        if isinstance(spec, str):
-            rules.append({"permission": permission, "pattern": "*", "action": spec})
-        elif isinstance(spec, dict):
-            for pattern, action in spec.items():
-                expanded = os.path.expanduser(pattern.replace("$HOME", "~"))
-                rules.append({"permission": permission, "pattern": expanded, "action": action})
-    return [r for r in rules if r["action"] in ("allow", "deny", "ask")]
-
-
-def tools_rules(tools: dict[str, bool]) -> list[Rule]:
-    """The deprecated ``tools: {name: bool}`` of a prompt, as session rules."""
-    return [{"permission": name, "pattern": "*", "action": "allow" if on else "deny"} for name, on in tools.items()]
-
-
 @dataclass
 class Pending:
     info: dict[str, Any]
@@ -102,15 +81,16 @@ class Pending:
 
 
 class Permissions:
-    def __init__(self, log: EventLog, config: ConfigLoader) -> None:
+    def __init__(self, log: EventLog, config: ConfigLoader, agents: Agents) -> None:
         self.log = log
         self.config = config
+        self.agents = agents
         self._pending: dict[str, Pending] = {}
 
     async def rules_for(self, session: dict[str, Any], agent: str | None = None) -> list[Rule]:
         saved = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": session["projectID"]})
         return [
-            *agent_rules(agent),
+            *self.agents.get(session["directory"], agent).rules,
             *config_rules(self.config.load(session["directory"]).raw.get("permission")),
             *(session.get("permission") or []),
             *({"permission": row[2], "pattern": row[3], "action": "allow"} for row in saved),

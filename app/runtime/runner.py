@@ -241,7 +241,9 @@ class Runner:
             summary = context.snapshot.summary if context.snapshot else None
             request = ChatRequest(
                 model=model,
-                system=system_prompts(directory, prompt.get("system"), summary),
+                system=system_prompts(
+                    directory, prompt.get("system"), summary, self.admission.agents.get(directory, agent).prompt
+                ),
                 # Prompts admitted but still waiting (read now: more may have arrived) are not
                 # shown to the model yet.
                 messages=chat_messages(tail, await self.queries.waiting_user_ids(session_id)),

@@ -14,6 +14,7 @@ from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.admission import Admission, Admitted, PromptRequest, compaction_request
+from app.runtime.agents import Agents
 from app.runtime.commands import Commands
 from app.runtime.compaction import Snapshots, Window
 from app.runtime.coordinator import DrainCoordinator
@@ -49,9 +50,10 @@ class Runtime:
         self.titles = TitleGenerator(self.sessions)
         self.coordinator = DrainCoordinator(self._drain, self._publish_status)
         self.history = History(self.log, self.queries, self.sessions, self.coordinator)
-        self.admission = Admission(self.log, self.sessions, self.registry, self.history)
+        self.agents = Agents(self.config)
+        self.admission = Admission(self.log, self.sessions, self.registry, self.history, self.agents)
         self.snapshots = Snapshots(self.log, self.queries)
-        self.permissions = Permissions(self.log, self.config)
+        self.permissions = Permissions(self.log, self.config, self.agents)
         self.tool_state = ToolServices(todos=TodoStore(self.log), files=FileChanges(self.log), tasks=self)
         self.toolcalls = ToolCalls(self.permissions, self.tool_state)
         self.commands = Commands(self)

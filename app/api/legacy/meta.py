@@ -15,7 +15,6 @@ from app import __version__
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
-from app.runtime.agents import agent_list
 from app.runtime.commands import command_list
 from app.runtime.project import project_id
 
@@ -75,8 +74,8 @@ async def provider_auth() -> Response:
 
 
 @router.get("/agent", operation_id="app.agents")
-async def agents() -> Response:
-    return JSONBody(agent_list())
+async def agents(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody([agent.as_wire() for agent in runtime.agents.all(directory).values()])
 
 
 @router.get("/project/current", operation_id="project.current")
