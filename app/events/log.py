@@ -47,19 +47,38 @@ class Transaction:
         self, event_type: str, properties: dict[str, Any], *, session_id: str, directory: str | None
     ) -> Event:
         event = Event(event_type, properties, session_id, directory, durable=True)
-        event.seq = await self._allocate_seq(session_id)
+        project(self.scope, event_type, properties, await self._sequence(event))
+        return self._record(event, dumps(properties))
+
+    async def emit_encoded(
+        self, event_type: str, data: str, *, session_id: str, directory: str | None, rows: list[tuple[str, Params]]
+    ) -> Event:
+        """``emit`` for a payload that is already JSON text (bulk copies): ``rows`` are its
+        projection, built by the caller from the same text, so nothing is decoded or re-encoded.
+        ``rows`` params may contain ``seq``: it is filled with the event's sequence number."""
+        event = Event(event_type, None, session_id, directory, durable=True, raw=data)
+        seq = await self._sequence(event)
+        for statement, params in rows:
+            self.scope.execute(statement, params | {"seq": seq} if "seq" in params else params)
+        return self._record(event, data)
+
+    async def _sequence(self, event: Event) -> int:
+        assert event.session_id is not None
+        event.seq = await self._allocate_seq(event.session_id)
         event.cursor = self._log.allocate_cursor()
-        project(self.scope, event_type, properties, event.seq)
+        return event.seq
+
+    def _record(self, event: Event, data: str) -> Event:
         self.scope.append(
             sql.INSERT_EVENT,
             {
                 "id": event.cursor,
                 "event_id": event.id,
-                "session_id": session_id,
-                "directory": directory,
+                "session_id": event.session_id,
+                "directory": event.directory,
                 "seq": event.seq,
-                "type": event_type,
-                "data": dumps(properties),
+                "type": event.type,
+                "data": data,
                 "time": event.time,
             },
         )

@@ -8,6 +8,7 @@ model sees and V2 lists); otherwise id order (what legacy clients page through).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from app import ids
@@ -20,6 +21,16 @@ from app.store import sql
 from app.store.queries import MessageWithParts, Queries, RawMessage
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
+MAX_SEQ = 2**63 - 1
+_PARENT = re.compile(r'"parentID":"(msg_[0-9A-Za-z]+)"')
+_ID = re.compile(r'"id":"(prt_[0-9A-Za-z]+)"')
+
+
+def _swap(text: str, pairs: list[tuple[str, str]]) -> str:
+    """Replace ids in stored JSON text with their copies' (ids are unique random tokens)."""
+    for old, new in pairs:
+        text = text.replace(old, new)
+    return text
 
 
 class History:
@@ -97,24 +108,53 @@ class History:
     async def copy_messages(self, tx: Transaction, source_id: str, target: dict[str, Any], up_to: str | None) -> int:
         """Copy the messages of ``source_id`` that entered it strictly before ``up_to`` (all when
         None) into ``target`` with new ids, keeping each reply linked to its copied prompt."""
-        if up_to is None:
-            originals = await self.queries.messages(source_id, by_seq=True)
-        else:
+        before_seq = MAX_SEQ
+        if up_to is not None:
             seq = await self.queries.message_seq(source_id, up_to)
             if seq is None:
                 raise MessageNotFound(source_id, up_to)
-            originals = await self.queries.messages_before_seq(source_id, seq)
-        new_ids: dict[str, str] = {}
-        for index, original in enumerate(originals, 1):
+            before_seq = seq
+        originals = await self.queries.copy_source(source_id, before_seq)
+        # Stored JSON is copied as text with its ids swapped (ids are unique random tokens), so a
+        # long session is copied without decoding and re-encoding every message and part.
+        renamed: dict[str, str] = {}
+        session_id, directory = target["id"], target["directory"]
+        for index, (old_id, role, created, info, part_texts) in enumerate(originals, 1):
             if index % COPY_BATCH == 0:
                 tx.scope.send_ahead()  # the database writes this batch while the next is built
-            info = dict(original["info"])
-            new_ids[info["id"]] = info["id"] = ids.message_id()
-            info["sessionID"] = target["id"]
-            if "parentID" in info:
-                info["parentID"] = new_ids.get(info["parentID"], info["parentID"])
-            parts = [{**part, "id": ids.part_id()} for part in original["parts"]]
-            await self.append_message(tx, target, info, parts)
+            new_id = renamed[old_id] = ids.message_id()
+            common = [(old_id, new_id), (source_id, session_id)]
+            parent = _PARENT.search(info)
+            if parent and parent.group(1) in renamed:
+                common.append((parent.group(1), renamed[parent.group(1)]))
+            info = _swap(info, common)
+            row = {
+                "id": new_id,
+                "session_id": session_id,
+                "role": role,
+                "time_created": created,
+                "info": info,
+                "seq": 0,
+            }
+            await tx.emit_encoded(
+                "message.updated",
+                f'{{"sessionID":"{session_id}","info":{info}}}',
+                session_id=session_id,
+                directory=directory,
+                rows=[(sql.UPSERT_MESSAGE, row)],
+            )
+            for text in part_texts:
+                part_id = ids.part_id()
+                own = _ID.search(text)
+                part = _swap(text, ([(own.group(1), part_id)] if own else []) + common[:2])
+                part_row = {"id": part_id, "message_id": new_id, "session_id": session_id, "data": part}
+                await tx.emit_encoded(
+                    "message.part.updated",
+                    f'{{"sessionID":"{session_id}","part":{part},"time":{created}}}',
+                    session_id=session_id,
+                    directory=directory,
+                    rows=[(sql.UPSERT_PART, part_row)],
+                )
         return len(originals)
 
     async def fork(self, source_id: str, up_to: str | None) -> dict[str, Any]:

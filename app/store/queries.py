@@ -203,6 +203,22 @@ class Queries:
     async def latest_snapshot(self, session_id: str) -> Row | None:
         return await self.db.fetch_one(sql.LATEST_SNAPSHOT, {"session_id": session_id})
 
+    async def copy_source(self, session_id: str, before_seq: int) -> list[tuple[str, str, int, str, list[str]]]:
+        """Messages (id, role, created, info JSON, part JSONs) that entered before ``before_seq``,
+        in entry order, as stored: for copying without decoding."""
+        rows = await self.db.fetch(sql.COPY_SOURCE, {"session_id": session_id, "before_seq": before_seq})
+        if not rows:
+            return []
+        parts: dict[str, list[str]] = {row[0]: [] for row in rows}
+        first, last = min(parts), max(parts)
+        for message_id, data in await self.db.fetch(
+            sql.PARTS_IN_RANGE, {"session_id": session_id, "first": first, "last": last}
+        ):
+            bucket = parts.get(message_id)
+            if bucket is not None:
+                bucket.append(data)
+        return [(row[0], row[1], row[2], row[3], parts[row[0]]) for row in rows]
+
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         row = await self.db.fetch_one(sql.MESSAGE_SEQ, {"id": message_id, "session_id": session_id})
         return int(row[0]) if row else None

@@ -171,6 +171,11 @@ MESSAGES_BEFORE_SEQ = compile_sql(
 FORK_TITLES = compile_sql(
     select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
 )
+COPY_SOURCE = compile_sql(
+    select(messages.c.id, messages.c.role, messages.c.time_created, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq < bindparam("before_seq"))
+    .order_by(messages.c.seq, messages.c.id)
+)
 MESSAGE_SEQ = compile_sql(
     select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
 )
