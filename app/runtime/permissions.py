@@ -215,12 +215,6 @@ class Permissions:
         async with self.log.db.write() as scope:
             scope.execute(sql.DELETE_SAVED_PERMISSION, {"id": saved_id})
 
-    def reject_session(self, session_id: str, directory: str | None) -> None:
-        """An aborted session leaves no request hanging."""
-        for pending in list(self._pending.values()):
-            if pending.info["sessionID"] == session_id:
-                self._settle(pending, "reject", None, directory)
-
 
 def _v2_request(info: dict[str, Any]) -> dict[str, Any]:
     request = next_event(

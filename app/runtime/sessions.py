@@ -165,9 +165,6 @@ class SessionService:
             self._cache.put(info)
         return info
 
-    async def directory_of(self, session_id: str) -> str:
-        return (await self.get(session_id))["directory"]
-
     def cached_directory(self, session_id: str) -> str | None:
         """The directory of a recently used session, without waiting (status announcements)."""
         info = self._cache.get(session_id)

@@ -191,10 +191,6 @@ class Queries:
         row = await self.db.fetch_one(sql.MESSAGE_COUNT, {"session_id": session_id})
         return int(row[0]) if row else 0
 
-    async def messages_before_seq(self, session_id: str, seq: int) -> list[MessageWithParts]:
-        rows = await self.db.fetch(sql.MESSAGES_BEFORE_SEQ, {"session_id": session_id, "seq": seq})
-        return [m.decode() for m in await self._with_parts(session_id, rows, whole_session=False)]
-
     async def messages_after_seq(self, session_id: str, seq: int) -> list[MessageWithParts]:
         """Messages that entered the session after log position ``seq``, in entry order."""
         rows = await self.db.fetch(sql.MESSAGES_AFTER_SEQ, {"session_id": session_id, "seq": seq})

@@ -163,11 +163,6 @@ MESSAGES_AFTER_SEQ = compile_sql(
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
     .order_by(messages.c.seq, messages.c.id)
 )
-MESSAGES_BEFORE_SEQ = compile_sql(
-    select(messages.c.id, messages.c.info)
-    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq < bindparam("seq"))
-    .order_by(messages.c.seq, messages.c.id)
-)
 FORK_TITLES = compile_sql(
     select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
 )
