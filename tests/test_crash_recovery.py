@@ -1,35 +1,57 @@
-"""``kill -9`` in the middle of a turn loses nothing that was admitted: after a restart the
-interrupted reply is closed with an error (keeping its checkpointed text), and every admitted
-prompt gets an answer."""
+"""A stop in the middle of a turn loses nothing that was admitted: after a restart every reply the
+stop left open is closed with an error (keeping its checkpointed text), tool calls that were
+pending, running or waiting for a permission are marked failed and never re-run, and every
+admitted prompt gets an answer. Kills land in each phase of a turn, the later steps included."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.helpers import assistant_text, text_prompt
-from tests.servers import process_server
-from tests.sse import EventCollector
+from tests.servers import ProcessServer, process_server
+from tests.sse import EventCollector, Frame
 
 SLOW_PROMPT = "SLOW:0.3 a long answer"
 
 
-def _wait_for_answers(url: str, sid: str, count: int, timeout: float = 30) -> list[dict]:
+def _settled(url: str, sid: str, timeout: float = 30) -> list[dict]:
+    """The history once the session is idle and its newest reply completed without error."""
     deadline = time.monotonic() + timeout
+    history: list[dict] = []
     while time.monotonic() < deadline:
         history = httpx.get(f"{url}/session/{sid}/message").json()
-        done = [
-            m
-            for m in history
-            if m["info"]["role"] == "assistant" and "error" not in m["info"] and "completed" in m["info"]["time"]
-        ]
-        if len(done) >= count and httpx.get(f"{url}/session/status").json() == {}:
+        last = history[-1]["info"] if history else {}
+        idle = httpx.get(f"{url}/session/status").json() == {}
+        if idle and last.get("role") == "assistant" and "completed" in last["time"] and "error" not in last:
             return history
         time.sleep(0.1)
-    raise TimeoutError(f"expected {count} answers in {sid}")
+    raise TimeoutError(f"{sid} never settled: {[m['info'] for m in history]}")
+
+
+def _assert_nothing_open(url: str, history: list[dict]) -> None:
+    for message in history:
+        if message["info"]["role"] != "assistant":
+            continue
+        assert "completed" in message["info"]["time"], message["info"]
+        for part in message["parts"]:
+            if part["type"] in ("text", "reasoning"):
+                assert "end" in part["time"], part
+            if part["type"] == "tool":
+                assert part["state"]["status"] in ("completed", "error"), part
+    assert httpx.get(f"{url}/permission").json() == []
+
+
+def _restart(server: ProcessServer, tmp_path: Path, project_dir: Path, config_dir: Path) -> ProcessServer:
+    restarted = process_server(tmp_path / "crash.db", project_dir, config_dir)
+    restarted.start()
+    return restarted
 
 
 @pytest.mark.slow
@@ -48,7 +70,7 @@ def test_kill_9_during_a_turn_then_restart(tmp_path: Path, project_dir: Path, co
             )
             deltas = 0
 
-            def two_deltas(frame) -> bool:  # type: ignore[no-untyped-def]
+            def two_deltas(frame: Frame) -> bool:
                 nonlocal deltas
                 deltas += frame.type == "message.part.delta"
                 return deltas >= 2
@@ -59,10 +81,12 @@ def test_kill_9_during_a_turn_then_restart(tmp_path: Path, project_dir: Path, co
     finally:
         server.stop()
 
-    restarted = process_server(tmp_path / "crash.db", project_dir, config_dir)
-    restarted.start()
+    restarted = _restart(server, tmp_path, project_dir, config_dir)
     try:
-        history = _wait_for_answers(restarted.url, sid, 2)
+        history = _settled(restarted.url, sid)
+        while len([m for m in history if m["info"]["role"] == "assistant"]) < 3:
+            time.sleep(0.1)
+            history = _settled(restarted.url, sid)
     finally:
         restarted.stop()
 
@@ -78,3 +102,88 @@ def test_kill_9_during_a_turn_then_restart(tmp_path: Path, project_dir: Path, co
     assert all("end" in p["time"] for p in interrupted["parts"] if p["type"] == "text")
     assert [a["info"]["parentID"] for a in answers] == [u["info"]["id"] for u in users]
     assert [assistant_text(a) for a in answers] == ["Echo: " + SLOW_PROMPT, "Echo: queued behind"]
+
+
+def _tool_status(frame: Frame, tool: str, status: str) -> bool:
+    part = frame.properties.get("part") or {}
+    return (
+        frame.type == "message.part.updated"
+        and part.get("tool") == tool
+        and (part.get("state") or {}).get("status") == status
+    )
+
+
+@dataclass
+class Phase:
+    prompt: str
+    permission: dict[str, str]
+    reached: Callable[[EventCollector], None]  # blocks until the turn is in the phase
+
+
+def _step_two_streaming(events: EventCollector) -> None:
+    events.wait_for(lambda f: _tool_status(f, "read", "completed"), timeout=15)
+    events.wait_for(lambda f: f.type == "message.part.delta", timeout=15)
+
+
+PHASES = {
+    "tool running in step 1": Phase(
+        "TOOL:bash sleep 5", {}, lambda ev: ev.wait_for(lambda f: _tool_status(f, "bash", "running"), 15)
+    ),
+    "step 2 streaming": Phase("SLOW:0.3\nTOOL:read hello.txt", {}, _step_two_streaming),
+    "permission wait in step 2": Phase(
+        "TOOL:read hello.txt\nTHEN:bash echo later",
+        {"bash": "ask"},
+        lambda ev: ev.wait_for(lambda f: f.type == "permission.asked", 15),
+    ),
+    "tool running in step 2": Phase(
+        "TOOL:read hello.txt\nTHEN:bash sleep 5",
+        {},
+        lambda ev: ev.wait_for(lambda f: _tool_status(f, "bash", "running"), 15),
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["kill -9", "terminate"])
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_stop_in_any_phase_of_a_tool_turn(
+    tmp_path: Path, project_dir: Path, config_dir: Path, phase: str, stop: str
+) -> None:
+    spec = PHASES[phase]
+    (project_dir / "hello.txt").write_text("hello from the project\n")
+    if spec.permission:
+        (project_dir / "opencode.json").write_text(json.dumps({"permission": spec.permission}))
+    server = process_server(tmp_path / "crash.db", project_dir, config_dir)
+    server.start()
+    try:
+        sid = httpx.post(f"{server.url}/session").json()["id"]
+        with EventCollector(f"{server.url}/event") as events:
+            response = httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt(spec.prompt))
+            assert response.status_code == 204
+            spec.reached(events)
+            server.kill9() if stop == "kill -9" else server.stop()
+    finally:
+        server.stop()
+
+    restarted = _restart(server, tmp_path, project_dir, config_dir)
+    try:
+        history = _settled(restarted.url, sid)
+        _assert_nothing_open(restarted.url, history)
+        # A later prompt is answered normally: the session is not left wedged.
+        httpx.post(f"{restarted.url}/session/{sid}/prompt_async", json=text_prompt("after the restart"))
+        later = _settled(restarted.url, sid)
+        assert assistant_text(later[-1]) == "Echo: after the restart"
+    finally:
+        restarted.stop()
+
+    user = history[0]
+    replies = [m for m in history if m["info"]["role"] == "assistant"]
+    assert all(r["info"]["parentID"] == user["info"]["id"] for r in replies)
+    cut = [r for r in replies if "error" in r["info"]]
+    assert cut and all(r["info"]["error"]["name"] == "MessageAbortedError" for r in cut)
+    assert "error" not in replies[-1]["info"] and replies[-1]["info"]["finish"] == "stop"
+    # What was cut short is never run again: each tool call happened in exactly one step.
+    bash_calls = [p for r in replies for p in r["parts"] if p["type"] == "tool" and p["tool"] == "bash"]
+    assert len(bash_calls) <= 1
+    if bash_calls:
+        assert bash_calls[0]["state"]["status"] == "error"

@@ -127,6 +127,14 @@ class EventLog:
             last = rows[0][0] if rows and rows[0][0] is not None else -1
         return last + 1
 
+    async def committed_seq(self, session_id: str) -> int:
+        """The session's last committed ``seq`` (-1 before its first event)."""
+        last = self._last_seq.get(session_id)
+        if last is None:
+            row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
+            last = row[0] if row and row[0] is not None else -1
+        return last
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         async with self.db.write() as scope:

@@ -10,8 +10,10 @@ no network. Directives anywhere in the last user text change its behaviour:
 - ``FAIL:auth``        fail with ProviderAuthError
 - ``TOOL:<name> <args>`` call a tool (one per line; several lines, several calls): ``<args>`` is
   a JSON object, or shorthand for the tool's main argument (``TOOL:bash ls``,
-  ``TOOL:read notes.txt``). Calls happen only when the request offers the tool; once the last
-  message is a tool result, the model answers ``Tool result seen: <start of the result>``.
+  ``TOOL:read notes.txt``). Calls happen only when the request offers the tool.
+- ``THEN:<name> <args>`` the same, in the turn's second step (after the first calls' results), so
+  a turn can run tools in a later step. When a step has no calls left and the last message is a
+  tool result, the model answers ``Tool result seen: <start of the result>`` (``SLOW`` applies).
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ ECHO_MODEL = ModelInfo(PROVIDER_ID, MODEL_ID, "Echo (offline)", context_limit=20
 _SLOW = re.compile(r"SLOW:(\d+(?:\.\d+)?)")
 _FAIL = re.compile(r"FAIL:(retry|fatal|auth)(?::(\d+))?")
 _TITLE_SYSTEM_MARK = "title generator"
-_TOOL = re.compile(r"^\s*TOOL:([a-z_]+)(?:[ \t]+(.*))?$", re.M)
+_CALLS_BY_STEP = (  # the directive whose calls a step makes, by the number of tool steps before it
+    re.compile(r"^\s*TOOL:([a-z_]+)(?:[ \t]+(.*))?$", re.M),
+    re.compile(r"^\s*THEN:([a-z_]+)(?:[ \t]+(.*))?$", re.M),
+)
 # The argument a shorthand directive fills for each tool (``TOOL:bash ls`` -> {"command": "ls"}).
 _SHORTHAND = {
     "bash": "command",
@@ -71,9 +76,22 @@ def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def _tool_steps_since_prompt(request: ChatRequest) -> int:
+    """How many assistant tool-call steps follow the last user message."""
+    steps = 0
+    for message in reversed(request.messages):
+        if message.get("role") == "user":
+            break
+        steps += bool(message.get("role") == "assistant" and message.get("tool_calls"))
+    return steps
+
+
 def _tool_calls(prompt: str, request: ChatRequest) -> list[ToolCall]:
+    step = _tool_steps_since_prompt(request)
+    if step >= len(_CALLS_BY_STEP):
+        return []
     calls = []
-    for index, match in enumerate(_TOOL.finditer(prompt)):
+    for index, match in enumerate(_CALLS_BY_STEP[step].finditer(prompt)):
         name, rest = match.group(1), (match.group(2) or "").strip()
         if not request.offers(name):
             continue
@@ -94,12 +112,6 @@ class EchoProvider:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         last = request.messages[-1] if request.messages else {}
-        if last.get("role") == "tool":
-            answer = "Tool result seen: " + _text_of(last.get("content")).replace("\n", " ")[:60]
-            for piece in split_deltas(answer):
-                yield TextDelta(piece)
-            yield Finish("stop", Usage(input=_estimate_tokens(answer), output=_estimate_tokens(answer)))
-            return
         users = [m for m in request.messages if m.get("role") == "user"]
         prompt = _text_of(users[-1]["content"]) if users else ""
         if any(_TITLE_SYSTEM_MARK in s for s in request.system):
@@ -107,7 +119,8 @@ class EchoProvider:
             yield TextDelta(title)
             yield Finish("stop", Usage(input=_estimate_tokens(prompt), output=_estimate_tokens(title)))
             return
-        self._maybe_fail(prompt, request.attempt)
+        if last.get("role") != "tool":
+            self._maybe_fail(prompt, request.attempt)
         calls = _tool_calls(prompt, request)
         if calls:
             for call in calls:
@@ -118,6 +131,14 @@ class EchoProvider:
             return
         slow = _SLOW.search(prompt)
         delay = float(slow.group(1)) if slow else 0.0
+        if last.get("role") == "tool":
+            answer = "Tool result seen: " + _text_of(last.get("content")).replace("\n", " ")[:60]
+            for piece in split_deltas(answer):
+                if delay:
+                    await asyncio.sleep(delay)
+                yield TextDelta(piece)
+            yield Finish("stop", Usage(input=_estimate_tokens(answer), output=_estimate_tokens(answer)))
+            return
         reasoning = "Thinking about the request." if "REASON" in prompt else ""
         for piece in split_deltas(reasoning, 3) if reasoning else []:
             if delay:

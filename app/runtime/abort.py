@@ -27,18 +27,18 @@ class AbortSignal:
         self._event = asyncio.Event()
         self._waiter: asyncio.Future[bool] | None = None
         self.reason = "abort"
-        # Whether inputs still waiting behind the interrupted step are settled (legacy abort) or
-        # stay parked for the next wake (V2 interrupt).
-        self.settle_pending = True
+        # Inputs admitted up to this session seq and still waiting behind the interrupted step
+        # are settled unanswered (legacy abort); None leaves them for the next wake (V2 interrupt).
+        self.settle_through: int | None = None
 
     @property
     def fired(self) -> bool:
         return self._event.is_set()
 
-    def fire(self, reason: str = "abort", *, settle_pending: bool = True) -> None:
+    def fire(self, reason: str = "abort", *, settle_through: int | None = None) -> None:
         if not self._event.is_set():
             self.reason = reason
-            self.settle_pending = settle_pending
+            self.settle_through = settle_through
             self._event.set()
 
     def check(self) -> None:

@@ -110,14 +110,16 @@ class DrainCoordinator:
             if entry.pending_wake and not shutting_down:
                 self._start(session_id)
 
-    async def interrupt(self, session_id: str, reason: str = "abort", *, settle_pending: bool = True) -> bool:
+    async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool:
         """Stop the session's drain; returns whether one was running. Pending wakes are dropped;
-        ``settle_pending`` says whether inputs waiting behind the stopped step are settled too."""
+        inputs admitted up to session seq ``settle_through`` and waiting behind the stopped step
+        are settled unanswered (None: they stay for the next wake). A prompt admitted later wakes
+        a new drain as usual."""
         entry = self._entries.get(session_id)
         if entry is None:
             return False
         entry.pending_wake = False
-        entry.signal.fire(reason, settle_pending=settle_pending)
+        entry.signal.fire(reason, settle_through=settle_through)
         await entry.done.wait()
         return True
 

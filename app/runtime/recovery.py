@@ -1,18 +1,25 @@
-"""Start-up recovery after a crash (``kill -9``, power loss, OOM).
+"""Start-up recovery after a crash (``kill -9``, power loss, OOM) or a stop in the middle of a turn.
 
-Whatever was admitted is still in ``inputs``. For each session with unsettled inputs: every
-assistant message left open is closed with an error (open text parts are ended, tool calls left
-pending or running become errors: their side effects are unknown, so they are never re-run), and
-the session is woken so its unanswered prompts, including the interrupted one, are answered.
+What must be closed is derived from what is open, not from any one flag:
+- every assistant message without ``time.completed`` is closed with an error, its open text and
+  reasoning parts ended (their checkpointed text kept);
+- every tool part left ``pending`` or ``running`` (in any message, also one that waited for a
+  permission) becomes an error: its side effects are unknown, so it is never re-run;
+- every session with an unsettled input (admitted, or promoted into a turn that never ended) is
+  woken, so its unanswered prompts, including the interrupted one, are answered.
+
+Idempotent: each session is closed in one transaction, and a second run finds nothing open, so a
+crash during recovery is recovered by the next start.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from typing import Any
 
 from app.clock import now_ms
-from app.events.log import EventLog
+from app.events.log import EventLog, Transaction
 from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import SessionNotFound
 from app.runtime.sessions import SessionService
@@ -24,6 +31,7 @@ INTERRUPTED = {"name": "MessageAbortedError", "data": {"message": "Interrupted: 
 
 
 def _closed_part(part: dict[str, Any], at: int) -> dict[str, Any] | None:
+    """The part as recovery leaves it, or None when it is not open."""
     if part["type"] in ("text", "reasoning") and "end" not in part.get("time", {"end": 0}):
         return {**part, "time": {**part["time"], "end": at}}
     state = part.get("state") or {}
@@ -42,38 +50,61 @@ def _closed_part(part: dict[str, Any], at: int) -> dict[str, Any] | None:
     return None
 
 
+class _OpenWork:
+    """What one session has left open: assistant messages and stray tool parts."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.parts: list[dict[str, Any]] = []
+
+
+async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, queries: Queries, at: int) -> None:
+    session_id, directory = session["id"], session["directory"]
+
+    async def emit(event_type: str, props: dict[str, Any]) -> None:
+        await tx.emit(event_type, {"sessionID": session_id, **props}, session_id=session_id, directory=directory)
+
+    closed_parts: set[str] = set()
+    for message_id in work.messages:
+        message = await queries.message(session_id, message_id)
+        if message is None:
+            continue
+        for part in message["parts"]:
+            closed = _closed_part(part, at)
+            if closed is not None:
+                closed_parts.add(part["id"])
+                await emit("message.part.updated", {"part": closed, "time": at})
+        info = message["info"]
+        closed_info = {**info, "error": INTERRUPTED, "time": {**info["time"], "completed": at}}
+        await emit("message.updated", {"info": closed_info})
+    for part in work.parts:
+        closed = _closed_part(part, at)
+        if closed is not None and part["id"] not in closed_parts:
+            await emit("message.part.updated", {"part": closed, "time": at})
+
+
 async def recover(log_: EventLog, queries: Queries, sessions: SessionService, coordinator: DrainCoordinator) -> int:
-    """Close what a crash left open and wake sessions with pending work; returns sessions woken."""
-    session_ids = await queries.sessions_with_unsettled_inputs()
-    for session_id in session_ids:
+    """Close what a stop left open and wake sessions with unanswered prompts; returns the number
+    of sessions touched."""
+    open_work: dict[str, _OpenWork] = defaultdict(_OpenWork)
+    for session_id, message_id in await queries.open_assistant_messages():
+        open_work[session_id].messages.append(message_id)
+    for session_id, part in await queries.open_tool_parts():
+        open_work[session_id].parts.append(part)
+    waiting = set(await queries.sessions_with_unsettled_inputs())
+    present: list[str] = []
+    for session_id in sorted(open_work.keys() | waiting):
         try:
-            info = await sessions.get(session_id)
+            session = await sessions.get(session_id)
         except SessionNotFound:
             continue
-        directory = info["directory"]
-        at = now_ms()
-        async with log_.transaction() as tx:
-            for message in await queries.messages(session_id):
-                msg = message["info"]
-                if msg["role"] != "assistant" or "completed" in msg["time"]:
-                    continue
-                for part in message["parts"]:
-                    closed = _closed_part(part, at)
-                    if closed is not None:
-                        await tx.emit(
-                            "message.part.updated",
-                            {"sessionID": session_id, "part": closed, "time": at},
-                            session_id=session_id,
-                            directory=directory,
-                        )
-                msg = {**msg, "error": INTERRUPTED, "time": {**msg["time"], "completed": at}}
-                await tx.emit(
-                    "message.updated",
-                    {"sessionID": session_id, "info": msg},
-                    session_id=session_id,
-                    directory=directory,
-                )
-        coordinator.wake(session_id)
-    if session_ids:
-        log.info("recovered %d session(s) with unanswered prompts", len(session_ids))
-    return len(session_ids)
+        present.append(session_id)
+        if session_id in open_work:
+            async with log_.transaction() as tx:
+                await _close(tx, session, open_work[session_id], queries, now_ms())
+    for session_id in present:  # woken only once everything open is closed
+        if session_id in waiting:
+            coordinator.wake(session_id)
+    if present:
+        log.info("recovered %d session(s) left open by the last stop", len(present))
+    return len(present)

@@ -9,9 +9,13 @@ So a steer admitted mid-turn is answered right after the current step, before ea
 prompts, and queued prompts each get their own turn, oldest first.
 
 A step: promote the inputs (``session.next.prompted``; a deferred V2 prompt gets its user message
-now), open an assistant message answering the last of them, stream the model into it, retry
-retryable provider failures per OpenCode's policy (status ``retry`` meanwhile), and settle the
-inputs. An abort keeps the partial text and ends the message with ``MessageAbortedError``; a
+now), open an assistant message answering the last of them, stream the model into it, and retry
+retryable provider failures per OpenCode's policy (status ``retry`` meanwhile).
+
+Invariant: an input is settled (``completed``) in the same transaction as the last step of the
+turn that answers it, never earlier: a turn whose model asked for tools goes on, and a crash in a
+later step must find its inputs still open so the next start answers them. An abort keeps the
+partial text and ends the message with ``MessageAbortedError`` (the turn's inputs are settled); a
 shutdown settles nothing, so the next start recovers the work.
 """
 
@@ -88,6 +92,15 @@ def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
         tokens["cache"][key] = tokens["cache"].get(key, 0) + step["tokens"]["cache"][key]
 
 
+@dataclass
+class Turn:
+    """What the steps of one turn share: the inputs it answers so far (settled together when the
+    turn ends) and its tool use (for the doom loop)."""
+
+    inputs: list[str] = field(default_factory=list)
+    tools: TurnTools = field(default_factory=TurnTools)
+
+
 def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
     """The inputs the next step answers (see the module docstring). A compaction request is
     always a step of its own."""
@@ -124,36 +137,38 @@ class Runner:
                 signal.check()
                 await self._turn(session_id, batch, signal)
         except Aborted as exc:
-            if exc.reason == "abort" and signal.settle_pending:
-                await self._settle_waiting(session_id)
+            if exc.reason == "abort" and signal.settle_through is not None:
+                await self._settle_waiting(session_id, signal.settle_through)
             raise
 
     async def _turn(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
         """Steps until the model stops asking for tools: each continuation answers the same
         prompt, and steers admitted meanwhile join it at the step boundary."""
-        turn = TurnTools()
-        answered = list(batch)
-        steps = 1
-        more = await self._step(session_id, batch, signal, turn)
-        while more:
-            steers = [
-                row
-                for row in await self.queries.unsettled_inputs(session_id)
-                if row.delivery == "steer" and row.promoted_seq is None and not is_compaction(row)
-            ]
-            answered += steers
-            steps += 1
-            more = await self._step(
-                session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
-            )
-        for row in answered:
-            self.waiters.settle(row.id)
+        turn = Turn()
+        try:
+            steps = 1
+            more = await self._step(session_id, batch, signal, turn)
+            while more:
+                steers = [
+                    row
+                    for row in await self.queries.unsettled_inputs(session_id)
+                    if row.delivery == "steer" and row.promoted_seq is None and not is_compaction(row)
+                ]
+                steps += 1
+                more = await self._step(
+                    session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
+                )
+        finally:
+            for input_id in turn.inputs:
+                self.waiters.settle(input_id)
 
-    async def _settle_waiting(self, session_id: str) -> None:
+    async def _settle_waiting(self, session_id: str, through_seq: int) -> None:
         """A legacy abort stops the whole busy period: inputs queued behind the aborted turn stay
-        in the history as user messages but are not answered (as in OpenCode)."""
+        in the history as user messages but are not answered (as in OpenCode). Only inputs
+        admitted before the abort (``admitted_seq <= through_seq``) are dropped: a prompt that got
+        its 204 while the abort was settling is answered by the next drain."""
         async with self.log.db.write() as scope:
-            scope.execute(sql.COMPLETE_SESSION_INPUTS, {"session_id": session_id})
+            scope.execute(sql.COMPLETE_INPUTS_THROUGH, {"session_id": session_id, "through_seq": through_seq})
         self.waiters.settle_session(session_id)
 
     async def _promote(self, tx: Transaction, session: dict[str, Any], batch: list[InputRow]) -> None:
@@ -177,13 +192,14 @@ class Runner:
         session_id: str,
         batch: list[InputRow],
         signal: AbortSignal,
-        turn: TurnTools,
+        turn: Turn,
         *,
         parent: InputRow | None = None,
         last_step: bool = False,
     ) -> bool:
         """One model call answering ``batch`` (or continuing ``parent``'s turn); returns whether
-        the turn goes on (the model called tools and nothing blocked)."""
+        the turn goes on (the model called tools and nothing blocked). The step that ends the
+        turn, however it ends, settles every input the turn answered."""
         session = await self.sessions.get(session_id)
         directory = session["directory"]
         answered = batch[-1] if batch else parent
@@ -212,7 +228,7 @@ class Runner:
         # step's own messages exist; a normal step reads it after promoting the prompts it answers.
         window = await self.snapshots.window(session_id) if reason else None
         recorder = AssistantRecorder(self.log, info, directory, self.flush_seconds)
-        input_ids = [row.id for row in batch]
+        turn.inputs += [row.id for row in batch]
         async with self.log.transaction() as tx:
             await self._promote(tx, session, batch)
             await recorder.begin(tx)
@@ -226,7 +242,7 @@ class Runner:
         try:
             provider, model = self.registry.resolve(directory, ref)
         except ModelNotFoundError as exc:
-            await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": str(exc)}})
+            await self._fail(recorder, turn.inputs, {"name": "UnknownError", "data": {"message": str(exc)}})
             return False
         if window is not None:
             request = ChatRequest(
@@ -253,23 +269,24 @@ class Runner:
         try:
             finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
             snapshot = await self._store_summary(session_id, window, recorder, reason) if window else None
-            outcome = await self.toolcalls.run(session, recorder, calls, parts, turn, signal)
+            outcome = await self.toolcalls.run(session, recorder, calls, parts, turn.tools, signal)
         except Aborted as exc:
             if exc.reason == "abort":
-                await self._fail(recorder, input_ids, ABORTED)
+                await self._fail(recorder, turn.inputs, ABORTED)
             else:
                 await recorder.save_partial()
             raise
         except ProviderError as exc:
-            await self._fail(recorder, input_ids, exc.to_named_error())
+            await self._fail(recorder, turn.inputs, exc.to_named_error())
             return False
         except Conflict as exc:
-            await self._fail(recorder, input_ids, {"name": "UnknownError", "data": {"message": exc.message}})
+            await self._fail(recorder, turn.inputs, {"name": "UnknownError", "data": {"message": exc.message}})
             return False
+        more = outcome.called and not outcome.blocked and not last_step
         diffs = await self.toolcalls.services.files.diff(session) if outcome.changed_files else None
         async with self.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model)
-            await recorder.complete(tx, input_ids)
+            await recorder.complete(tx, [] if more else turn.inputs)
             await self.sessions.mutate(tx, session_id, lambda s: _add_usage(s, usage))
             if diffs is not None:
                 await self.sessions.mutate(tx, session_id, lambda s: s.__setitem__("summary", _summary(diffs)))
@@ -286,7 +303,7 @@ class Runner:
             self.titles.schedule(session, _first_user_text(request), provider, model)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
                 await self.admission.admit(session_id, compaction_request("auto", ref))
-        return outcome.called and not outcome.blocked and not last_step
+        return more
 
     async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
         disabled = await self.toolcalls.permissions.disabled_tools(session, agent, list(TOOLS))

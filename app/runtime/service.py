@@ -114,10 +114,14 @@ class Runtime:
         message_id = (await self.prompt(session_id, request)).message_id
         if request.no_reply:
             return await self.history.get_message(session_id, message_id)
-        # No await since the wake: the drain cannot have settled this input before we register.
-        waiter = self.waiters.register(session_id, message_id)
-        row = await self.queries.input(message_id)
-        if row is not None and not row.completed and self.coordinator.is_active(session_id):
+        # Registered before the input is read: a settle in between still resolves the waiter. An
+        # idle announcement releases every waiter of the session (an abort), so re-check then:
+        # a prompt admitted during an abort's clean-up is answered by the drain that follows.
+        while True:
+            waiter = self.waiters.register(session_id, message_id)
+            row = await self.queries.input(message_id)
+            if row is None or row.completed or not self.coordinator.is_active(session_id):
+                break
             await waiter
         reply = await self.queries.last_assistant(session_id, parent_id=message_id)
         if reply is None:
@@ -127,10 +131,16 @@ class Runtime:
     async def abort(self, session_id: str) -> None:
         """Legacy abort: stop the turn and drop the prompts queued behind it (they stay in the
         history unanswered). When nothing runs OpenCode still announces idle."""
-        if not await self.coordinator.interrupt(session_id, settle_pending=True):
+        if not await self._stop(session_id):
             with suppress(SessionNotFound):
                 await self.sessions.get(session_id)
                 self._publish_status(session_id, {"type": "idle"})
+
+    async def _stop(self, session_id: str) -> bool:
+        """Interrupt the session's drain and drop the prompts admitted so far that it has not
+        answered; a prompt admitted after this call is answered by a new drain."""
+        through = await self.log.committed_seq(session_id)
+        return await self.coordinator.interrupt(session_id, settle_through=through)
 
     async def summarize(self, session_id: str, model: ModelRef | None = None) -> None:
         """Compact the session's history now and return once the summary is stored (or failed)."""
@@ -161,7 +171,7 @@ class Runtime:
         try:
             reply = await signal.race(self.prompt_and_wait(child["id"], request))
         except Aborted:
-            await self.coordinator.interrupt(child["id"])
+            await self._stop(child["id"])
             raise
         text = "".join(p.get("text", "") for p in reply["parts"] if p["type"] == "text")
         return child, text or "(the sub-agent gave no answer)"
@@ -177,7 +187,7 @@ class Runtime:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the
         next wake."""
         await self.sessions.get(session_id)
-        await self.coordinator.interrupt(session_id, settle_pending=False)
+        await self.coordinator.interrupt(session_id)
 
     async def wait_idle(self, session_id: str) -> None:
         await self.sessions.get(session_id)
@@ -209,5 +219,5 @@ class Runtime:
     async def delete_session(self, session_id: str) -> None:
         tree = await self.sessions.subtree(session_id)
         for info in tree:
-            await self.coordinator.interrupt(info["id"])
+            await self._stop(info["id"])
         await self.sessions.delete(tree)

@@ -250,6 +250,15 @@ class Queries:
         """Inputs admitted and not yet answered, in admission order."""
         return [InputRow(*row) for row in await self.db.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id})]
 
+    async def open_assistant_messages(self) -> list[tuple[str, str]]:
+        """``(session_id, message_id)`` of every assistant message never completed."""
+        return [(row[0], row[1]) for row in await self.db.fetch(sql.OPEN_ASSISTANT_MESSAGES)]
+
+    async def open_tool_parts(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(session_id, part)`` of tool parts still pending or running."""
+        found = [(row[0], loads(row[1])) for row in await self.db.fetch(sql.OPEN_TOOL_PARTS)]
+        return [(sid, part) for sid, part in found if (part.get("state") or {}).get("status") in ("pending", "running")]
+
     async def sessions_with_unsettled_inputs(self) -> list[str]:
         return [row[0] for row in await self.db.fetch(sql.SESSIONS_WITH_UNSETTLED_INPUTS)]
 

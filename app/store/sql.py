@@ -98,9 +98,13 @@ PROMOTE_INPUT = compile_sql(
     update(inputs).where(inputs.c.id == bindparam("id")).values(promoted_seq=bindparam("promoted_seq"))
 )
 COMPLETE_INPUT = compile_sql(update(inputs).where(inputs.c.id == bindparam("id")).values(completed=true()))
-COMPLETE_SESSION_INPUTS = compile_sql(
+COMPLETE_INPUTS_THROUGH = compile_sql(
     update(inputs)
-    .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
+    .where(
+        inputs.c.session_id == bindparam("session_id"),
+        inputs.c.completed.is_(False),
+        inputs.c.admitted_seq <= bindparam("through_seq"),
+    )
     .values(completed=true())
 )
 
@@ -189,6 +193,21 @@ UNSETTLED_INPUTS = compile_sql(
 WAITING_USER_IDS = compile_sql(
     select(inputs.c.id).where(
         inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None)
+    )
+)
+# Recovery: what a crash can leave open. Stored JSON is compact (orjson) and escapes quotes inside
+# strings, so these patterns match only the objects' own keys; callers still check the decoded rows.
+OPEN_ASSISTANT_MESSAGES = compile_sql(
+    select(messages.c.session_id, messages.c.id).where(
+        messages.c.role == literal_column("'assistant'"),
+        messages.c.info.not_like(literal_column("'%\"completed\":%'")),
+    )
+)
+OPEN_TOOL_PARTS = compile_sql(
+    select(parts.c.session_id, parts.c.data).where(
+        parts.c.data.like(literal_column('\'%"type":"tool"%\'')),
+        parts.c.data.like(literal_column('\'%"status":"pending"%\''))
+        | parts.c.data.like(literal_column('\'%"status":"running"%\'')),
     )
 )
 SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
