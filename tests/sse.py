@@ -28,6 +28,18 @@ class Frame:
         return payload.get("properties") or payload.get("data") or {}
 
 
+def first_frame(url: str, headers: dict[str, str] | None = None) -> Frame:
+    """Connect, read one frame, drop the connection (a client that loses its network at once)."""
+    frame_id: str | None = None
+    with httpx.Client(timeout=httpx.Timeout(10.0)) as client, client.stream("GET", url, headers=headers) as response:
+        for line in response.iter_lines():
+            if line.startswith("id:"):
+                frame_id = line[3:].strip()
+            elif line.startswith("data:"):
+                return Frame(frame_id, json.loads(line[5:].strip()))
+    raise EOFError(f"{url} ended before its first frame")
+
+
 class EventCollector:
     def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
         self.url = url
@@ -88,6 +100,11 @@ class EventCollector:
         return self.wait_for(
             lambda f: f.type == "session.idle" and f.properties.get("sessionID") == session_id, timeout
         )
+
+    def snapshot(self) -> list[Frame]:
+        """Every frame received so far, in order."""
+        with self._lock:
+            return list(self.frames)
 
     def of_session(self, session_id: str) -> list[Frame]:
         with self._lock:

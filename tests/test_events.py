@@ -13,7 +13,7 @@ from app.events.model import Event
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer, thread_server
-from tests.sse import EventCollector
+from tests.sse import EventCollector, first_frame
 
 
 def test_stream_headers_and_first_frame(server: ThreadServer) -> None:
@@ -99,7 +99,31 @@ def test_heartbeat_is_a_json_frame(tmp_path: Path, project_dir: Path, config_dir
     )
     with thread_server(settings) as server, EventCollector(f"{server.url}/event") as events:
         beat = events.wait_for(lambda f: f.type == "server.heartbeat", timeout=5)
-    assert beat.data["properties"] == {} and beat.id is not None
+    # Not an event: it must not move the client's resume position, so it carries no id.
+    assert beat.data["properties"] == {} and beat.id is None
+
+
+@pytest.mark.parametrize("path", ["/event", "/global/event"])
+def test_dropping_after_the_first_frame_then_resuming_misses_nothing(
+    server: ThreadServer, client: httpx.Client, path: str
+) -> None:
+    """``server.connected`` carries the position the stream starts from, so a client that drops
+    right after it and reconnects with that id (as EventSource does) still gets the replay."""
+    sid = create_session(client)["id"]
+    fresh = first_frame(f"{server.url}{path}")
+    assert fresh.type == "server.connected" and fresh.id is not None
+    for text in ("one while away", "two while away", "three while away"):
+        assert client.post(f"/session/{sid}/message", json=text_prompt(text)).status_code == 200
+    # Resume from the fresh stream's position, drop after the first frame, resume again.
+    resumed = first_frame(f"{server.url}{path}", {"Last-Event-ID": fresh.id})
+    assert resumed.type == "server.connected" and resumed.id == fresh.id
+    with EventCollector(f"{server.url}{path}", headers={"Last-Event-ID": resumed.id}) as again:
+        again.wait_for(
+            lambda f: f.type == "message.part.updated" and f.properties["part"].get("text") == "Echo: three while away"
+        )
+        texts = [f.properties["part"].get("text") for f in again.frames if f.type == "message.part.updated"]
+    for text in ("one while away", "two while away", "three while away"):
+        assert text in texts and f"Echo: {text}" in texts
 
 
 def test_bad_last_event_id_is_400(client: httpx.Client) -> None:

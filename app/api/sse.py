@@ -5,7 +5,10 @@ stream is gap-free and duplicate-free across the replay/live boundary.
 Every event frame carries ``id: <position>`` (the whole-server cursor, or the session's ``seq``
 on a per-session stream), so a client that reconnects with ``Last-Event-ID`` receives every
 durable event it missed. Ephemeral events (deltas) are not replayed; the final part event
-carries the whole text.
+carries the whole text. A frame that is not an event never moves a client's resume position:
+the opening ``server.connected`` carries the position the stream starts from (the one the client
+resumed from, or for a new stream the last event published before it subscribed), and
+heartbeats carry no ``id:`` at all (EventSource then keeps the last one it saw).
 
 Speed: a frame is encoded once per event and stream kind and shared by all subscribers (stored
 JSON is spliced in, not decoded and re-encoded), and whatever is already queued is written in one
@@ -77,7 +80,7 @@ class StreamSpec:
     position: Callable[[Event], int]
     replay: Replay
     heartbeat: Callable[[], bytes]
-    connected: Callable[[], bytes] | None = None
+    connected: Callable[[int], bytes] | None = None  # given the position the stream starts from
     twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
 
     def frames(self, event: Event) -> bytes:
@@ -94,10 +97,11 @@ class StreamSpec:
 
 async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncIterator[bytes]:
     subscription = runtime.bus.subscribe(spec.accept)
+    origin = after if after is not None else runtime.bus.cursor  # read with the subscription, no await between
     interval = runtime.settings.heartbeat_seconds
     try:
         if spec.connected is not None:
-            yield spec.connected()
+            yield spec.connected(origin)
         replayed_to = -1
         if after is not None:
             replayed_to = after

@@ -24,7 +24,6 @@ from app.api.sse import (
 from app.events.model import Event
 from app.jsonutil import dumpb
 from app.runtime.project import cached_project_id
-from app.runtime.service import Runtime
 
 router = APIRouter(tags=["event"])
 
@@ -53,9 +52,10 @@ def _sync_twin(event: Event) -> bytes:
     return _global_frame(event, b'{"type":"sync","syncEvent":%s,"id":"%s"}' % (sync, event.id.encode()))
 
 
-def _control(runtime: Runtime, event_type: str, *, wrap: bool) -> bytes:
+def _control(event_type: str, *, wrap: bool, position: int | None = None) -> bytes:
+    """A frame that is not an event: it carries the stream's starting position or no id at all."""
     payload = control_envelope(ids.event_id(), event_type)
-    return frame(b'{"payload":%s}' % payload if wrap else payload, runtime.bus.cursor)
+    return frame(b'{"payload":%s}' % payload if wrap else payload, position)
 
 
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
@@ -69,8 +69,8 @@ async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id:
         kind="legacy",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),
-        connected=lambda: _control(runtime, "server.connected", wrap=False),
-        heartbeat=lambda: _control(runtime, "server.heartbeat", wrap=False),
+        connected=lambda origin: _control("server.connected", wrap=False, position=origin),
+        heartbeat=lambda: _control("server.heartbeat", wrap=False),
     )
     return event_source(runtime, spec, resume_position(last_event_id))
 
@@ -83,8 +83,8 @@ async def global_subscribe(runtime: RuntimeDep, last_event_id: LastEventID = Non
         kind="global",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
-        connected=lambda: _control(runtime, "server.connected", wrap=True),
-        heartbeat=lambda: _control(runtime, "server.heartbeat", wrap=True),
+        connected=lambda origin: _control("server.connected", wrap=True, position=origin),
+        heartbeat=lambda: _control("server.heartbeat", wrap=True),
         twin=_sync_twin,
     )
     return event_source(runtime, spec, resume_position(last_event_id))

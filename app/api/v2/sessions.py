@@ -299,7 +299,7 @@ async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     return JSONBody({"data": data + [views.message(m) for m in window.tail]})
 
 
-def _v2_connected() -> bytes:
+def _v2_connected(_origin: int) -> bytes:
     return frame(b'{"id":"%s","type":"server.connected","data":{}}' % ids.event_id().encode())
 
 
