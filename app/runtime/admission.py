@@ -188,7 +188,10 @@ class Admission:
         async with self.log.transaction() as tx:
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
-            await commit_staged(tx, self.history, await self.sessions.current(tx, session_id))
+            if not self.history.coordinator.is_active(session_id):
+                # Never under a running turn (Reverts keeps a staged revert from coexisting with
+                # one; this guards the invariant): the turn would lose its own prompt and reply.
+                await commit_staged(tx, self.history, await self.sessions.current(tx, session_id))
             admitted = await tx.emit(
                 "session.next.prompt.admitted",
                 next_event(session_id, messageID=message_id, prompt=view, delivery=request.delivery),

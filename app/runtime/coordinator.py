@@ -3,6 +3,10 @@
 - ``wake`` starts a drain when the session is idle, otherwise records a pending wake; any number
   of wakes during one drain coalesce into one more pass, so waiters see one busy period.
 - ``interrupt`` fires the drain's abort signal, clears pending wakes and waits for it to settle.
+- ``hold`` keeps a session still while an operation that moves its history runs (revert, message
+  and part edits): it is refused while a drain runs, and a wake meanwhile starts the drain only
+  when the hold ends. The busy check and the claim are one synchronous step, so no turn can start
+  between an operation's check and its write.
 - Status (busy / retry / idle) is set here and nowhere else. The active set and the status map
   change together, synchronously (no await in between), so ``active()`` and ``statuses()`` agree
   at every moment, and each change is announced at once, in order.
@@ -12,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -43,9 +48,14 @@ class DrainCoordinator:
         self._on_status = on_status
         self._entries: dict[str, _Entry] = {}
         self._status: dict[str, dict[str, Any]] = {}
+        self._held: set[str] = set()
+        self._deferred: set[str] = set()  # held sessions woken meanwhile: they drain on release
         self.drains_started = 0  # observable for tests: how many drain loops ever ran
 
     def wake(self, session_id: str) -> None:
+        if session_id in self._held:
+            self._deferred.add(session_id)
+            return
         entry = self._entries.get(session_id)
         if entry is not None:
             # Picked up by the running loop, or by a successor if the loop is already settling.
@@ -65,7 +75,7 @@ class DrainCoordinator:
         """Run ``work`` as the session's one execution (a user shell command): busy meanwhile,
         interruptible by abort, refused with SessionBusy if something already runs. Prompts
         arriving meanwhile wait for it (a pending wake) and run after it."""
-        if session_id in self._entries:
+        if session_id in self._entries or session_id in self._held:
             raise SessionBusy(session_id)
         outcome: dict[str, Any] = {}
 
@@ -81,6 +91,21 @@ class DrainCoordinator:
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]  # type: ignore[no-any-return]
+
+    @contextmanager
+    def hold(self, session_id: str) -> Iterator[None]:
+        """Claim the idle session for an operation that must not overlap a turn; raises
+        SessionBusy if a drain runs or another hold is in place."""
+        if session_id in self._entries or session_id in self._held:
+            raise SessionBusy(session_id)
+        self._held.add(session_id)
+        try:
+            yield
+        finally:
+            self._held.discard(session_id)
+            if session_id in self._deferred:
+                self._deferred.discard(session_id)
+                self._start(session_id)
 
     async def _run(self, session_id: str, entry: _Entry, work: Drain | None = None) -> None:
         try:
@@ -128,7 +153,8 @@ class DrainCoordinator:
             await entry.done.wait()
 
     def is_active(self, session_id: str) -> bool:
-        return session_id in self._entries
+        """Whether a drain runs or is due to start (woken during a hold)."""
+        return session_id in self._entries or session_id in self._deferred
 
     def active(self) -> list[str]:
         return list(self._entries)

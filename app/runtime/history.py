@@ -9,13 +9,15 @@ model sees and V2 lists); otherwise id order (what legacy clients page through).
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.runtime.coordinator import DrainCoordinator
-from app.runtime.errors import InvalidInput, MessageNotFound, SessionBusy
+from app.runtime.errors import InvalidInput, MessageNotFound
 from app.runtime.sessions import SessionService, zero_tokens
 from app.store import sql
 from app.store.queries import MessageWithParts, Queries, RawMessage
@@ -206,24 +208,25 @@ class History:
             tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
         return later
 
-    async def idle_session(self, session_id: str) -> dict[str, Any]:
-        """The session, if nothing runs in it: history must not move under a running turn."""
-        session = await self.sessions.get(session_id)
-        if self.coordinator.is_active(session_id):
-            raise SessionBusy(session_id)
-        return session
+    @asynccontextmanager
+    async def still(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The session, held still for an operation that moves its history: refused with
+        SessionBusy while a turn runs, and no turn starts until the operation is done (history
+        must not move under a running turn)."""
+        with self.coordinator.hold(session_id):
+            yield await self.sessions.get(session_id)
 
     async def delete_message(self, session_id: str, message_id: str) -> None:
-        session = await self.idle_session(session_id)
-        await self.get_message(session_id, message_id)
-        async with self.log.transaction() as tx:
-            await tx.emit(
-                "message.removed",
-                {"sessionID": session_id, "messageID": message_id},
-                session_id=session_id,
-                directory=session["directory"],
-            )
-            tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
+        async with self.still(session_id) as session:
+            await self.get_message(session_id, message_id)
+            async with self.log.transaction() as tx:
+                await tx.emit(
+                    "message.removed",
+                    {"sessionID": session_id, "messageID": message_id},
+                    session_id=session_id,
+                    directory=session["directory"],
+                )
+                tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
 
     async def _part(self, session_id: str, message_id: str, part_id: str) -> dict[str, Any]:
         message = await self.get_message(session_id, message_id)
@@ -233,24 +236,24 @@ class History:
         raise MessageNotFound(session_id, message_id, part_id=part_id)
 
     async def delete_part(self, session_id: str, message_id: str, part_id: str) -> None:
-        session = await self.idle_session(session_id)
-        await self._part(session_id, message_id, part_id)
-        async with self.log.transaction() as tx:
-            props = {"sessionID": session_id, "messageID": message_id, "partID": part_id}
-            await tx.emit("message.part.removed", props, session_id=session_id, directory=session["directory"])
+        async with self.still(session_id) as session:
+            await self._part(session_id, message_id, part_id)
+            async with self.log.transaction() as tx:
+                props = {"sessionID": session_id, "messageID": message_id, "partID": part_id}
+                await tx.emit("message.part.removed", props, session_id=session_id, directory=session["directory"])
 
     async def update_part(self, session_id: str, message_id: str, part: dict[str, Any]) -> dict[str, Any]:
         """Replace a part (the whole part, as OpenCode's PATCH takes it); ids must match the path."""
-        session = await self.idle_session(session_id)
-        await self._part(session_id, message_id, part["id"])
-        if part.get("sessionID", session_id) != session_id or part.get("messageID", message_id) != message_id:
-            raise InvalidInput("part.sessionID and part.messageID must match the path")
-        stored = {**part, "sessionID": session_id, "messageID": message_id}
-        async with self.log.transaction() as tx:
-            await tx.emit(
-                "message.part.updated",
-                {"sessionID": session_id, "part": stored, "time": now_ms()},
-                session_id=session_id,
-                directory=session["directory"],
-            )
+        async with self.still(session_id) as session:
+            await self._part(session_id, message_id, part["id"])
+            if part.get("sessionID", session_id) != session_id or part.get("messageID", message_id) != message_id:
+                raise InvalidInput("part.sessionID and part.messageID must match the path")
+            stored = {**part, "sessionID": session_id, "messageID": message_id}
+            async with self.log.transaction() as tx:
+                await tx.emit(
+                    "message.part.updated",
+                    {"sessionID": session_id, "part": stored, "time": now_ms()},
+                    session_id=session_id,
+                    directory=session["directory"],
+                )
         return stored

@@ -7,6 +7,9 @@
 - The next prompt commits a staged revert first, in its admission transaction (as OpenCode's
   legacy API does), so the new prompt continues from the revert point.
 A busy session refuses all three (409 ``SessionBusyError``): history must not move under a turn.
+Each holds the session still (``History.still``) from its busy check to its commit, and ``stage``
+also refuses while an admitted prompt waits for its turn. So a revert is staged only while no
+turn runs or is due, and the admission that commits it is never under a running turn.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from app.events.log import EventLog, Transaction
-from app.runtime.errors import MessageNotFound
+from app.runtime.errors import MessageNotFound, SessionBusy
 from app.runtime.history import History
 from app.runtime.payloads import next_event
+from app.store import sql
 
 
 async def commit_staged(tx: Transaction, history: History, session: dict[str, Any]) -> list[str]:
@@ -48,22 +52,23 @@ class Reverts:
     async def stage(self, session_id: str, message_id: str, part_id: str | None = None) -> dict[str, Any]:
         """Mark ``message_id`` (and optionally ``part_id``) as the point to revert to; returns the
         session info. Raises MessageNotFound for a message outside the session."""
-        session = await self.history.idle_session(session_id)
-        await self.history.get_message(session_id, message_id)
-        revert = {"messageID": message_id} | ({"partID": part_id} if part_id else {})
-        async with self.log.transaction() as tx:
-            info = await self.sessions.mutate(tx, session_id, lambda s: s.__setitem__("revert", revert))
-            await tx.emit(
-                "session.next.revert.staged",
-                next_event(session_id, revert=revert),
-                session_id=session_id,
-                directory=session["directory"],
-            )
+        async with self.history.still(session_id) as session:
+            await self.history.get_message(session_id, message_id)
+            revert = {"messageID": message_id} | ({"partID": part_id} if part_id else {})
+            async with self.log.transaction() as tx:
+                if await tx.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id}):
+                    raise SessionBusy(session_id)  # a prompt is admitted and about to run
+                info = await self.sessions.mutate(tx, session_id, lambda s: s.__setitem__("revert", revert))
+                await tx.emit(
+                    "session.next.revert.staged",
+                    next_event(session_id, revert=revert),
+                    session_id=session_id,
+                    directory=session["directory"],
+                )
         return info
 
     async def clear(self, session_id: str) -> dict[str, Any]:
-        session = await self.history.idle_session(session_id)
-        async with self.log.transaction() as tx:
+        async with self.history.still(session_id) as session, self.log.transaction() as tx:
             info = await self.sessions.mutate(tx, session_id, lambda s: s.pop("revert", None))
             await tx.emit(
                 "session.next.revert.cleared",
@@ -74,6 +79,5 @@ class Reverts:
         return info
 
     async def commit(self, session_id: str) -> list[str]:
-        session = await self.history.idle_session(session_id)
-        async with self.log.transaction() as tx:
-            return await commit_staged(tx, self.history, await self.sessions.current(tx, session["id"]))
+        async with self.history.still(session_id), self.log.transaction() as tx:
+            return await commit_staged(tx, self.history, await self.sessions.current(tx, session_id))
