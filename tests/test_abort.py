@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 import threading
+import time
 
 import httpx
 
@@ -67,3 +70,55 @@ def test_abort_stops_prompts_queued_behind_the_turn(server: ThreadServer, client
     reply = client.post(f"/session/{sid}/message", json=text_prompt("third")).json()
     assert assistant_text(reply) == "Echo: third"
     assert len(client.get(f"/session/{sid}/message").json()) == 5
+
+
+def _answered(client: httpx.Client, sid: str, user_id: str, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        history = client.get(f"/session/{sid}/message").json()
+        if any(m["info"].get("parentID") == user_id and "error" not in m["info"] for m in history):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_prompt_admitted_while_an_abort_settles_is_answered(server: ThreadServer, client: httpx.Client) -> None:
+    """Abort drops the prompts queued before it; one whose admission comes after the aborted reply
+    was closed got its 204 from a busy period that is ending, and must still be answered."""
+    late = 0
+    with EventCollector(f"{server.url}/event") as events:
+        for _ in range(25):
+            sid = create_session(client)["id"]
+            client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:0.05 first"))
+            events.wait_for(lambda f, sid=sid: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
+
+            async def race(sid: str = sid) -> None:
+                async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+
+                    async def prompt() -> None:
+                        await asyncio.sleep(random.uniform(0, 0.004))
+                        answer = await http.post(f"/session/{sid}/prompt_async", json=text_prompt("after"))
+                        assert answer.status_code == 204
+
+                    await asyncio.gather(http.post(f"/session/{sid}/abort"), prompt())
+
+            asyncio.run(race())
+            events.wait_idle(sid)
+            frames = events.of_session(sid)
+            closed = next(
+                i
+                for i, f in enumerate(frames)
+                if f.type == "message.updated" and (f.properties["info"].get("error") or {}).get("name")
+            )
+            after = next(
+                (
+                    f.properties["info"]["id"]
+                    for f in frames[closed:]
+                    if f.type == "message.updated" and f.properties["info"]["role"] == "user"
+                ),
+                None,
+            )
+            if after is not None:  # admitted once the abort had closed the turn
+                late += 1
+                assert _answered(client, sid, after), "a prompt that got its 204 was dropped"
+    assert late, "the race never admitted a prompt after the aborted reply closed"

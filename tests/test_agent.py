@@ -4,7 +4,9 @@ OpenAI-compatible stub that calls tools."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import time
 from pathlib import Path
 
@@ -135,6 +137,42 @@ def test_abort_kills_bash_and_leaves_no_request(server: ThreadServer, client: ht
         client.post(f"/session/{ask_sid}/abort")
         events.wait_for(lambda f: f.type == "permission.replied" and f.properties["requestID"] == asked["id"])
     assert client.get("/permission").json() == []
+
+
+def test_always_racing_an_abort_saves_only_what_was_answered(server: ThreadServer, client: httpx.Client) -> None:
+    """A rule is saved only if the user's ``always`` answered the request; when the abort got
+    there first, the reply finds no request (404) and nothing is saved."""
+    outcomes: set[tuple[int, str]] = set()
+    with EventCollector(f"{server.url}/event") as events:
+        for _ in range(20):
+            sid = create_session(client, permission=ASK_BASH)["id"]
+            client.post(f"/session/{sid}/prompt_async", json=text_prompt("TOOL:bash echo raced"))
+            asked = _asked(events, sid)
+
+            async def race(sid: str = sid, request_id: str = asked["id"]) -> httpx.Response:
+                async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+
+                    async def reply() -> httpx.Response:
+                        await asyncio.sleep(random.uniform(0, 0.002))
+                        return await http.post(f"/permission/{request_id}/reply", json={"reply": "always"})
+
+                    _, answer = await asyncio.gather(http.post(f"/session/{sid}/abort"), reply())
+                    return answer
+
+            answer = asyncio.run(race())
+            events.wait_idle(sid)
+            replied = events.wait_for(
+                lambda f, rid=asked["id"]: f.type == "permission.replied" and f.properties["requestID"] == rid
+            )
+            saved = client.get("/api/permission/saved").json()["data"]
+            outcomes.add((answer.status_code, replied.properties["reply"]))
+            if replied.properties["reply"] == "always":
+                assert answer.status_code == 200
+            else:
+                assert answer.status_code == 404 and saved == [], (answer.status_code, saved)
+            for rule in saved:
+                client.delete(f"/api/permission/saved/{rule['id']}")
+    assert (404, "reject") in outcomes, outcomes  # the race did happen both ways
 
 
 def test_three_identical_calls_ask_the_doom_loop_permission(

@@ -47,7 +47,10 @@ class AbortSignal:
 
     async def race(self, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` unless the signal fires first (then cancel it and raise Aborted)."""
-        self.check()
+        if self._event.is_set():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: close it rather than leave it un-awaited
+            raise Aborted(self.reason)
         task = asyncio.ensure_future(awaitable)
         if self._waiter is None or self._waiter.done():
             self._waiter = asyncio.ensure_future(self._event.wait())

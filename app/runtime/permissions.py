@@ -166,13 +166,16 @@ class Permissions:
     async def reply(
         self, request_id: str, reply: str, message: str | None = None, *, directory: str | None = None
     ) -> None:
+        """Answer a pending request. The answer is taken (settled) before anything is awaited, so
+        an abort racing it either came first (the request is gone: PermissionNotFound, nothing
+        saved) or comes after (the tool ran with the user's answer and ``always`` is saved)."""
         pending = self._pending.get(request_id)
-        if pending is None:
+        if pending is None or pending.reply.done():
             raise PermissionNotFound(request_id)
         session_id = pending.info["sessionID"]
+        self._settle(pending, reply, message if reply == "reject" else None, directory)
         if reply == "always":
             await self._save(pending)
-        self._settle(pending, reply, message if reply == "reject" else None, directory)
         others = [p for p in self._pending.values() if p.info["sessionID"] == session_id and not p.reply.done()]
         if reply == "reject" and not message:
             for other in others:

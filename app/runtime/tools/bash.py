@@ -79,15 +79,16 @@ class Bash:
         async def pump() -> None:
             nonlocal last_progress
             assert process.stdout is not None
-            while data := await process.stdout.read(4096):
-                chunks.append(data.decode(errors="replace"))
-                if time.monotonic() - last_progress >= PROGRESS_INTERVAL:
-                    last_progress = time.monotonic()
-                    await ctx.progress({"output": "".join(chunks)[-4000:], "description": description})
-            await process.wait()
+            async with asyncio.timeout(timeout):
+                while data := await process.stdout.read(4096):
+                    chunks.append(data.decode(errors="replace"))
+                    if time.monotonic() - last_progress >= PROGRESS_INTERVAL:
+                        last_progress = time.monotonic()
+                        await ctx.progress({"output": "".join(chunks)[-4000:], "description": description})
+                await process.wait()
 
         try:
-            await ctx.signal.race(asyncio.wait_for(pump(), timeout))
+            await ctx.signal.race(pump())
         except TimeoutError:
             timed_out = True
             await _kill_group(process)
