@@ -120,7 +120,7 @@ def _during_turn(frames: list[Frame], sid: str, effect: str) -> bool:
         if kind == "session.status":
             busy = _props(frame)["status"]["type"] != "idle"
         elif kind == effect and busy:
-            ours = effect != "message.part.updated" or _props(frame)["part"]["text"] == "edited"
+            ours = effect != "message.part.updated" or _props(frame)["part"].get("text") == "edited"
             if ours:
                 return True
     return False
