@@ -24,9 +24,9 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.providers.base import Usage
-from app.runtime.admission import user_message_info
-from app.runtime.recorder import tokens_of
+from app.runtime.inputs import user_message_info
 from app.runtime.service import Runtime
+from app.runtime.turn import tokens_of
 from app.settings import Settings
 
 BATCH = 500  # messages per write transaction: large enough to amortise the commit, small enough to stay bounded

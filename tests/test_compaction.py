@@ -13,8 +13,8 @@ import pytest
 
 from app.events.bus import EventBus
 from app.events.log import EventLog
-from app.runtime.compaction import Snapshots
 from app.runtime.errors import Conflict
+from app.runtime.history import Snapshots
 from app.store.database import Database
 from app.store.queries import Queries
 from tests.helpers import create_session, text_prompt

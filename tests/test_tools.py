@@ -13,10 +13,8 @@ import pytest
 from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.permissions import Denied
-from app.runtime.tools.base import ToolContext, ToolError
-from app.runtime.tools.registry import TOOLS
-from app.runtime.toolstate import FileChanges, TodoStore, ToolServices
+from app.runtime.agents import Denied
+from app.runtime.tools import TOOLS, FileChanges, TodoStore, ToolContext, ToolError, ToolServices
 from app.store.database import Database
 from tests.helpers import running
 

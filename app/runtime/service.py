@@ -13,24 +13,14 @@ from app.events.log import EventLog
 from app.events.model import Event
 from app.providers.registry import ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.admission import Admission, Admitted, PromptRequest, compaction_request
-from app.runtime.agents import Agents
-from app.runtime.commands import Commands
-from app.runtime.compaction import Snapshots, Window
-from app.runtime.coordinator import DrainCoordinator
+from app.runtime.agents import Agents, Permissions
 from app.runtime.errors import SessionNotFound
-from app.runtime.history import History
+from app.runtime.history import History, Reverts, Shares, Snapshots, Window
+from app.runtime.inputs import Admission, Admitted, InputWaiters, PromptRequest, compaction_request
 from app.runtime.payloads import next_event
-from app.runtime.permissions import Permissions
-from app.runtime.recovery import recover
-from app.runtime.revert import Reverts
-from app.runtime.runner import Runner
-from app.runtime.sessions import SessionService
-from app.runtime.share import Shares
-from app.runtime.title import TitleGenerator
-from app.runtime.toolcalls import ToolCalls
-from app.runtime.toolstate import FileChanges, TodoStore, ToolServices
-from app.runtime.waiters import InputWaiters
+from app.runtime.sessions import DrainCoordinator, SessionService, recover
+from app.runtime.tools import FileChanges, TodoStore, ToolServices
+from app.runtime.turn import Commands, Runner, TitleGenerator, ToolCalls
 from app.settings import Settings
 from app.store.database import Database
 from app.store.queries import MessageWithParts, Queries

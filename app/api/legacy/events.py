@@ -23,7 +23,7 @@ from app.api.sse import (
 )
 from app.events.model import Event
 from app.jsonutil import dumpb
-from app.runtime.project import cached_project_id
+from app.runtime.sessions import cached_project_id
 
 router = APIRouter(tags=["event"])
 

@@ -15,8 +15,8 @@ from app import __version__
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
-from app.runtime.commands import command_list
-from app.runtime.project import project_id
+from app.runtime.sessions import project_id
+from app.runtime.turn import command_list
 
 router = APIRouter(tags=["instance"])
 

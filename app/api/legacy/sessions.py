@@ -24,8 +24,8 @@ from app.api.legacy.schemas import (
 from app.api.responses import JSONBody
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
-from app.runtime.admission import PromptRequest
 from app.runtime.errors import InvalidCursor, InvalidInput, MessageNotFound
+from app.runtime.inputs import PromptRequest
 from app.store.queries import raw_messages_json
 
 router = APIRouter(tags=["session"])

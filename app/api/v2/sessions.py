@@ -27,8 +27,8 @@ from app.api.v2 import views
 from app.api.v2.schemas import AgentBody, ModelBody, PromptBody, RevertStageBody, SessionCreate
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
-from app.runtime.admission import PromptRequest
 from app.runtime.errors import InvalidCursor, InvalidInput
+from app.runtime.inputs import PromptRequest
 
 router = APIRouter(prefix="/api", tags=["v2"])
 

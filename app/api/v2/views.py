@@ -8,7 +8,7 @@ from typing import Any
 
 from app.events.model import Event
 from app.jsonutil import dumpb
-from app.runtime.compaction import Snapshot
+from app.runtime.history import Snapshot
 from app.store.queries import MessageWithParts
 
 

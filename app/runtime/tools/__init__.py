@@ -1,2 +1,14 @@
 """The agent's tools, with OpenCode's names and parameter names so models prompted for OpenCode
-work unchanged."""
+work unchanged, and the state they keep between calls (todo lists, file baselines for diffs).
+
+May import: the runtime kernel (``abort``, ``errors``), events, store. Tools never reach other
+domains: what they need (asking permission, running a sub-agent) arrives through ``ToolContext``.
+Invariant: a tool acts inside the session's directory only; an escape needs a permission.
+"""
+
+from app.runtime.tools._base import ToolContext, ToolError
+from app.runtime.tools._bash import Bash
+from app.runtime.tools._registry import TOOLS, function_specs
+from app.runtime.tools._state import FileChanges, TodoStore, ToolServices
+
+__all__ = ["TOOLS", "Bash", "FileChanges", "TodoStore", "ToolContext", "ToolError", "ToolServices", "function_specs"]

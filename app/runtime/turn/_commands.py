@@ -13,12 +13,11 @@ from app.config import ConfigLoader
 from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.admission import DEFAULT_AGENT, PromptRequest, user_message_info
 from app.runtime.errors import CommandNotFound, InvalidInput
-from app.runtime.recorder import ABORTED, AssistantRecorder
+from app.runtime.inputs import DEFAULT_AGENT, PromptRequest, user_message_info
 from app.runtime.sessions import zero_tokens
-from app.runtime.tools.base import ToolContext, ToolError
-from app.runtime.tools.bash import Bash
+from app.runtime.tools import Bash, ToolContext, ToolError
+from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.store.queries import MessageWithParts
 
 SHELL_NOTICE = "The following tool was executed by the user"

@@ -20,9 +20,9 @@ from typing import Any
 
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
-from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import SessionNotFound
-from app.runtime.sessions import SessionService
+from app.runtime.sessions._coordinator import DrainCoordinator
+from app.runtime.sessions._service import SessionService
 from app.store.queries import Queries
 
 log = logging.getLogger("opensession.recovery")

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.events.log import EventLog, Transaction
 from app.runtime.errors import MessageNotFound, SessionBusy
-from app.runtime.history import History
+from app.runtime.history._service import History
 from app.runtime.payloads import next_event
 from app.store import sql
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.runtime.tools.base import ToolContext
+from app.runtime.tools._base import ToolContext
 
 
 def inside(path: Path, root: Path) -> bool:

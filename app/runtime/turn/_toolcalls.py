@@ -11,10 +11,9 @@ from typing import Any
 from app.jsonutil import dumps, loads
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.permissions import Denied, Permissions, Rejected
-from app.runtime.recorder import AssistantRecorder
-from app.runtime.tools.base import ToolContext, ToolError
-from app.runtime.tools.registry import TOOLS
+from app.runtime.agents import Denied, Permissions, Rejected
+from app.runtime.tools import TOOLS, ToolContext, ToolError
+from app.runtime.turn._recorder import AssistantRecorder
 
 log = logging.getLogger("opensession.tools")
 

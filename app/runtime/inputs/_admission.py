@@ -23,9 +23,8 @@ from app.jsonutil import dumps, loads
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.agents import Agents, tools_rules
 from app.runtime.errors import InputConflict, InvalidInput
-from app.runtime.history import History
+from app.runtime.history import History, commit_staged
 from app.runtime.payloads import next_event
-from app.runtime.revert import commit_staged
 from app.runtime.sessions import SessionService
 from app.store import sql
 from app.store.queries import InputRow

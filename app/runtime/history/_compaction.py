@@ -20,8 +20,8 @@ from app.clock import now_ms
 from app.events.log import EventLog
 from app.jsonutil import dumps
 from app.providers.base import ModelInfo
-from app.runtime.context import tool_result
 from app.runtime.errors import Conflict
+from app.runtime.history._context import tool_result
 from app.store import sql
 from app.store.queries import MessageWithParts, Queries
 

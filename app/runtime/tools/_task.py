@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.runtime.tools.base import ToolContext, ToolResult, require, schema
+from app.runtime.tools._base import ToolContext, ToolResult, require, schema
 
 
 class Task:

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.runtime.tools.base import ToolContext, ToolError, ToolResult, require, schema, truncate
-from app.runtime.tools.paths import relative, resolve
+from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
+from app.runtime.tools._paths import relative, resolve
 
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000

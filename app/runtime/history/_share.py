@@ -10,7 +10,7 @@ from typing import Any
 from app.clock import now_ms
 from app.events.log import EventLog
 from app.runtime.errors import ShareNotFound
-from app.runtime.history import History
+from app.runtime.history._service import History
 from app.store import sql
 from app.store.queries import MessageWithParts
 

@@ -25,7 +25,7 @@ from app.config import ConfigLoader
 from app.events.log import EventLog
 from app.events.model import Event
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.agents import Agents, Rule, config_rules
+from app.runtime.agents._definitions import Agents, Rule, config_rules
 from app.runtime.errors import PermissionNotFound
 from app.runtime.payloads import next_event
 from app.store import sql

@@ -14,7 +14,7 @@ from app.clock import iso_from_ms, now_ms
 from app.events.log import EventLog, Transaction
 from app.jsonutil import dumps, loads
 from app.runtime.errors import Conflict, SessionNotFound
-from app.runtime.project import project_id
+from app.runtime.sessions._project import project_id
 from app.store import sql
 from app.store.queries import Queries
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.runtime.tools.base import Tool
-from app.runtime.tools.bash import Bash
-from app.runtime.tools.files import Edit, Glob, Grep, List, Read, Write
-from app.runtime.tools.task import Task
-from app.runtime.tools.todo import TodoRead, TodoWrite
+from app.runtime.tools._base import Tool
+from app.runtime.tools._bash import Bash
+from app.runtime.tools._files import Edit, Glob, Grep, List, Read, Write
+from app.runtime.tools._task import Task
+from app.runtime.tools._todo import TodoRead, TodoWrite
 
 TOOLS: dict[str, Tool] = {
     tool.name: tool

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from app.runtime.abort import Aborted
-from app.runtime.tools.base import ToolContext, ToolError, ToolResult, require, schema, truncate
+from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000

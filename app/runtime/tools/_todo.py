@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.jsonutil import dumps
-from app.runtime.tools.base import ToolContext, ToolError, ToolResult, schema
+from app.runtime.tools._base import ToolContext, ToolError, ToolResult, schema
 
 STATUSES = ("pending", "in_progress", "completed", "cancelled")
 PRIORITIES = ("high", "medium", "low")

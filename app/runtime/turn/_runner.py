@@ -42,28 +42,27 @@ from app.providers.base import (
 )
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.admission import Admission, compaction_request, is_compaction, user_message_info
-from app.runtime.compaction import (
+from app.runtime.errors import Conflict
+from app.runtime.history import (
     SUMMARY_INSTRUCTION,
     SUMMARY_SYSTEM,
+    History,
     Snapshot,
     Snapshots,
     Window,
+    chat_messages,
     overflows,
+    system_prompts,
     transcript,
 )
-from app.runtime.context import chat_messages, system_prompts
-from app.runtime.coordinator import BUSY, DrainCoordinator
-from app.runtime.errors import Conflict
-from app.runtime.history import History
+from app.runtime.inputs import Admission, InputWaiters, compaction_request, is_compaction, user_message_info
 from app.runtime.payloads import next_event
-from app.runtime.recorder import ABORTED, AssistantRecorder
-from app.runtime.retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
-from app.runtime.sessions import SessionService, zero_tokens
-from app.runtime.title import TitleGenerator
-from app.runtime.toolcalls import ToolCalls, TurnTools
-from app.runtime.tools.registry import TOOLS, function_specs
-from app.runtime.waiters import InputWaiters
+from app.runtime.sessions import BUSY, DrainCoordinator, SessionService, zero_tokens
+from app.runtime.tools import TOOLS, function_specs
+from app.runtime.turn._recorder import ABORTED, AssistantRecorder
+from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
+from app.runtime.turn._title import TitleGenerator
+from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import sql
 from app.store.queries import InputRow, Queries
 

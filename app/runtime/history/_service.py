@@ -16,9 +16,8 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
-from app.runtime.coordinator import DrainCoordinator
 from app.runtime.errors import InvalidInput, MessageNotFound
-from app.runtime.sessions import SessionService, zero_tokens
+from app.runtime.sessions import DrainCoordinator, SessionService, zero_tokens
 from app.store import sql
 from app.store.queries import MessageWithParts, Queries, RawMessage
 

@@ -1,0 +1,15 @@
+"""Agents and permissions: who may do what.
+
+Owns the agent definitions (built-in ``build``/``plan``/``general`` plus those declared in
+opencode.json) and the permission rules: evaluation (last match wins), ``ask`` round trips with
+their replies, and the ``always`` rules saved per project.
+
+May import: the runtime kernel (``errors``, ``abort``, ``payloads``), events, store, config.
+Invariant: a reply is taken before anything is awaited, so a request answered once is never
+answered again (an abort that wins makes the reply a 404).
+"""
+
+from app.runtime.agents._definitions import Agents, tools_rules
+from app.runtime.agents._permissions import Denied, Permissions, Rejected
+
+__all__ = ["Agents", "Denied", "Permissions", "Rejected", "tools_rules"]

@@ -1,0 +1,41 @@
+"""A session's history: messages and parts as clients list them, and the model's view of them.
+
+Owns the history service (the only way routes reach messages: paging, append, copy, truncate,
+part edits), revert (stage / clear / commit), sharing, compaction snapshots and the rendering of
+a history window into the model's messages.
+
+May import: ``sessions`` (the session service, and the coordinator to hold a session still), the
+runtime kernel, events, store, providers (model limits).
+Invariants: history never moves under a running turn (every write that moves it holds the
+session still from its busy check to its commit); compaction never rewrites what clients list.
+"""
+
+from app.runtime.history._compaction import (
+    SUMMARY_INSTRUCTION,
+    SUMMARY_SYSTEM,
+    Snapshot,
+    Snapshots,
+    Window,
+    overflows,
+    transcript,
+)
+from app.runtime.history._context import chat_messages, system_prompts
+from app.runtime.history._revert import Reverts, commit_staged
+from app.runtime.history._service import History
+from app.runtime.history._share import Shares
+
+__all__ = [
+    "SUMMARY_INSTRUCTION",
+    "SUMMARY_SYSTEM",
+    "History",
+    "Reverts",
+    "Shares",
+    "Snapshot",
+    "Snapshots",
+    "Window",
+    "chat_messages",
+    "commit_staged",
+    "overflows",
+    "system_prompts",
+    "transcript",
+]

@@ -1,0 +1,19 @@
+"""The turn: the drain loop that answers admitted prompts.
+
+Owns the runner (promote inputs, build the context, stream the model, run tool calls, continue,
+retry, compact), the recorder that writes one assistant message in both event families, tool-call
+execution, the retry policy, title generation, and the user-run turns (shell and project commands).
+
+May import: every other domain through its package (never their private modules), the runtime
+kernel, events, store, providers.
+Invariant: an input is settled in the same transaction as the last step of the turn that answers
+it, so a stop in any step leaves it open for recovery.
+"""
+
+from app.runtime.turn._commands import Commands, command_list
+from app.runtime.turn._recorder import tokens_of
+from app.runtime.turn._runner import Runner
+from app.runtime.turn._title import TitleGenerator
+from app.runtime.turn._toolcalls import ToolCalls
+
+__all__ = ["Commands", "Runner", "TitleGenerator", "ToolCalls", "command_list", "tokens_of"]
