@@ -33,7 +33,8 @@ MessageIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="msg"), des
 
 
 async def get_runtime(request: Request) -> Runtime:
-    return request.app.state.runtime  # type: ignore[no-any-return]
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 async def instance_directory(
@@ -44,7 +45,8 @@ async def instance_directory(
     the server's own directory."""
     value = directory or request.headers.get("x-opencode-directory")
     if not value:
-        return request.app.state.runtime.settings.directory  # type: ignore[no-any-return]
+        default: str = request.app.state.runtime.settings.directory
+        return default
     return checked_directory(unquote(value), kind="Query")
 
 

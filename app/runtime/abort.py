@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ class Aborted(Exception):
 class AbortSignal:
     def __init__(self) -> None:
         self._event = asyncio.Event()
-        self._waiter: asyncio.Future[bool] | None = None
+        self._waiter: asyncio.Future[Literal[True]] | None = None
         self.reason = "abort"
         # Inputs admitted up to this session seq and still waiting behind the interrupted step
         # are settled unanswered (legacy abort); None leaves them for the next wake (V2 interrupt).
@@ -52,9 +52,10 @@ class AbortSignal:
                 awaitable.close()  # never started: close it rather than leave it un-awaited
             raise Aborted(self.reason)
         task = asyncio.ensure_future(awaitable)
-        if self._waiter is None or self._waiter.done():
-            self._waiter = asyncio.ensure_future(self._event.wait())
-        await asyncio.wait((task, self._waiter), return_when=asyncio.FIRST_COMPLETED)
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            waiter = self._waiter = asyncio.ensure_future(self._event.wait())
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return task.result()
         task.cancel()

@@ -38,7 +38,7 @@ class InputRow:
     time_created: int
 
     def as_params(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        return {name: getattr(self, name) for name in self.__slots__}
 
     def admitted_record(self) -> dict[str, Any]:
         """The V2 ``SessionInputAdmitted`` shape."""
@@ -53,11 +53,6 @@ class InputRow:
         if self.promoted_seq is not None:
             record["promotedSeq"] = self.promoted_seq
         return record
-
-
-def raw_messages_json(messages: list[RawMessage]) -> bytes:
-    body = ",".join('{"info":' + m.info + ',"parts":[' + ",".join(m.parts) + "]}" for m in messages)
-    return ("[" + body + "]").encode()
 
 
 def _escape_like(text: str) -> str:

@@ -6,7 +6,18 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from sqlalchemy import ClauseElement, Table, bindparam, delete, func, literal_column, select, true, update
+from sqlalchemy import (
+    BindParameter,
+    ClauseElement,
+    Table,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import sqlite
 
 from app.store.schema import (
@@ -248,7 +259,8 @@ def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: 
     if search:
         query = query.where(sessions.c.title.ilike(bindparam("search"), escape="\\"))
     if anchored:
-        time, sid = bindparam("anchor_time"), bindparam("anchor_id")
+        time: BindParameter[int] = bindparam("anchor_time")
+        sid: BindParameter[str] = bindparam("anchor_id")
         if descending:
             query = query.where(
                 (sessions.c.time_updated < time) | ((sessions.c.time_updated == time) & (sessions.c.id < sid))

@@ -21,16 +21,15 @@ from app.api.legacy.schemas import (
     ShellBody,
     SummarizeBody,
 )
-from app.api.responses import JSONBody
+from app.api.responses import JSONBody, raw_messages_json
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.errors import InvalidCursor, InvalidInput, MessageNotFound
 from app.runtime.inputs import PromptRequest
-from app.store.queries import raw_messages_json
 
 router = APIRouter(tags=["session"])
 
-_SESSION_DOC = {200: {"description": "Session info (OpenCode's Session schema)"}}
+_SESSION_DOC: dict[int | str, dict[str, Any]] = {200: {"description": "Session info (OpenCode's Session schema)"}}
 
 
 def _prompt_request(body: PromptBody) -> PromptRequest:
@@ -71,7 +70,7 @@ async def list_sessions(
     search: Annotated[str | None, Query(max_length=500)] = None,
     limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
 ) -> Response:
-    infos = await runtime.sessions.list(
+    infos = await runtime.sessions.recent(
         directory, roots=bool(roots), start=start, search=search, limit=limit if limit is not None else 100
     )
     return JSONBody(infos)

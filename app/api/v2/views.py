@@ -8,8 +8,7 @@ from typing import Any
 
 from app.events.model import Event
 from app.jsonutil import dumpb
-from app.runtime.history import Snapshot
-from app.store.queries import MessageWithParts
+from app.runtime.history import MessageWithParts, Snapshot
 
 
 def _str(value: Any) -> str:

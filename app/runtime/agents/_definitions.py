@@ -104,19 +104,23 @@ class Agents:
         self.config = config
 
     def all(self, directory: str) -> dict[str, Agent]:
-        declared = self.config.load(directory).raw.get("agent") or {}
+        raw = self.config.load(directory).raw.get("agent")
+        declared: dict[str, Any] = raw if isinstance(raw, dict) else {}  # a malformed section declares nothing
         names = list(BUILT_IN) + [n for n in declared if n not in BUILT_IN]
         agents = {}
         for name in names:
-            spec = declared.get(name) if isinstance(declared.get(name), dict) else {}
+            entry = declared.get(name)
+            spec: dict[str, Any] = entry if isinstance(entry, dict) else {}
             if spec.get("disable"):
                 continue
             base = BUILT_IN.get(name, {"description": "", "mode": "all", "rules": BASE_RULES})
-            tools = spec.get("tools") if isinstance(spec.get("tools"), dict) else {}
+            listed = spec.get("tools")
+            tools: dict[str, bool] = listed if isinstance(listed, dict) else {}
+            mode = spec.get("mode")
             agents[name] = Agent(
                 name=name,
                 description=str(spec.get("description") or base["description"]),
-                mode=spec.get("mode") if spec.get("mode") in ("primary", "subagent", "all") else base["mode"],
+                mode=mode if isinstance(mode, str) and mode in ("primary", "subagent", "all") else base["mode"],
                 rules=[*base["rules"], *config_rules(spec.get("permission")), *tools_rules(tools)],
                 prompt=spec.get("prompt") if isinstance(spec.get("prompt"), str) else None,
                 model=spec.get("model") if isinstance(spec.get("model"), str) else None,

@@ -23,11 +23,14 @@ from app.runtime.history._context import chat_messages, system_prompts
 from app.runtime.history._revert import Reverts, commit_staged
 from app.runtime.history._service import History
 from app.runtime.history._share import Shares
+from app.store.queries import MessageWithParts, RawMessage  # the shapes the history hands out
 
 __all__ = [
     "SUMMARY_INSTRUCTION",
     "SUMMARY_SYSTEM",
     "History",
+    "MessageWithParts",
+    "RawMessage",
     "Reverts",
     "Shares",
     "Snapshot",

@@ -172,7 +172,7 @@ class Admission:
         directory = session["directory"]
         created = now_ms()
         view = request.prompt_view()
-        stored = {
+        stored: dict[str, Any] = {
             "request": canonical,
             "agent": agent,
             "system": request.system,

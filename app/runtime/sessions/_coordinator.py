@@ -90,7 +90,7 @@ class DrainCoordinator:
         await entry.done.wait()
         if "error" in outcome:
             raise outcome["error"]
-        return outcome["value"]  # type: ignore[no-any-return]
+        return outcome["value"]
 
     @contextmanager
     def hold(self, session_id: str) -> Iterator[None]:

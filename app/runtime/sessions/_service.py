@@ -202,7 +202,7 @@ class SessionService:
         async with self.log.transaction() as tx:
             return await self.mutate(tx, session_id, change)
 
-    async def list(
+    async def recent(
         self,
         directory: str | None,
         *,
