@@ -1,5 +1,5 @@
-"""The runtime: one object that wires storage, the event log, providers, the coordinator and the
-runner, and offers the operations every protocol translator (legacy, V2) calls."""
+"""The runtime: the one object that wires the infrastructure and the domains together, and offers
+the operations every protocol translator (legacy, V2) calls."""
 
 from __future__ import annotations
 
@@ -7,76 +7,57 @@ from contextlib import suppress
 from typing import Any
 
 from app import ids
-from app.config import ConfigLoader
-from app.events.bus import EventBus
-from app.events.log import EventLog
 from app.events.model import Event
-from app.providers.registry import ModelRef, ProviderRegistry
+from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.agents import Agents, Permissions
+from app.runtime.agents import AgentsDomain
 from app.runtime.errors import SessionNotFound
-from app.runtime.history import History, Reverts, Shares, Snapshots, Window
-from app.runtime.inputs import Admission, Admitted, InputWaiters, PromptRequest, compaction_request
+from app.runtime.history import HistoryDomain, MessageWithParts, Window
+from app.runtime.infrastructure import Infrastructure
+from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
 from app.runtime.payloads import next_event
-from app.runtime.sessions import DrainCoordinator, SessionService, recover
-from app.runtime.tools import FileChanges, TodoStore, ToolServices
-from app.runtime.turn import Commands, Runner, TitleGenerator, ToolCalls
+from app.runtime.sessions import SessionsDomain
+from app.runtime.tools import ToolServices
+from app.runtime.turn import TurnDomain
 from app.settings import Settings
-from app.store.database import Database
-from app.store.queries import MessageWithParts, Queries
 
 
 class Runtime:
+    """The composition root: builds the infrastructure and each domain from the ones below it,
+    and offers the operations the protocol translators call. Routers reach services through the
+    names set at the end of ``__init__``; no decision lives in them."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.db = Database(settings.database_url)
-        self.bus = EventBus(settings.subscriber_queue_size)
-        self.log = EventLog(self.db, self.bus)
-        self.queries = Queries(self.db)
-        self.config = ConfigLoader(settings.config_dir)
-        self.registry = ProviderRegistry(self.config)
-        self.sessions = SessionService(self.log, self.queries)
-        self.waiters = InputWaiters()
-        self.titles = TitleGenerator(self.sessions)
-        self.coordinator = DrainCoordinator(self._drain, self._publish_status)
-        self.history = History(self.log, self.queries, self.sessions, self.coordinator)
-        self.agents = Agents(self.config)
-        self.admission = Admission(self.log, self.sessions, self.registry, self.history, self.agents)
-        self.snapshots = Snapshots(self.log, self.queries)
-        self.permissions = Permissions(self.log, self.config, self.agents)
-        self.tool_state = ToolServices(todos=TodoStore(self.log), files=FileChanges(self.log), tasks=self)
-        self.toolcalls = ToolCalls(self.permissions, self.tool_state)
-        self.commands = Commands(self)
-        self.runner = Runner(
-            self.log,
-            self.queries,
-            self.sessions,
-            self.registry,
-            self.titles,
-            self.waiters,
-            self.history,
-            self.admission,
-            self.snapshots,
-            self.config,
-            self.toolcalls,
-            settings.part_flush_seconds,
-        )
-        self.runner.coordinator = self.coordinator
-        self.reverts = Reverts(self.log, self.history)
-        self.shares = Shares(self.log, self.history)
+        self.infra = infra = Infrastructure.create(settings)
+        self._sessions = sessions = SessionsDomain.build(infra, self._drain, self._publish_status)
+        history = HistoryDomain.build(infra, sessions)
+        agents = AgentsDomain.build(infra)
+        inputs = InputsDomain.build(infra, sessions, history, agents)
+        self.tool_state = ToolServices.build(infra.log, tasks=self)
+        self.turn = TurnDomain.build(infra, sessions, inputs, history, agents, self.tool_state, prompter=self)
+        # What the translators call, by name (each owned by its domain).
+        self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
+        self.config, self.registry = infra.config, infra.registry
+        self.sessions, self.coordinator = sessions.service, sessions.coordinator
+        self.history, self.snapshots = history.service, history.snapshots
+        self.reverts, self.shares = history.reverts, history.shares
+        self.agents, self.permissions = agents.agents, agents.permissions
+        self.admission, self.waiters = inputs.admission, inputs.waiters
+        self.commands = self.turn.commands
 
     async def _drain(self, session_id: str, signal: AbortSignal) -> None:
-        """The coordinator's drain (the runner is built after the coordinator it reports to)."""
-        await self.runner.drain(session_id, signal)
+        """The coordinator's drain (the turn domain is built after the coordinator it reports to)."""
+        await self.turn.runner.drain(session_id, signal)
 
     async def start(self) -> None:
         await self.db.open()
         await self.log.start()
-        await recover(self.log, self.queries, self.sessions, self.coordinator)
+        await self._sessions.recover(self.infra)
 
     async def stop(self) -> None:
         await self.coordinator.shutdown()
-        await self.titles.stop()
+        await self.turn.titles.stop()
         await self.registry.aclose()
         await self.db.close()
 

@@ -10,6 +10,14 @@ answered again (an abort that wins makes the reply a 404).
 """
 
 from app.runtime.agents._definitions import Agents, tools_rules
+from app.runtime.agents._domain import AgentsDomain
 from app.runtime.agents._permissions import Denied, Permissions, Rejected
 
-__all__ = ["Agents", "Denied", "Permissions", "Rejected", "tools_rules"]
+__all__ = [
+    "Agents",
+    "AgentsDomain",
+    "Denied",
+    "Permissions",
+    "Rejected",
+    "tools_rules",
+]

@@ -20,6 +20,7 @@ from app.runtime.history._compaction import (
     transcript,
 )
 from app.runtime.history._context import chat_messages, system_prompts
+from app.runtime.history._domain import HistoryDomain
 from app.runtime.history._revert import Reverts, commit_staged
 from app.runtime.history._service import History
 from app.runtime.history._share import Shares
@@ -29,6 +30,7 @@ __all__ = [
     "SUMMARY_INSTRUCTION",
     "SUMMARY_SYSTEM",
     "History",
+    "HistoryDomain",
     "MessageWithParts",
     "RawMessage",
     "Reverts",

@@ -19,6 +19,7 @@ from app.runtime.inputs._admission import (
     is_compaction,
     user_message_info,
 )
+from app.runtime.inputs._domain import InputsDomain
 from app.runtime.inputs._waiters import InputWaiters
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "InputWaiters",
+    "InputsDomain",
     "PromptRequest",
     "compaction_request",
     "is_compaction",

@@ -10,6 +10,7 @@ Invariants: status changes only in the coordinator and is announced synchronousl
 """
 
 from app.runtime.sessions._coordinator import BUSY, DrainCoordinator
+from app.runtime.sessions._domain import SessionsDomain
 from app.runtime.sessions._project import cached_project_id, project_id
 from app.runtime.sessions._recovery import recover
 from app.runtime.sessions._service import SessionService, is_default_title, zero_tokens
@@ -18,6 +19,7 @@ __all__ = [
     "BUSY",
     "DrainCoordinator",
     "SessionService",
+    "SessionsDomain",
     "cached_project_id",
     "is_default_title",
     "project_id",

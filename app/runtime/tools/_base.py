@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from app.runtime.abort import AbortSignal
+from app.runtime.tools._state import ToolServices
 
 MAX_OUTPUT_CHARS = 30_000
 
@@ -42,7 +43,7 @@ class ToolContext:
     # ask(permission, patterns, always, metadata): returns if allowed, raises Denied/Rejected.
     ask: Ask
     progress: Progress
-    services: Any  # the runtime's session-state services a tool may need (todos, files, tasks)
+    services: ToolServices  # the session state a tool may need (todos, files, sub-agents)
 
     @property
     def directory(self) -> Path:

@@ -7,21 +7,34 @@ import asyncio
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.events.log import EventLog
 from app.events.model import Event
 from app.jsonutil import dumps, loads
+from app.runtime.abort import AbortSignal
 from app.store import sql
+
+
+class Subagents(Protocol):
+    """Runs a sub-agent in a child session of ``parent`` and returns the child and its answer."""
+
+    async def run(
+        self, parent: dict[str, Any], description: str, prompt: str, agent: str, signal: AbortSignal
+    ) -> tuple[dict[str, Any], str]: ...
 
 
 @dataclass
 class ToolServices:
-    """The session state tools reach through their context."""
+    """The tools domain as others see it: the session state tools reach through their context."""
 
     todos: TodoStore
     files: FileChanges
-    tasks: Any  # runs a sub-agent in a child session: ``run(parent, description, prompt, agent, signal)``
+    tasks: Subagents
+
+    @classmethod
+    def build(cls, log: EventLog, tasks: Subagents) -> ToolServices:
+        return cls(todos=TodoStore(log), files=FileChanges(log), tasks=tasks)
 
 
 class TodoStore:

@@ -5,7 +5,8 @@ project ``command`` templates from opencode.json (expanded into a prompt)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from app import ids
 from app.clock import now_ms
@@ -14,11 +15,12 @@ from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import CommandNotFound, InvalidInput
-from app.runtime.inputs import DEFAULT_AGENT, PromptRequest, user_message_info
-from app.runtime.sessions import zero_tokens
-from app.runtime.tools import Bash, ToolContext, ToolError
+from app.runtime.history import HistoryDomain, MessageWithParts
+from app.runtime.infrastructure import Infrastructure
+from app.runtime.inputs import DEFAULT_AGENT, InputsDomain, PromptRequest, user_message_info
+from app.runtime.sessions import SessionsDomain, zero_tokens
+from app.runtime.tools import Bash, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
-from app.store.queries import MessageWithParts
 
 SHELL_NOTICE = "The following tool was executed by the user"
 
@@ -42,9 +44,20 @@ def expand(template: str, arguments: str) -> str:
     return text.replace("$ARGUMENTS", arguments)
 
 
+class Prompter(Protocol):
+    """Admits a prompt and waits for its answer (the Runtime's ``prompt_and_wait``)."""
+
+    async def prompt_and_wait(self, session_id: str, request: PromptRequest) -> MessageWithParts: ...
+
+
+@dataclass
 class Commands:
-    def __init__(self, runtime: Any) -> None:
-        self.runtime = runtime
+    infra: Infrastructure
+    sessions: SessionsDomain
+    inputs: InputsDomain
+    history: HistoryDomain
+    tools: ToolServices
+    prompter: Prompter
 
     def prompt_for(
         self,
@@ -56,7 +69,7 @@ class Commands:
         model: str | None,
         message_id: str | None,
     ) -> PromptRequest:
-        spec = next((c for c in command_list(self.runtime.config, session["directory"]) if c["name"] == name), None)
+        spec = next((c for c in command_list(self.infra.config, session["directory"]) if c["name"] == name), None)
         if spec is None:
             raise CommandNotFound(name)
         chosen = model or spec.get("model")
@@ -82,27 +95,27 @@ class Commands:
         model: str | None = None,
         message_id: str | None = None,
     ) -> MessageWithParts:
-        session = await self.runtime.sessions.get(session_id)
+        session = await self.sessions.service.get(session_id)
         request = self.prompt_for(session, name, arguments, agent=agent, model=model, message_id=message_id)
-        reply = await self.runtime.prompt_and_wait(session_id, request)
+        reply = await self.prompter.prompt_and_wait(session_id, request)
         props = {"name": name, "sessionID": session_id, "arguments": arguments, "messageID": reply["info"]["id"]}
-        self.runtime.log.publish(Event("command.executed", props, session_id, session["directory"]))
+        self.infra.log.publish(Event("command.executed", props, session_id, session["directory"]))
         return reply
 
     async def shell(self, session_id: str, command: str, *, agent: str, model: ModelRef | None) -> MessageWithParts:
         """Run ``command`` now (409 if the session is busy) and record it in the history."""
-        session = await self.runtime.sessions.get(session_id)
-        ref = self.runtime.admission.model_for(session, model)
+        session = await self.sessions.service.get(session_id)
+        ref = self.inputs.admission.model_for(session, model)
 
         async def work(signal: AbortSignal) -> MessageWithParts:
             return await self._shell(session, command, agent, ref, signal)
 
-        return await self.runtime.coordinator.run_exclusive(session_id, work)
+        return await self.sessions.coordinator.run_exclusive(session_id, work)
 
     async def _shell(
         self, session: dict[str, Any], command: str, agent: str, ref: ModelRef, signal: AbortSignal
     ) -> MessageWithParts:
-        runtime = self.runtime
+        log = self.infra.log
         session_id, directory = session["id"], session["directory"]
         user_id = ids.message_id()
         stored = {"agent": agent or DEFAULT_AGENT, "model": {"providerID": ref.provider_id, "modelID": ref.model_id}}
@@ -120,10 +133,10 @@ class Commands:
             "cost": 0,
             "tokens": zero_tokens(),
         }
-        recorder = AssistantRecorder(runtime.log, info, directory, runtime.settings.part_flush_seconds)
-        async with runtime.log.transaction() as tx:
+        recorder = AssistantRecorder(log, info, directory, self.infra.settings.part_flush_seconds)
+        async with log.transaction() as tx:
             notice = {"type": "text", "text": SHELL_NOTICE, "synthetic": True}
-            await runtime.history.append_message(
+            await self.history.service.append_message(
                 tx, session, user_message_info(session_id, user_id, stored, now_ms()), [notice]
             )
             await recorder.begin(tx)
@@ -137,7 +150,7 @@ class Commands:
         async def progress(metadata: dict[str, Any]) -> None:
             await recorder.tool_progress(part, metadata)
 
-        ctx = ToolContext(session, info["id"], part["callID"], signal, allowed, progress, runtime.tool_state)
+        ctx = ToolContext(session, info["id"], part["callID"], signal, allowed, progress, self.tools)
         error = None
         try:
             result = await Bash().run(ctx, args)
@@ -146,6 +159,6 @@ class Commands:
             await recorder.tool_failed(part, str(exc))
         except Aborted:
             error = ABORTED
-        async with runtime.log.transaction() as tx:
+        async with log.transaction() as tx:
             await recorder.complete(tx, [], error)
         return {"info": recorder.info, "parts": [p for p in recorder.parts]}

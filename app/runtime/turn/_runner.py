@@ -26,8 +26,7 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.config import ConfigLoader
-from app.events.log import EventLog, Transaction
+from app.events.log import Transaction
 from app.events.model import Event
 from app.jsonutil import loads
 from app.providers.base import (
@@ -40,31 +39,31 @@ from app.providers.base import (
     ToolCall,
     ToolInputStart,
 )
-from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
+from app.providers.registry import ModelNotFoundError, ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import Conflict
 from app.runtime.history import (
     SUMMARY_INSTRUCTION,
     SUMMARY_SYSTEM,
-    History,
+    HistoryDomain,
     Snapshot,
-    Snapshots,
     Window,
     chat_messages,
     overflows,
     system_prompts,
     transcript,
 )
-from app.runtime.inputs import Admission, InputWaiters, compaction_request, is_compaction, user_message_info
+from app.runtime.infrastructure import Infrastructure
+from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, user_message_info
 from app.runtime.payloads import next_event
-from app.runtime.sessions import BUSY, DrainCoordinator, SessionService, zero_tokens
+from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.tools import TOOLS, function_specs
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import sql
-from app.store.queries import InputRow, Queries
+from app.store.queries import InputRow
 
 MAX_STEERS_PER_STEP = 100
 MAX_STEPS_PER_TURN = 25  # the last step is offered no tools, so a runaway tool loop ends
@@ -116,23 +115,16 @@ def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
 class Runner:
     """Runs sessions' drains; the services it needs are its fields."""
 
-    log: EventLog
-    queries: Queries
-    sessions: SessionService
-    registry: ProviderRegistry
-    titles: TitleGenerator
-    waiters: InputWaiters
-    history: History
-    admission: Admission
-    snapshots: Snapshots
-    config: ConfigLoader
+    infra: Infrastructure
+    sessions: SessionsDomain
+    inputs: InputsDomain
+    history: HistoryDomain
     toolcalls: ToolCalls
-    flush_seconds: float
-    coordinator: DrainCoordinator = field(init=False)  # set by the runtime (they refer to each other)
+    titles: TitleGenerator
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
         try:
-            while batch := next_batch(await self.queries.unsettled_inputs(session_id)):
+            while batch := next_batch(await self.infra.queries.unsettled_inputs(session_id)):
                 signal.check()
                 await self._turn(session_id, batch, signal)
         except Aborted as exc:
@@ -150,7 +142,7 @@ class Runner:
             while more:
                 steers = [
                     row
-                    for row in await self.queries.unsettled_inputs(session_id)
+                    for row in await self.infra.queries.unsettled_inputs(session_id)
                     if row.delivery == "steer" and row.promoted_seq is None and not is_compaction(row)
                 ]
                 steps += 1
@@ -159,16 +151,16 @@ class Runner:
                 )
         finally:
             for input_id in turn.inputs:
-                self.waiters.settle(input_id)
+                self.inputs.waiters.settle(input_id)
 
     async def _settle_waiting(self, session_id: str, through_seq: int) -> None:
         """A legacy abort stops the whole busy period: inputs queued behind the aborted turn stay
         in the history as user messages but are not answered (as in OpenCode). Only inputs
         admitted before the abort (``admitted_seq <= through_seq``) are dropped: a prompt that got
         its 204 while the abort was settling is answered by the next drain."""
-        async with self.log.db.write() as scope:
+        async with self.infra.log.db.write() as scope:
             scope.execute(sql.COMPLETE_INPUTS_THROUGH, {"session_id": session_id, "through_seq": through_seq})
-        self.waiters.settle_session(session_id)
+        self.inputs.waiters.settle_session(session_id)
 
     async def _promote(self, tx: Transaction, session: dict[str, Any], batch: list[InputRow]) -> None:
         for row in batch:
@@ -183,7 +175,7 @@ class Runner:
             )
             if stored.get("deferred"):
                 info = user_message_info(session["id"], row.id, stored, now_ms())
-                await self.history.append_message(tx, session, info, stored["parts"])
+                await self.history.service.append_message(tx, session, info, stored["parts"])
             tx.execute(sql.PROMOTE_INPUT, {"id": row.id, "promoted_seq": prompted.seq})
 
     async def _step(
@@ -199,7 +191,7 @@ class Runner:
         """One model call answering ``batch`` (or continuing ``parent``'s turn); returns whether
         the turn goes on (the model called tools and nothing blocked). The step that ends the
         turn, however it ends, settles every input the turn answered."""
-        session = await self.sessions.get(session_id)
+        session = await self.sessions.service.get(session_id)
         directory = session["directory"]
         answered = batch[-1] if batch else parent
         assert answered is not None
@@ -225,10 +217,10 @@ class Runner:
             info["summary"] = True
         # A compaction summarizes what came before its request, so its window is read before the
         # step's own messages exist; a normal step reads it after promoting the prompts it answers.
-        window = await self.snapshots.window(session_id) if reason else None
-        recorder = AssistantRecorder(self.log, info, directory, self.flush_seconds)
+        window = await self.history.snapshots.window(session_id) if reason else None
+        recorder = AssistantRecorder(self.infra.log, info, directory, self.infra.settings.part_flush_seconds)
         turn.inputs += [row.id for row in batch]
-        async with self.log.transaction() as tx:
+        async with self.infra.log.transaction() as tx:
             await self._promote(tx, session, batch)
             await recorder.begin(tx)
             if reason:
@@ -239,7 +231,7 @@ class Runner:
                     directory=directory,
                 )
         try:
-            provider, model = self.registry.resolve(directory, ref)
+            provider, model = self.infra.registry.resolve(directory, ref)
         except ModelNotFoundError as exc:
             await self._fail(recorder, turn.inputs, {"name": "UnknownError", "data": {"message": str(exc)}})
             return False
@@ -251,17 +243,17 @@ class Runner:
                 messages=[{"role": "user", "content": f"{transcript(window)}\n\n{SUMMARY_INSTRUCTION}"}],
             )
         else:
-            context = await self.snapshots.window(session_id)
+            context = await self.history.snapshots.window(session_id)
             tail = [m for m in context.tail if m["info"]["id"] != info["id"]]
             summary = context.snapshot.summary if context.snapshot else None
             request = ChatRequest(
                 model=model,
                 system=system_prompts(
-                    directory, prompt.get("system"), summary, self.admission.agents.get(directory, agent).prompt
+                    directory, prompt.get("system"), summary, self.inputs.admission.agents.get(directory, agent).prompt
                 ),
                 # Prompts admitted but still waiting (read now: more may have arrived) are not
                 # shown to the model yet.
-                messages=chat_messages(tail, await self.queries.waiting_user_ids(session_id)),
+                messages=chat_messages(tail, await self.infra.queries.waiting_user_ids(session_id)),
                 session_id=session_id,
                 tools=None if last_step else await self._tool_specs(session, agent),
             )
@@ -283,12 +275,12 @@ class Runner:
             return False
         more = outcome.called and not outcome.blocked and not last_step
         diffs = await self.toolcalls.services.files.diff(session) if outcome.changed_files else None
-        async with self.log.transaction() as tx:
+        async with self.infra.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model)
             await recorder.complete(tx, [] if more else turn.inputs)
-            await self.sessions.mutate(tx, session_id, lambda s: _add_usage(s, usage))
+            await self.sessions.service.mutate(tx, session_id, lambda s: _add_usage(s, usage))
             if diffs is not None:
-                await self.sessions.mutate(tx, session_id, lambda s: s.__setitem__("summary", _summary(diffs)))
+                await self.sessions.service.mutate(tx, session_id, lambda s: s.__setitem__("summary", _summary(diffs)))
                 tx.publish(Event("session.diff", {"sessionID": session_id, "diff": diffs}, session_id, directory))
             if snapshot is not None:
                 await tx.emit(
@@ -301,7 +293,7 @@ class Runner:
         if snapshot is None:
             self.titles.schedule(session, _first_user_text(request), provider, model)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
-                await self.admission.admit(session_id, compaction_request("auto", ref))
+                await self.inputs.admission.admit(session_id, compaction_request("auto", ref))
         return more
 
     async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
@@ -314,10 +306,10 @@ class Runner:
     ) -> Snapshot:
         """Record the streamed summary as the session's newest snapshot, covering the window."""
         covered = window.tail[-1]["info"]["id"] if window.tail else None
-        through = await self.queries.message_seq(session_id, covered) if covered else None
+        through = await self.infra.queries.message_seq(session_id, covered) if covered else None
         if through is None:
             through = window.snapshot.through_seq if window.snapshot else -1
-        return await self.snapshots.write(
+        return await self.history.snapshots.write(
             session_id,
             replaces=window.version,
             through_seq=through,
@@ -327,7 +319,7 @@ class Runner:
         )
 
     def _auto_compaction(self, directory: str) -> bool:
-        return (self.config.load(directory).raw.get("compaction") or {}).get("auto", True) is not False
+        return (self.infra.config.load(directory).raw.get("compaction") or {}).get("auto", True) is not False
 
     async def _stream_with_retries(
         self,
@@ -347,19 +339,19 @@ class Runner:
                 if not is_retryable(exc) or attempt > MAX_RETRIES:
                     raise
                 delay = retry_delay_ms(exc, attempt)
-                async with self.log.transaction() as tx:
+                async with self.infra.log.transaction() as tx:
                     await tx.emit(
                         "session.next.retried",
                         next_event(session_id, attempt=attempt, error=exc.to_named_error()["data"]),
                         session_id=session_id,
                         directory=recorder.directory,
                     )
-                self.coordinator.set_status(
+                self.sessions.coordinator.set_status(
                     session_id,
                     {"type": "retry", "attempt": attempt, "message": status_message(exc), "next": now_ms() + delay},
                 )
                 await signal.sleep(delay / 1000)
-                self.coordinator.set_status(session_id, BUSY)
+                self.sessions.coordinator.set_status(session_id, BUSY)
 
     @staticmethod
     async def _stream_once(
@@ -392,7 +384,7 @@ class Runner:
                 await aclose()
 
     async def _fail(self, recorder: AssistantRecorder, input_ids: list[str], error: dict[str, Any]) -> None:
-        async with self.log.transaction() as tx:
+        async with self.infra.log.transaction() as tx:
             props = {"sessionID": recorder.session_id, "error": error}
             tx.publish(Event("session.error", props, recorder.session_id, recorder.directory))
             await recorder.complete(tx, input_ids, error)

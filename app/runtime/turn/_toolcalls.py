@@ -12,7 +12,7 @@ from app.jsonutil import dumps, loads
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Denied, Permissions, Rejected
-from app.runtime.tools import TOOLS, ToolContext, ToolError
+from app.runtime.tools import TOOLS, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import AssistantRecorder
 
 log = logging.getLogger("opensession.tools")
@@ -36,7 +36,7 @@ class StepOutcome:
 
 
 class ToolCalls:
-    def __init__(self, permissions: Permissions, services: Any) -> None:
+    def __init__(self, permissions: Permissions, services: ToolServices) -> None:
         self.permissions = permissions
         self.services = services
 

@@ -1,0 +1,20 @@
+"""The agents domain as the other domains and the Runtime use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.runtime.agents._definitions import Agents
+from app.runtime.agents._permissions import Permissions
+from app.runtime.infrastructure import Infrastructure
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsDomain:
+    agents: Agents
+    permissions: Permissions
+
+    @classmethod
+    def build(cls, infra: Infrastructure) -> AgentsDomain:
+        agents = Agents(infra.config)
+        return cls(agents, Permissions(infra.log, infra.config, agents))

@@ -1,0 +1,34 @@
+"""What every domain is built on: the database, the durable event log with its live bus, read
+queries, the project configuration and the model providers. The Runtime creates it once and hands
+it to each domain's builder, so a domain's constructor names the domains it uses, not a dozen
+loose services."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.config import ConfigLoader
+from app.events.bus import EventBus
+from app.events.log import EventLog
+from app.providers.registry import ProviderRegistry
+from app.settings import Settings
+from app.store.database import Database
+from app.store.queries import Queries
+
+
+@dataclass(frozen=True, slots=True)
+class Infrastructure:
+    settings: Settings
+    db: Database
+    bus: EventBus
+    log: EventLog
+    queries: Queries
+    config: ConfigLoader
+    registry: ProviderRegistry
+
+    @classmethod
+    def create(cls, settings: Settings) -> Infrastructure:
+        db = Database(settings.database_url)
+        bus = EventBus(settings.subscriber_queue_size)
+        config = ConfigLoader(settings.config_dir)
+        return cls(settings, db, bus, EventLog(db, bus), Queries(db), config, ProviderRegistry(config))
