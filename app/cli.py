@@ -59,6 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
+    import asyncio
+
+    from app.store.database import DatabaseUnavailable, UnsupportedDatabase, open_database
+
+    try:
+        asyncio.run(open_database(settings.database_url).check())
+    except (DatabaseUnavailable, UnsupportedDatabase) as exc:
+        print(f"opensession: {exc}", file=sys.stderr)
+        return 1
+
     import uvicorn
 
     from app.api.app import create_app

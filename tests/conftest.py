@@ -1,8 +1,13 @@
-"""Fixtures: each test gets its own SQLite file, project directory and user config directory,
-and a real opensession server on a loopback port."""
+"""Fixtures: each test gets its own database, project directory and user config directory, and a
+real opensession server on a loopback port.
+
+``database_url`` is the one engine parameter: every test that uses it (directly, or through
+``settings``/``server``/``client``) runs on SQLite (a file of its own) and on PostgreSQL (a fresh
+database on the run's throwaway cluster, see tests/postgres.py)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +15,30 @@ import httpx
 import pytest
 
 from app.settings import Settings
+from tests.postgres import Cluster, start_cluster
 from tests.servers import ThreadServer, free_port, thread_server
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster | None]:
+    cluster = start_cluster()
+    try:
+        yield cluster
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}"
+    cluster: Cluster | None = request.getfixturevalue("postgres_cluster")
+    if cluster is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
+        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
+    return cluster.create_database()
 
 
 @pytest.fixture
@@ -28,9 +56,9 @@ def config_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, project_dir: Path, config_dir: Path) -> Settings:
+def settings(database_url: str, project_dir: Path, config_dir: Path) -> Settings:
     return Settings(
-        db=str(tmp_path / "opensession.db"),
+        db=database_url,
         directory=str(project_dir),
         config_dir=str(config_dir),
         port=free_port(),

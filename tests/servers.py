@@ -124,7 +124,8 @@ class ProcessServer:
                 self.proc.wait()
 
 
-def process_server(db: Path, directory: Path, config_dir: Path) -> ProcessServer:
+def process_server(db: str, directory: Path, config_dir: Path) -> ProcessServer:
+    """``opensession serve`` on database ``db`` (a SQLite path or a database URL)."""
     port = free_port()
     args = [
         sys.executable,

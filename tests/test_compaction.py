@@ -15,7 +15,7 @@ from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.runtime.errors import Conflict
 from app.runtime.history import Snapshots
-from app.store.database import Database
+from app.store.database import open_database
 from app.store.queries import Queries
 from tests.helpers import create_session, text_prompt
 from tests.servers import OpenAIStub, StubReply, openai_stub
@@ -116,9 +116,9 @@ def test_a_small_context_model_compacts_by_itself(project_dir: Path, client: htt
         assert [m["role"] for m in _turn_requests(stub)[-1]["messages"]] == ["system", "system", "user"]
 
 
-def test_concurrent_snapshot_writers_one_wins(tmp_path: Path) -> None:
+def test_concurrent_snapshot_writers_one_wins(database_url: str) -> None:
     async def scenario() -> list[object]:
-        db = Database(f"sqlite+aiosqlite:///{tmp_path / 'snapshots.db'}")
+        db = open_database(database_url)
         await db.open()
         log = EventLog(db, EventBus(16))
         await log.start()

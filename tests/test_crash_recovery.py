@@ -48,15 +48,15 @@ def _assert_nothing_open(url: str, history: list[dict]) -> None:
     assert httpx.get(f"{url}/permission").json() == []
 
 
-def _restart(server: ProcessServer, tmp_path: Path, project_dir: Path, config_dir: Path) -> ProcessServer:
-    restarted = process_server(tmp_path / "crash.db", project_dir, config_dir)
+def _restart(database_url: str, project_dir: Path, config_dir: Path) -> ProcessServer:
+    restarted = process_server(database_url, project_dir, config_dir)
     restarted.start()
     return restarted
 
 
 @pytest.mark.slow
-def test_kill_9_during_a_turn_then_restart(tmp_path: Path, project_dir: Path, config_dir: Path) -> None:
-    server = process_server(tmp_path / "crash.db", project_dir, config_dir)
+def test_kill_9_during_a_turn_then_restart(database_url: str, project_dir: Path, config_dir: Path) -> None:
+    server = process_server(database_url, project_dir, config_dir)
     server.start()
     try:
         sid = httpx.post(f"{server.url}/session").json()["id"]
@@ -81,7 +81,7 @@ def test_kill_9_during_a_turn_then_restart(tmp_path: Path, project_dir: Path, co
     finally:
         server.stop()
 
-    restarted = _restart(server, tmp_path, project_dir, config_dir)
+    restarted = _restart(database_url, project_dir, config_dir)
     try:
         history = _settled(restarted.url, sid)
         while len([m for m in history if m["info"]["role"] == "assistant"]) < 3:
@@ -147,13 +147,13 @@ PHASES = {
 @pytest.mark.parametrize("stop", ["kill -9", "terminate"])
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_stop_in_any_phase_of_a_tool_turn(
-    tmp_path: Path, project_dir: Path, config_dir: Path, phase: str, stop: str
+    database_url: str, project_dir: Path, config_dir: Path, phase: str, stop: str
 ) -> None:
     spec = PHASES[phase]
     (project_dir / "hello.txt").write_text("hello from the project\n")
     if spec.permission:
         (project_dir / "opencode.json").write_text(json.dumps({"permission": spec.permission}))
-    server = process_server(tmp_path / "crash.db", project_dir, config_dir)
+    server = process_server(database_url, project_dir, config_dir)
     server.start()
     try:
         sid = httpx.post(f"{server.url}/session").json()["id"]
@@ -165,7 +165,7 @@ def test_stop_in_any_phase_of_a_tool_turn(
     finally:
         server.stop()
 
-    restarted = _restart(server, tmp_path, project_dir, config_dir)
+    restarted = _restart(database_url, project_dir, config_dir)
     try:
         history = _settled(restarted.url, sid)
         _assert_nothing_open(restarted.url, history)

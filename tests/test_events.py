@@ -87,11 +87,11 @@ def test_reconnect_with_last_event_id_receives_what_was_missed(server: ThreadSer
     assert ids == sorted(set(ids))
 
 
-def test_heartbeat_is_a_json_frame(tmp_path: Path, project_dir: Path, config_dir: Path) -> None:
+def test_heartbeat_is_a_json_frame(database_url: str, project_dir: Path, config_dir: Path) -> None:
     from tests.servers import free_port
 
     settings = Settings(
-        db=str(tmp_path / "hb.db"),
+        db=database_url,
         directory=str(project_dir),
         config_dir=str(config_dir),
         port=free_port(),

@@ -7,7 +7,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from app.store.database import Database, _create_fresh, _head_revision
+from app.store.database import _head_revision
+from app.store.sqlite import SqliteDatabase, _create_fresh
 
 
 def _schema(path: Path) -> dict[str, list[tuple]]:
@@ -28,7 +29,7 @@ def _schema(path: Path) -> dict[str, list[tuple]]:
 
 def test_fresh_schema_matches_migrations(tmp_path: Path) -> None:
     migrated = tmp_path / "migrated.db"
-    asyncio.run(Database(f"sqlite+aiosqlite:///{migrated}").migrate())
+    asyncio.run(SqliteDatabase(f"sqlite+aiosqlite:///{migrated}").migrate())
     fresh = tmp_path / "fresh.db"
     _create_fresh(str(fresh), _head_revision())
     assert _schema(fresh) == _schema(migrated)

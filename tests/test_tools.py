@@ -15,7 +15,7 @@ from app.events.log import EventLog
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Denied
 from app.runtime.tools import TOOLS, FileChanges, TodoStore, ToolContext, ToolError, ToolServices
-from app.store.database import Database
+from app.store.database import open_database
 from tests.helpers import running
 
 
@@ -45,10 +45,10 @@ class Harness:
 
 
 @pytest.fixture
-async def tools(tmp_path: Path) -> AsyncIterator[Harness]:
+async def tools(tmp_path: Path, database_url: str) -> AsyncIterator[Harness]:
     root = tmp_path / "project"
     root.mkdir()
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'tools.db'}")
+    db = open_database(database_url)
     await db.open()
     log = EventLog(db, EventBus(64))
     await log.start()

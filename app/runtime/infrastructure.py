@@ -12,7 +12,7 @@ from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.providers.registry import ProviderRegistry
 from app.settings import Settings
-from app.store.database import Database
+from app.store.database import Database, open_database
 from app.store.queries import Queries
 
 
@@ -28,7 +28,7 @@ class Infrastructure:
 
     @classmethod
     def create(cls, settings: Settings) -> Infrastructure:
-        db = Database(settings.database_url)
+        db = open_database(settings.database_url)
         bus = EventBus(settings.subscriber_queue_size)
         config = ConfigLoader(settings.config_dir)
         return cls(settings, db, bus, EventLog(db, bus), Queries(db), config, ProviderRegistry(config))

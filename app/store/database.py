@@ -1,16 +1,16 @@
-"""The database: schema migrations through SQLAlchemy/Alembic, and a thin async access path on
-the aiosqlite driver for everything the server does while running.
+"""The database: one interface over two engines, SQLite (the embedded default, ``app.store.sqlite``)
+and PostgreSQL (``app.store.postgres``), with schema migrations through Alembic.
 
-Why not SQLAlchemy's async engine on the hot path: through its aiosqlite adapter every statement
-costs three or four hand-offs to the driver's thread (cursor, execute, fetch, close), about
-0.1 ms each here, which alone exceeded the latency targets (see bench/). Statements are still
-built with SQLAlchemy Core (``app.store.sql``) and compiled once; here each one is a single
-hand-off, and a write transaction's statements are batched with ``executemany``.
+Why not SQLAlchemy's async engine on the hot path: through its adapters every statement costs
+several hand-offs to the driver (about 0.1 ms each on SQLite), which alone exceeded the latency
+targets (see bench/). Statements are still built with SQLAlchemy Core (``app.store.sql``) and
+compiled once per dialect; here each one is a single driver call, and a write transaction's
+statements are batched (``executemany``).
 
-Invariants:
-- SQLite allows one writer, so this process has exactly one writer connection, guarded by an
-  asyncio lock, and every write transaction opens with ``BEGIN IMMEDIATE``; ``busy_timeout``
-  covers other processes. Readers use their own connections and, in WAL mode, never wait.
+Invariants, on both engines:
+- This process writes through exactly one writer connection, guarded by an asyncio lock, so its
+  write transactions are serialized and commit in the order they took the lock. Readers use
+  their own connections.
 - Callbacks registered with ``WriteScope.after_commit`` run after the commit succeeded and before
   the lock is released, so live fan-out happens in exactly the order transactions committed.
 - A cancelled caller never leaves a half-finished commit on the shared writer connection.
@@ -20,25 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any
-
-import aiosqlite
+from typing import Any, Protocol
 
 import migrations
 from app.store.sql import COMMUTING
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 READERS = 3
-_PRAGMAS = (
-    "PRAGMA journal_mode=WAL",
-    # NORMAL in WAL mode survives a process crash (kill -9); only power loss may drop the tail.
-    "PRAGMA synchronous=NORMAL",
-    "PRAGMA busy_timeout=10000",
-)
 
 Params = dict[str, Any]
 Row = Sequence[Any]
@@ -48,11 +40,8 @@ class UnsupportedDatabase(ValueError):
     """The URL names a database this version cannot serve from."""
 
 
-def sqlite_path(url: str) -> str:
-    match = re.fullmatch(r"sqlite(?:\+aiosqlite)?:///(.*)", url)
-    if not match:
-        raise UnsupportedDatabase(f"unsupported database URL {url!r}: only SQLite (a file path) is served for now")
-    return match.group(1)
+class DatabaseUnavailable(RuntimeError):
+    """The database cannot be reached (or was lost): the message says which and why."""
 
 
 def _head_revision() -> str:
@@ -68,42 +57,6 @@ def _head_revision() -> str:
     if len(heads) != 1:
         raise RuntimeError(f"migrations must have exactly one head, found {sorted(heads)}")
     return heads.pop()
-
-
-def _current_revision(path: str) -> str | None:
-    if not Path(path).exists():
-        return None
-    with sqlite3.connect(path) as conn:
-        try:
-            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-        except sqlite3.OperationalError:
-            return None
-    return row[0] if row else None
-
-
-def _is_empty(path: str) -> bool:
-    if not Path(path).exists():
-        return True
-    with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] == 0
-
-
-def _create_fresh(path: str, head: str) -> None:
-    """A new database gets the current schema in one step and is stamped with the head revision,
-    as Alembic recommends, instead of replaying every migration (and importing Alembic) at first
-    start. A test checks that this schema equals the one the migrations build."""
-    from sqlalchemy import create_engine, text
-
-    from app.store.schema import metadata
-
-    engine = create_engine(f"sqlite:///{path}")
-    try:
-        with engine.begin() as conn:
-            metadata.create_all(conn)
-            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"))
-            conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:head)"), {"head": head})
-    finally:
-        engine.dispose()
 
 
 def _commuting_segments(queued: list[tuple[str, Params]]) -> list[list[tuple[str, Params]]]:
@@ -131,12 +84,22 @@ def _commuting_segments(queued: list[tuple[str, Params]]) -> list[list[tuple[str
     return segments
 
 
+class Driver(Protocol):
+    """One connection as an engine drives it, with statements from ``app.store.sql``."""
+
+    async def run(self, sql: str, params: Params) -> None: ...
+
+    async def run_many(self, sql: str, rows: list[Params]) -> None: ...
+
+    async def rows(self, sql: str, params: Params) -> list[Row]: ...
+
+
 class WriteScope:
     """An open write transaction. Statements are queued and sent in batches (consecutive uses of
     one statement become one ``executemany``); reads through ``fetch`` see queued writes."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self._conn = conn
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
         self._queued: list[tuple[str, Params]] = []
         self._appended: list[tuple[str, Params]] = []
         self._in_flight: asyncio.Future[None] | None = None
@@ -152,12 +115,12 @@ class WriteScope:
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
         await self.flush()
-        return list(await self._conn.execute_fetchall(sql, params or {}))
+        return await self._driver.rows(sql, params or {})
 
     def send_ahead(self) -> None:
         """Start sending everything queued so far while the caller prepares more (a large copy):
-        the driver's thread writes one batch while Python builds the next. Batches stay in order;
-        the next flush (or the commit) waits for them and re-raises their errors."""
+        the driver writes one batch while Python builds the next. Batches stay in order; the next
+        flush (or the commit) waits for them and re-raises their errors."""
         batch = self._queued + self._appended
         self._queued, self._appended = [], []
         previous = self._in_flight
@@ -196,78 +159,70 @@ class WriteScope:
             while end < len(queued) and queued[end][0] == sql:
                 end += 1
             if end - start == 1:
-                await self._conn.execute(sql, queued[start][1])
+                await self._driver.run(sql, queued[start][1])
             else:
-                await self._conn.executemany(sql, [params for _, params in queued[start:end]])
+                await self._driver.run_many(sql, [params for _, params in queued[start:end]])
             start = end
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         self.callbacks.append(callback)
 
 
-class Database:
+class Database(ABC):
+    """What the server needs from a database; ``open_database`` picks the engine from the URL."""
+
     def __init__(self, url: str) -> None:
         self.url = url
-        self.path = sqlite_path(url)
-        self._writer: aiosqlite.Connection | None = None
-        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
-        self._all_readers: list[aiosqlite.Connection] = []
         self._write_lock = asyncio.Lock()
 
-    async def _connect(self) -> aiosqlite.Connection:
-        conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
-        for pragma in _PRAGMAS:
-            await conn.execute(pragma)
-        return conn
-
+    @abstractmethod
     async def open(self) -> None:
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        current, head = _current_revision(self.path), _head_revision()
-        if current is None and _is_empty(self.path):
-            await asyncio.to_thread(_create_fresh, self.path, head)
-        elif current != head:
-            await self.migrate()
-        self._writer = await self._connect()
-        for _ in range(READERS):
-            reader = await self._connect()
-            self._all_readers.append(reader)
-            self._readers.put_nowait(reader)
+        """Connect, and bring the schema to the newest migration."""
 
-    async def migrate(self) -> None:
-        """Bring the schema to the newest revision with Alembic (on SQLAlchemy's async engine)."""
-        from alembic import command
-        from alembic.config import Config
-        from sqlalchemy.ext.asyncio import create_async_engine
+    @abstractmethod
+    async def migrate(self) -> None: ...
 
-        def upgrade(connection: Any) -> None:
-            cfg = Config()
-            cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-            cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "head")
+    @abstractmethod
+    async def check(self) -> None:
+        """Raise DatabaseUnavailable, with a one-line reason, if ``open`` cannot succeed now (a
+        quick probe before the server starts; ``open`` checks again)."""
 
-        engine = create_async_engine(f"sqlite+aiosqlite:///{self.path}")
-        try:
-            async with engine.begin() as conn:
-                await conn.run_sync(upgrade)
-        finally:
-            await engine.dispose()
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]: ...
+
+    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
+        rows = await self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    # -- the writer connection, as each engine provides it ----------------------------------------
+
+    @abstractmethod
+    def _writer(self) -> Driver: ...
+
+    @abstractmethod
+    async def _begin(self) -> None: ...
+
+    @abstractmethod
+    async def _end(self, commit: bool) -> None:
+        """COMMIT (``commit``) or ROLLBACK; a failed rollback is swallowed (the error that caused
+        it is the one raised)."""
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[WriteScope]:
-        assert self._writer is not None, "database is not open"
         async with self._write_lock:
-            conn = self._writer
-            await conn.execute("BEGIN IMMEDIATE")
-            scope = WriteScope(conn)
+            await self._begin()
+            scope = WriteScope(self._writer())
             try:
                 yield scope
             except BaseException:
                 with suppress(BaseException):
                     await scope.settle()  # no batch may still be running when we roll back
-                with suppress(sqlite3.Error):
-                    await conn.execute("ROLLBACK")
+                await self._end(commit=False)
                 raise
-            finishing = asyncio.ensure_future(self._commit(conn, scope))
+            finishing = asyncio.ensure_future(self._commit(scope))
             try:
                 await asyncio.shield(finishing)
             except asyncio.CancelledError:
@@ -278,31 +233,46 @@ class Database:
             for callback in scope.callbacks:
                 callback()
 
-    @staticmethod
-    async def _commit(conn: aiosqlite.Connection, scope: WriteScope) -> None:
+    async def _commit(self, scope: WriteScope) -> None:
         try:
             await scope.flush_all()
-            await conn.execute("COMMIT")
+            await self._end(commit=True)
         except BaseException:
-            with suppress(sqlite3.Error):
-                await conn.execute("ROLLBACK")
+            await self._end(commit=False)
             raise
 
-    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
-        conn = await self._readers.get()
-        try:
-            return list(await conn.execute_fetchall(sql, params or {}))
-        finally:
-            self._readers.put_nowait(conn)
 
-    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
-        rows = await self.fetch(sql, params)
-        return rows[0] if rows else None
+def open_database(url: str) -> Database:
+    """The engine for ``url``: ``sqlite:///path`` (or ``sqlite+aiosqlite``) or
+    ``postgresql://`` (or ``postgresql+asyncpg``). PostgreSQL's driver is imported only when used."""
+    if re.match(r"sqlite(\+aiosqlite)?:///", url):
+        from app.store.sqlite import SqliteDatabase
 
-    async def close(self) -> None:
-        if self._writer is not None:
-            await self._writer.close()
-            self._writer = None
-        for reader in self._all_readers:
-            await reader.close()
-        self._all_readers.clear()
+        return SqliteDatabase(url)
+    if re.match(r"postgres(ql)?(\+asyncpg)?://", url):
+        from app.store.postgres import PostgresDatabase
+
+        return PostgresDatabase(url)
+    raise UnsupportedDatabase(
+        f"unsupported database URL {url!r}: use a SQLite file path or postgresql+asyncpg://user:pass@host:port/db"
+    )
+
+
+async def upgrade_schema(url: str) -> None:
+    """Bring the schema at ``url`` (a SQLAlchemy async URL) to the newest revision with Alembic."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    def upgrade(connection: Any) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "head")
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(upgrade)
+    finally:
+        await engine.dispose()

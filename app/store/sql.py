@@ -4,7 +4,9 @@ definitions and compiled once for SQLite with named parameters (``:name``)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import (
     BindParameter,
@@ -36,25 +38,61 @@ from app.store.schema import (
 _DIALECT = sqlite.dialect(paramstyle="named")
 
 
-def compile_sql(statement: ClauseElement) -> str:
+class Statement(str):
+    """A statement compiled for SQLite (the string itself, so it serves as SQL and as a key), which
+    also gives the same statement for PostgreSQL: positional ``$n`` parameters and the names that
+    fill them. The PostgreSQL text is compiled on first use, so start-up compiles only what the
+    engine in use needs."""
+
+    clause: ClauseElement
+    postgres_clause: Callable[[], ClauseElement] | None
+    _postgres: tuple[str, tuple[str, ...]] | None
+
+    def for_postgres(self) -> tuple[str, tuple[str, ...]]:
+        if self._postgres is None:
+            from sqlalchemy.dialects.postgresql import asyncpg
+
+            clause = self.postgres_clause() if self.postgres_clause is not None else self.clause
+            compiled = clause.compile(dialect=asyncpg.dialect(paramstyle="numeric_dollar"))
+            names: list[str] = getattr(compiled, "positiontup", None) or []
+            self._postgres = (str(compiled), tuple(names))
+        return self._postgres
+
+
+def compile_sql(statement: ClauseElement, postgres: Callable[[], ClauseElement] | None = None) -> Statement:
+    """Compile for SQLite now; ``postgres`` builds the PostgreSQL form where the dialects' syntax
+    differs (upserts), otherwise the same clause serves both."""
     # SQLite's compiler pairs a bound LIMIT with an (unneeded) bound OFFSET; drop it.
     text = str(statement.compile(dialect=_DIALECT)).replace(" OFFSET :param_1", "")
     anonymous = re.findall(r":(\w+_\d+)\b", text)
     if anonymous:  # a Python literal became a parameter nobody will supply
         raise ValueError(f"statement has anonymous parameters {anonymous}; use bindparam() or literal_column()")
-    return text
+    compiled = Statement(text)
+    compiled.clause, compiled.postgres_clause, compiled._postgres = statement, postgres, None
+    return compiled
 
 
-def _upsert(table: Table, *, keep: tuple[str, ...] = ()) -> str:
-    """Insert or update by primary key; columns in ``keep`` retain their first value."""
+def _upsert_clause(insert: Callable[[Table], Any], table: Table, keep: tuple[str, ...]) -> ClauseElement:
     columns = [c.name for c in table.columns]
     key = [c.name for c in table.primary_key.columns]
-    statement = sqlite.insert(table).values({name: bindparam(name) for name in columns})
-    statement = statement.on_conflict_do_update(
+    statement = insert(table).values({name: bindparam(name) for name in columns})
+    return statement.on_conflict_do_update(
         index_elements=key,
         set_={name: statement.excluded[name] for name in columns if name not in key and name not in keep},
     )
-    return compile_sql(statement)
+
+
+def _postgres_insert(table: Table) -> Any:
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.insert(table)
+
+
+def _upsert(table: Table, *, keep: tuple[str, ...] = ()) -> Statement:
+    """Insert or update by primary key; columns in ``keep`` retain their first value."""
+    return compile_sql(
+        _upsert_clause(sqlite.insert, table, keep), postgres=lambda: _upsert_clause(_postgres_insert, table, keep)
+    )
 
 
 # -- writes ---------------------------------------------------------------------------------------
@@ -86,11 +124,17 @@ SAVED_PERMISSIONS = compile_sql(
 )
 ALL_SAVED_PERMISSIONS = compile_sql(select(saved_permissions).order_by(saved_permissions.c.time_created))
 DELETE_SAVED_PERMISSION = compile_sql(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
-INSERT_BASELINE = compile_sql(
-    sqlite.insert(file_baselines)
-    .values({c.name: bindparam(c.name) for c in file_baselines.columns})
-    .on_conflict_do_nothing()
-)
+
+
+def _insert_baseline(insert: Callable[[Table], Any]) -> ClauseElement:
+    return (
+        insert(file_baselines)
+        .values({c.name: bindparam(c.name) for c in file_baselines.columns})
+        .on_conflict_do_nothing()
+    )
+
+
+INSERT_BASELINE = compile_sql(_insert_baseline(sqlite.insert), postgres=lambda: _insert_baseline(_postgres_insert))
 BASELINES = compile_sql(
     select(file_baselines.c.path, file_baselines.c.content)
     .where(file_baselines.c.session_id == bindparam("session_id"))
@@ -235,7 +279,7 @@ SESSION_EVENTS_AFTER = compile_sql(
 
 
 @lru_cache(maxsize=16)
-def messages_page(*, descending: bool, bounded: bool, by_seq: bool, offset: bool = False) -> str:
+def messages_page(*, descending: bool, bounded: bool, by_seq: bool, offset: bool = False) -> Statement:
     """A page of a session's messages ordered by id (legacy) or by entry position (``seq``, V2),
     optionally strictly past a bound (an id, or a seq)."""
     key = messages.c.seq if by_seq else messages.c.id
@@ -251,7 +295,7 @@ def messages_page(*, descending: bool, bounded: bool, by_seq: bool, offset: bool
 
 
 @lru_cache(maxsize=32)
-def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: bool) -> str:
+def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: bool) -> Statement:
     """Keyset page of sessions ordered by (time_updated, id), after an anchor row when given."""
     query = select(sessions.c.info)
     if directory:
@@ -277,7 +321,7 @@ def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: 
 
 
 @lru_cache(maxsize=64)
-def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, search: bool, limit: bool) -> str:
+def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, search: bool, limit: bool) -> Statement:
     """The session list query for one combination of filters (compiled once per combination)."""
     query = select(sessions.c.info).order_by(sessions.c.time_updated.desc(), sessions.c.id)
     if directory:

@@ -19,9 +19,14 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("messages") as batch:
         batch.add_column(sa.Column("seq", sa.BigInteger, nullable=True))
+    # The message id inside the stored event JSON, in each engine's JSON syntax.
+    if op.get_bind().dialect.name == "postgresql":
+        message_id = "(events.data::json #>> '{info,id}')"
+    else:
+        message_id = "json_extract(events.data, '$.info.id')"
     op.execute(
         "UPDATE messages SET seq = (SELECT min(events.seq) FROM events WHERE events.session_id = messages.session_id "
-        "AND events.type = 'message.updated' AND json_extract(events.data, '$.info.id') = messages.id)"
+        f"AND events.type = 'message.updated' AND {message_id} = messages.id)"
     )
     op.execute("UPDATE messages SET seq = 0 WHERE seq IS NULL")
     with op.batch_alter_table("messages") as batch:

@@ -1,0 +1,109 @@
+"""The PostgreSQL engine on the asyncpg driver, for more than one process or machine.
+
+Statements come from ``app.store.sql`` compiled for PostgreSQL on first use (``$n`` parameters,
+filled from the same named parameters the SQLite engine takes). The schema is created and
+upgraded by the same Alembic migrations as SQLite's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+import asyncpg
+
+from app.store.database import READERS, Database, DatabaseUnavailable, Driver, Params, Row, upgrade_schema
+from app.store.sql import Statement
+
+
+def _dsn(url: str) -> str:
+    """asyncpg's DSN for a SQLAlchemy-style URL (``postgresql+asyncpg://`` -> ``postgresql://``)."""
+    return re.sub(r"^postgres(ql)?(\+asyncpg)?://", "postgresql://", url)
+
+
+def _where(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def _positional(sql: str, params: Params) -> tuple[str, list[Any]]:
+    if not isinstance(sql, Statement):  # plain control statements (BEGIN, COMMIT) take no parameters
+        return sql, []
+    text, names = sql.for_postgres()
+    return text, [params[name] for name in names]
+
+
+class _Connection:
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+
+    async def run(self, sql: str, params: Params) -> None:
+        text, args = _positional(sql, params)
+        await self.conn.execute(text, *args)
+
+    async def run_many(self, sql: str, rows: list[Params]) -> None:
+        if not rows:
+            return
+        text, _ = _positional(sql, rows[0])
+        names = sql.for_postgres()[1] if isinstance(sql, Statement) else ()
+        await self.conn.executemany(text, [[row[name] for name in names] for row in rows])
+
+    async def rows(self, sql: str, params: Params) -> list[Row]:
+        text, args = _positional(sql, params)
+        return list(await self.conn.fetch(text, *args))
+
+
+class PostgresDatabase(Database):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._writer_conn: _Connection | None = None
+        self._pool: asyncpg.Pool | None = None
+
+    async def open(self) -> None:
+        dsn = _dsn(self.url)
+        try:
+            await self.migrate()
+            self._writer_conn = _Connection(await asyncpg.connect(dsn))
+            self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            await self.close()
+            raise DatabaseUnavailable(f"cannot use PostgreSQL at {_where(self.url)}: {exc}") from exc
+
+    async def check(self) -> None:
+        try:
+            conn = await asyncpg.connect(_dsn(self.url), timeout=10)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise DatabaseUnavailable(f"cannot use PostgreSQL at {_where(self.url)}: {exc}") from exc
+        await conn.close()
+
+    async def migrate(self) -> None:
+        await upgrade_schema(re.sub(r"^postgres(ql)?(\+asyncpg)?://", "postgresql+asyncpg://", self.url))
+
+    def _writer(self) -> Driver:
+        assert self._writer_conn is not None, "database is not open"
+        return self._writer_conn
+
+    async def _begin(self) -> None:
+        await self._writer().run("BEGIN", {})
+
+    async def _end(self, commit: bool) -> None:
+        if commit:
+            await self._writer().run("COMMIT", {})
+            return
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            await self._writer().run("ROLLBACK", {})
+
+    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
+        assert self._pool is not None, "database is not open"
+        text, args = _positional(sql, params or {})
+        async with self._pool.acquire() as conn:
+            return list(await conn.fetch(text, *args))
+
+    async def close(self) -> None:
+        if self._writer_conn is not None:
+            await self._writer_conn.conn.close()
+            self._writer_conn = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
