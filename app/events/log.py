@@ -17,6 +17,7 @@ from typing import Any
 
 from app.events.bus import EventBus
 from app.events.model import Event
+from app.events.relay import CHANNEL, ClusterRelay, notifications
 from app.jsonutil import dumps
 from app.store import sql
 from app.store.database import Database, Params, Row, WriteScope
@@ -105,23 +106,36 @@ def _row_to_event(row: Row) -> Event:
 
 
 class EventLog:
+    """On a shared database (several processes) nothing is cached: each write transaction reads
+    the newest cursor and each session's last seq under the cluster-wide writer lock, and live
+    fan-out goes through the ``ClusterRelay`` so every process sees every event in one order."""
+
     def __init__(self, db: Database, bus: EventBus) -> None:
         self.db = db
         self.bus = bus
         self._last_seq: dict[str, int] = {}
         self._cursor = 0
+        self._relay: ClusterRelay | None = None
 
     async def start(self) -> None:
         row = await self.db.fetch_one(sql.MAX_CURSOR)
         self._cursor = int(row[0]) if row else 0
         self.bus.cursor = self._cursor
+        if self.db.shared:
+            self._relay = ClusterRelay(self.db, self.bus, lambda after: self.since(after))
+            await self._relay.start()
+
+    async def stop(self) -> None:
+        if self._relay is not None:
+            await self._relay.stop()
+            self._relay = None
 
     def allocate_cursor(self) -> int:
         self._cursor += 1
         return self._cursor
 
     async def next_seq(self, scope: WriteScope, session_id: str) -> int:
-        last = self._last_seq.get(session_id)
+        last = None if self.db.shared else self._last_seq.get(session_id)
         if last is None:
             rows = await scope.fetch(sql.MAX_SEQ, {"session_id": session_id})
             last = rows[0][0] if rows and rows[0][0] is not None else -1
@@ -129,7 +143,7 @@ class EventLog:
 
     async def committed_seq(self, session_id: str) -> int:
         """The session's last committed ``seq`` (-1 before its first event)."""
-        last = self._last_seq.get(session_id)
+        last = None if self.db.shared else self._last_seq.get(session_id)
         if last is None:
             row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
             last = row[0] if row and row[0] is not None else -1
@@ -138,10 +152,20 @@ class EventLog:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         async with self.db.write() as scope:
+            relay = self._relay
+            if relay is not None:  # other processes write too: continue from the log's newest cursor
+                rows = await scope.fetch(sql.MAX_CURSOR)
+                self._cursor = int(rows[0][0])
             tx = Transaction(scope, self)
             yield tx
+            if relay is not None:  # delivered by the database at commit, in commit order
+                for payload in notifications(relay.origin, tx.events):
+                    scope.execute(sql.NOTIFY, {"channel": CHANNEL, "payload": payload})
 
             def committed() -> None:
+                if relay is not None:
+                    relay.committed(tx.events)
+                    return
                 for session_id, seq in tx.next_seq.items():
                     self._last_seq[session_id] = seq - 1
                 self.bus.publish_many(tx.events)
@@ -149,8 +173,11 @@ class EventLog:
             scope.after_commit(committed)
 
     def publish(self, event: Event) -> None:
-        """Publish an ephemeral event (never stored) at once."""
-        self.bus.publish(event)
+        """Publish an ephemeral event (never stored) at once (to every process when shared)."""
+        if self._relay is not None:
+            self._relay.published(event)
+        else:
+            self.bus.publish(event)
 
     async def session_since(self, session_id: str, after: int, *, limit: int = 1000) -> list[Event]:
         """A session's durable events with ``seq > after``, in sequence order."""

@@ -59,6 +59,7 @@ class Runtime:
         await self.coordinator.shutdown()
         await self.turn.titles.stop()
         await self.registry.aclose()
+        await self.log.stop()
         await self.db.close()
 
     def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:

@@ -169,7 +169,13 @@ class WriteScope:
 
 
 class Database(ABC):
-    """What the server needs from a database; ``open_database`` picks the engine from the URL."""
+    """What the server needs from a database; ``open_database`` picks the engine from the URL.
+
+    ``shared`` says whether other server processes may write to the same database (PostgreSQL):
+    then write transactions are serialized across processes too, sequence numbers are read from
+    the database rather than cached, and live events travel through ``listen``/``notify``."""
+
+    shared = False
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -192,6 +198,14 @@ class Database(ABC):
 
     @abstractmethod
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]: ...
+
+    async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Call ``callback`` with the payload of every notification on ``channel`` (shared engines)."""
+        raise NotImplementedError(f"{type(self).__name__} has no notifications")
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """Send a notification now, outside any transaction (shared engines)."""
+        raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
         rows = await self.fetch(sql, params)

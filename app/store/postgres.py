@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -54,11 +55,20 @@ class _Connection:
         return list(await self.conn.fetch(text, *args))
 
 
+# Every write transaction of every process takes this transaction-level advisory lock first, so
+# writes are serialized cluster-wide as SQLite serializes them: events commit in cursor order,
+# and a reader that has seen cursor N never later finds an event below N appear.
+WRITER_LOCK = 0x6F70656E  # "open"
+
+
 class PostgresDatabase(Database):
+    shared = True
+
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self._writer_conn: _Connection | None = None
         self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
 
     async def open(self) -> None:
         dsn = _dsn(self.url)
@@ -86,6 +96,17 @@ class PostgresDatabase(Database):
 
     async def _begin(self) -> None:
         await self._writer().run("BEGIN", {})
+        await self._writer().run(f"SELECT pg_advisory_xact_lock({WRITER_LOCK})", {})
+
+    async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
+        if self._listener is None:
+            self._listener = await asyncpg.connect(_dsn(self.url))
+        await self._listener.add_listener(channel, lambda _conn, _pid, _channel, payload: callback(payload))
+
+    async def notify(self, channel: str, payload: str) -> None:
+        assert self._pool is not None, "database is not open"
+        async with self._pool.acquire() as conn:
+            await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
 
     async def _end(self, commit: bool) -> None:
         if commit:
@@ -101,6 +122,9 @@ class PostgresDatabase(Database):
             return list(await conn.fetch(text, *args))
 
     async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
         if self._writer_conn is not None:
             await self._writer_conn.conn.close()
             self._writer_conn = None

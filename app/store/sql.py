@@ -163,6 +163,8 @@ COMPLETE_INPUTS_THROUGH = compile_sql(
     .values(completed=true())
 )
 
+NOTIFY = compile_sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
+
 # -- reads ----------------------------------------------------------------------------------------
 SESSION_INFO = compile_sql(select(sessions.c.info).where(sessions.c.id == bindparam("id")))
 MAX_CURSOR = compile_sql(select(func.coalesce(func.max(events.c.id), literal_column("0"))))

@@ -1,0 +1,181 @@
+"""Live fan-out across the processes that share one PostgreSQL database.
+
+The durable log stays the source of truth; notifications are hints. Every process publishes to
+its own bus, in one order, through one queue:
+- its own commits (their durable and ephemeral events, in transaction order), after first
+  catching up on durable events other processes committed before them;
+- notifications from other processes: a durable cursor means "read the log up to here" (the
+  events themselves are read back from the log, so nothing depends on a notification's size),
+  an ephemeral event (a delta, a status) is published as it came;
+- a slow poll of the log, so a lost notification delays an event but never loses it.
+
+Writes are serialized cluster-wide (see ``app.store.postgres.WRITER_LOCK``), so cursors commit in
+order and "everything after the last cursor I published" is gap-free on every process.
+A notification carries ``{"o": origin, "items": [cursor | event, ...]}``; an ephemeral event too
+large for one notification reaches only its own process (logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from typing import Any
+
+from app.events.bus import EventBus
+from app.events.model import Event
+from app.jsonutil import dumps, loads
+from app.store.database import Database
+
+log = logging.getLogger("opensession.relay")
+
+CHANNEL = "opensession_events"
+MAX_PAYLOAD = 7500  # PostgreSQL's limit is 8000 bytes
+POLL_SECONDS = 1.0
+
+Since = Callable[[int], Awaitable[list[Event]]]
+Item = int | dict[str, Any]  # a durable cursor, or an ephemeral event
+
+
+def _encode(event: Event) -> dict[str, Any]:
+    return {
+        "t": event.type,
+        "p": event.properties,
+        "s": event.session_id,
+        "d": event.directory,
+        "i": event.id,
+        "m": event.time,
+    }
+
+
+def _decode(item: dict[str, Any]) -> Event:
+    return Event(item["t"], item["p"], item["s"], item["d"], id=item["i"], time=item["m"])
+
+
+def notifications(origin: str, events: list[Event]) -> list[str]:
+    """The payloads that tell other processes about ``events`` (in order): consecutive durable
+    events collapse into their last cursor; oversized ephemeral events are left out."""
+    items: list[Item] = []
+    for event in events:
+        if event.durable:
+            if items and isinstance(items[-1], int):
+                items[-1] = event.cursor
+            else:
+                items.append(event.cursor)
+        else:
+            encoded = _encode(event)
+            if len(dumps(encoded)) > MAX_PAYLOAD:
+                log.warning("%s too large to reach other processes; only this one sees it", event.type)
+                continue
+            items.append(encoded)
+    payloads: list[str] = []
+    chunk: list[Item] = []
+    for item in items:
+        candidate = dumps({"o": origin, "items": [*chunk, item]})
+        if chunk and len(candidate) > MAX_PAYLOAD:
+            payloads.append(dumps({"o": origin, "items": chunk}))
+            chunk = []
+        chunk.append(item)
+    if chunk:
+        payloads.append(dumps({"o": origin, "items": chunk}))
+    return payloads
+
+
+class ClusterRelay:
+    def __init__(self, db: Database, bus: EventBus, since: Since) -> None:
+        self.db = db
+        self.bus = bus
+        self.since = since
+        self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._outbox: asyncio.Queue[str] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.db.listen(CHANNEL, self._received)
+        self._tasks = [
+            asyncio.create_task(self._publish_loop(), name="relay:publish"),
+            asyncio.create_task(self._send_loop(), name="relay:send"),
+            asyncio.create_task(self._poll_loop(), name="relay:poll"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    # -- what enters the queue -------------------------------------------------------------------
+
+    def committed(self, events: list[Event]) -> None:
+        """A local transaction committed (its notifications were sent inside it)."""
+        self._queue.put_nowait(("local", events))
+
+    def published(self, event: Event) -> None:
+        """A local ephemeral event outside any transaction: publish here, tell the others."""
+        self._queue.put_nowait(("ephemeral", event))
+        for payload in notifications(self.origin, [event]):
+            self._outbox.put_nowait(payload)
+
+    def _received(self, payload: str) -> None:
+        message = loads(payload)
+        if message.get("o") != self.origin:
+            self._queue.put_nowait(("remote", message.get("items") or []))
+
+    # -- the one publishing order ----------------------------------------------------------------
+
+    async def _publish_loop(self) -> None:
+        while True:
+            kind, value = await self._queue.get()
+            try:
+                if kind == "local":
+                    first = next((e.cursor for e in value if e.durable), None)
+                    if first is not None:
+                        await self._catch_up(first - 1)
+                    for event in value:
+                        self._publish(event)
+                elif kind == "ephemeral":
+                    self._publish(value)
+                elif kind == "remote":
+                    for item in value:
+                        if isinstance(item, int):
+                            await self._catch_up(item)
+                        else:
+                            self._publish(_decode(item))
+                else:  # poll
+                    await self._catch_up(None)
+            except Exception:  # the database may be briefly unreachable: the next item retries
+                log.exception("relay could not publish %s", kind)
+
+    def _publish(self, event: Event) -> None:
+        if event.durable and event.cursor <= self.bus.cursor:
+            return  # already published (read back from the log first)
+        self.bus.publish(event)
+
+    async def _catch_up(self, upto: int | None) -> None:
+        """Publish durable events committed elsewhere, from the log, up to cursor ``upto`` (all
+        when None)."""
+        while upto is None or self.bus.cursor < upto:
+            events = await self.since(self.bus.cursor)
+            for event in events:
+                self._publish(event)
+            if not events:
+                return
+
+    async def _send_loop(self) -> None:
+        while True:
+            payload = await self._outbox.get()
+            try:
+                await self.db.notify(CHANNEL, payload)
+            except Exception:
+                log.exception("relay could not notify other processes")
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            self._queue.put_nowait(("poll", None))
