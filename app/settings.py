@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     subscriber_queue_size: int = 4096
     # How often a streaming text/reasoning part is written to the database while deltas arrive.
     part_flush_seconds: float = 0.25
+    # Several processes on one PostgreSQL database: how long a drain lease lasts without renewal,
+    # so the longest a dead process's sessions wait before another process takes them over.
+    lease_seconds: float = 10.0
     # Overrides the user config directory that opencode.json is read from (tests use it).
     config_dir: str | None = None
 

@@ -139,7 +139,13 @@ def process_server(db: str, directory: Path, config_dir: Path) -> ProcessServer:
         "--directory",
         str(directory),
     ]
-    env = {**os.environ, "OPENSESSION_CONFIG_DIR": str(config_dir), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OPENSESSION_CONFIG_DIR": str(config_dir),
+        "PYTHONPATH": str(ROOT),
+        # On PostgreSQL a killed process's sessions are taken over once its leases expire.
+        "OPENSESSION_LEASE_SECONDS": "3",
+    }
     return ProcessServer(args, env, f"http://127.0.0.1:{port}")
 
 

@@ -1,11 +1,14 @@
 """Several server processes on one PostgreSQL database behave, to a client, like one server:
 events produced on one process stream from every other, per session in order and without gaps
-or duplicates, and a cursor from one process resumes on another."""
+or duplicates; a cursor from one process resumes on another; prompts sent to any process are
+answered once each by one drain; status and abort work from any process; and when the process
+draining a session is killed, another takes it over and answers every admitted prompt."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -70,19 +73,86 @@ def test_events_cross_processes_in_order(two: tuple[ProcessServer, ProcessServer
         assert _durable(resumed, sid) == [e for e in _durable(on_a, sid) if int(e[0]) > int(resume_from)]
 
 
-def test_a_prompt_on_either_process_is_answered_once(two: tuple[ProcessServer, ProcessServer]) -> None:
+def _history_when(url: str, sid: str, done: Callable[[list[dict]], bool], timeout: float = 30) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    history: list[dict] = []
+    while time.monotonic() < deadline:
+        history = httpx.get(f"{url}/session/{sid}/message").json()
+        if done(history):
+            return history
+        time.sleep(0.1)
+    raise TimeoutError([m["info"] for m in history])
+
+
+def _answered(count: int) -> Callable[[list[dict]], bool]:
+    def done(history: list[dict]) -> bool:
+        replies = [m for m in history if m["info"]["role"] == "assistant"]
+        return len(replies) >= count and all("completed" in m["info"]["time"] for m in replies)
+
+    return done
+
+
+def test_prompts_sent_to_both_processes_at_once_are_answered_once(two: tuple[ProcessServer, ProcessServer]) -> None:
+    a, b = two
+    sids = [httpx.post(f"{a.url}/session").json()["id"] for _ in range(3)]
+
+    def send(url: str, sid: str, text: str) -> int:
+        return httpx.post(f"{url}/session/{sid}/prompt_async", json=text_prompt(f"SLOW:0.01 {text}")).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        jobs = [
+            pool.submit(send, server.url, sid, f"{name}-{i}")
+            for i in range(4)
+            for sid in sids
+            for server, name in ((a, "a"), (b, "b"))
+        ]
+        assert all(job.result() == 204 for job in jobs)
+    for sid in sids:
+        history = _history_when(b.url, sid, _answered(8))
+        users = [m for m in history if m["info"]["role"] == "user"]
+        replies = [m for m in history if m["info"]["role"] == "assistant"]
+        assert len(users) == 8 and len(replies) == 8, [m["info"] for m in history]
+        assert sorted(r["info"]["parentID"] for r in replies) == sorted(u["info"]["id"] for u in users)
+        assert all("error" not in r["info"] for r in replies)
+
+
+def test_status_and_abort_work_from_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
     a, b = two
     sid = httpx.post(f"{a.url}/session").json()["id"]
-    for server, text in ((a, "one"), (b, "two"), (a, "three"), (b, "four")):
-        assert httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt(text)).status_code == 204
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        history = httpx.get(f"{b.url}/session/{sid}/message").json()
-        replies = [m for m in history if m["info"]["role"] == "assistant" and "completed" in m["info"]["time"]]
-        if len(replies) >= 4:
-            break
-        time.sleep(0.1)
+    with EventCollector(f"{b.url}/event") as on_b:
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.5 a long answer"))
+        on_b.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid, timeout=15)
+        assert httpx.get(f"{b.url}/session/status").json() == {sid: {"type": "busy"}}
+        assert httpx.get(f"{a.url}/session/status").json() == {sid: {"type": "busy"}}
+        assert httpx.post(f"{b.url}/session/{sid}/abort").json() is True  # sent to B, drained on A
+        on_b.wait_idle(sid, timeout=15)
+    assert httpx.get(f"{b.url}/session/status").json() == {}
+    reply = httpx.get(f"{a.url}/session/{sid}/message").json()[-1]
+    assert reply["info"]["error"]["name"] == "MessageAbortedError"
+
+
+def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_dir: Path, config_dir: Path) -> None:
+    a = process_server(cluster_url, project_dir, config_dir)
+    b = process_server(cluster_url, project_dir, config_dir)
+    a.start()
+    b.start()
+    try:
+        sid = httpx.post(f"{a.url}/session").json()["id"]
+        with EventCollector(f"{b.url}/event") as on_b:
+            httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 interrupted answer"))
+            httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("queued behind"))
+            on_b.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid, timeout=15)
+            killed_at = time.monotonic()
+            a.kill9()
+            history = _history_when(b.url, sid, _answered(3), timeout=30)
+            taken_over_in = time.monotonic() - killed_at
+    finally:
+        a.stop()
+        b.stop()
     users = [m for m in history if m["info"]["role"] == "user"]
-    replies = [m for m in history if m["info"]["role"] == "assistant"]
-    assert len(users) == 4 and len(replies) == 4, [m["info"] for m in history]
-    assert sorted(r["info"]["parentID"] for r in replies) == sorted(u["info"]["id"] for u in users)
+    interrupted, *answers = [m for m in history if m["info"]["role"] == "assistant"]
+    assert interrupted["info"]["error"]["name"] == "MessageAbortedError"
+    assert all("end" in p["time"] for p in interrupted["parts"] if p["type"] == "text")
+    assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
+    assert all("error" not in r["info"] for r in answers)
+    assert taken_over_in < 15, taken_over_in  # a 3 s lease (tests/servers.py) plus the watchdog

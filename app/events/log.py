@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from app.events.bus import EventBus
@@ -22,6 +23,15 @@ from app.jsonutil import dumps
 from app.store import sql
 from app.store.database import Database, Params, Row, WriteScope
 from app.store.projectors import project
+
+# The drain lease a task writes under, on a shared database: ``(session_id, owner, token)``. Set by
+# the coordinator for the task that drains a session (and inherited by tasks it starts); every
+# write transaction of that task checks the lease is still its own, inside the transaction.
+FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence", default=None)
+
+
+class LeaseLost(Exception):
+    """Another process took over the session this task was draining: it must not write again."""
 
 
 class Transaction:
@@ -156,6 +166,12 @@ class EventLog:
             if relay is not None:  # other processes write too: continue from the log's newest cursor
                 rows = await scope.fetch(sql.MAX_CURSOR)
                 self._cursor = int(rows[0][0])
+                fence = FENCE.get()
+                if fence is not None:
+                    session_id, owner, token = fence
+                    lease = await scope.fetch(sql.LEASE, {"session_id": session_id})
+                    if not lease or (lease[0][0], lease[0][1]) != (owner, token):
+                        raise LeaseLost(session_id)
             tx = Transaction(scope, self)
             yield tx
             if relay is not None:  # delivered by the database at commit, in commit order

@@ -3,6 +3,7 @@ the operations every protocol translator (legacy, V2) calls."""
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import suppress
 from typing import Any
 
@@ -53,10 +54,10 @@ class Runtime:
     async def start(self) -> None:
         await self.db.open()
         await self.log.start()
-        await self._sessions.recover(self.infra)
+        await self._sessions.start(self.infra)
 
     async def stop(self) -> None:
-        await self.coordinator.shutdown()
+        await self._sessions.stop()
         await self.turn.titles.stop()
         await self.registry.aclose()
         await self.log.stop()
@@ -86,27 +87,56 @@ class Runtime:
         message_id = (await self.prompt(session_id, request)).message_id
         if request.no_reply:
             return await self.history.get_message(session_id, message_id)
-        # Registered before the input is read: a settle in between still resolves the waiter. An
-        # idle announcement releases every waiter of the session (an abort), so re-check then:
-        # a prompt admitted during an abort's clean-up is answered by the drain that follows.
-        while True:
-            waiter = self.waiters.register(session_id, message_id)
-            row = await self.queries.input(message_id)
-            if row is None or row.completed or not self.coordinator.is_active(session_id):
-                break
-            await waiter
+        await self._settled(session_id, message_id)
         reply = await self.queries.last_assistant(session_id, parent_id=message_id)
         if reply is None:
             reply = await self.queries.last_assistant(session_id)
         return reply if reply is not None else await self.history.get_message(session_id, message_id)
 
+    async def _settled(self, session_id: str, input_id: str) -> None:
+        """Return once input ``input_id`` is settled, or nothing is left to settle it.
+
+        Registered before the input is read: a settle in between still resolves the waiter. An
+        idle announcement releases every waiter of the session (an abort), so re-check then: a
+        prompt admitted during an abort's clean-up is answered by the drain that follows. In a
+        cluster another process may drain the session, so the input is also re-read on a timer."""
+        cluster = self._sessions.cluster
+        unowned = 0
+        while True:
+            waiter = self.waiters.register(session_id, input_id)
+            row = await self.queries.input(input_id)
+            if row is None or row.completed:
+                return
+            if cluster is None:
+                if not self.coordinator.is_active(session_id):
+                    return
+                await waiter
+                continue
+            drained = self.coordinator.is_active(session_id) or session_id in await cluster.owners()
+            unowned = 0 if drained else unowned + 1
+            if unowned >= 20:  # five seconds with nobody draining it: it will not be answered now
+                return
+            with suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiter), 0.25)
+
+    async def statuses(self) -> dict[str, dict[str, Any]]:
+        """Every session not idle, wherever in the cluster it runs."""
+        return await self._sessions.statuses()
+
     async def abort(self, session_id: str) -> None:
         """Legacy abort: stop the turn and drop the prompts queued behind it (they stay in the
-        history unanswered). When nothing runs OpenCode still announces idle."""
-        if not await self._stop(session_id):
-            with suppress(SessionNotFound):
-                await self.sessions.get(session_id)
-                self._publish_status(session_id, {"type": "idle"})
+        history unanswered). When nothing runs OpenCode still announces idle. In a cluster the
+        process draining the session does it."""
+        if await self._stop(session_id):
+            return
+        cluster = self._sessions.cluster
+        if cluster is not None:
+            through = await self.log.committed_seq(session_id)
+            if await cluster.forward(session_id, "abort", through=through):
+                return
+        with suppress(SessionNotFound):
+            await self.sessions.get(session_id)
+            self._publish_status(session_id, {"type": "idle"})
 
     async def _stop(self, session_id: str) -> bool:
         """Interrupt the session's drain and drop the prompts admitted so far that it has not
@@ -117,9 +147,7 @@ class Runtime:
     async def summarize(self, session_id: str, model: ModelRef | None = None) -> None:
         """Compact the session's history now and return once the summary is stored (or failed)."""
         admitted = await self.prompt(session_id, compaction_request("manual", model))
-        waiter = self.waiters.register(session_id, admitted.message_id)
-        if self.coordinator.is_active(session_id):
-            await waiter
+        await self._settled(session_id, admitted.message_id)
 
     async def context(self, session_id: str) -> Window:
         """What the model sees next: the newest snapshot and the messages after it."""
@@ -159,7 +187,8 @@ class Runtime:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the
         next wake."""
         await self.sessions.get(session_id)
-        await self.coordinator.interrupt(session_id)
+        if not await self.coordinator.interrupt(session_id) and self._sessions.cluster is not None:
+            await self._sessions.cluster.forward(session_id, "interrupt")
 
     async def wait_idle(self, session_id: str) -> None:
         await self.sessions.get(session_id)

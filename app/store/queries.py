@@ -245,9 +245,13 @@ class Queries:
         """Inputs admitted and not yet answered, in admission order."""
         return [InputRow(*row) for row in await self.db.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id})]
 
-    async def open_assistant_messages(self) -> list[tuple[str, str]]:
-        """``(session_id, message_id)`` of every assistant message never completed."""
-        return [(row[0], row[1]) for row in await self.db.fetch(sql.OPEN_ASSISTANT_MESSAGES)]
+    async def open_assistant_messages(self, session_id: str | None = None) -> list[tuple[str, str]]:
+        """``(session_id, message_id)`` of every assistant message never completed (of one session)."""
+        if session_id is None:
+            rows = await self.db.fetch(sql.OPEN_ASSISTANT_MESSAGES)
+        else:
+            rows = await self.db.fetch(sql.OPEN_ASSISTANT_MESSAGES_OF_SESSION, {"session_id": session_id})
+        return [(row[0], row[1]) for row in rows]
 
     async def open_tool_parts(self) -> list[tuple[str, dict[str, Any]]]:
         """``(session_id, part)`` of tool parts still pending or running."""

@@ -98,6 +98,18 @@ events = Table(
     UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
 )
 
+# Drain leases (databases shared by several processes): the owner drains the session; ``token``
+# grows with every new lease and every write of a drain checks it (fencing); an owner that stops
+# renewing ``expires_at`` (ms) loses the session to another process.
+leases = Table(
+    "leases",
+    metadata,
+    Column("session_id", String, primary_key=True),
+    Column("owner", String, nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+)
+
 # Self-hosted shares: an unguessable token -> the session whose read-only page it serves.
 shares = Table(
     "shares",

@@ -26,6 +26,7 @@ from app.store.schema import (
     events,
     file_baselines,
     inputs,
+    leases,
     messages,
     parts,
     saved_permissions,
@@ -161,6 +162,51 @@ COMPLETE_INPUTS_THROUGH = compile_sql(
         inputs.c.admitted_seq <= bindparam("through_seq"),
     )
     .values(completed=true())
+)
+
+
+# -- leases (shared databases) --------------------------------------------------------------------
+def _lease_acquire(insert: Callable[[Table], Any]) -> ClauseElement:
+    """Take the lease if it is free, expired or already ours; a new token either way."""
+    statement = insert(leases).values(
+        session_id=bindparam("session_id"),
+        owner=bindparam("owner"),
+        token=literal_column("1"),
+        expires_at=bindparam("expires_at"),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=["session_id"],
+        set_={
+            "owner": statement.excluded.owner,
+            "token": leases.c.token + literal_column("1"),
+            "expires_at": statement.excluded.expires_at,
+        },
+        where=(leases.c.owner == bindparam("owner")) | (leases.c.expires_at < bindparam("now")),
+    ).returning(leases.c.token)
+
+
+LEASE_ACQUIRE = compile_sql(_lease_acquire(sqlite.insert), postgres=lambda: _lease_acquire(_postgres_insert))
+LEASE = compile_sql(
+    select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id"))
+)
+LEASE_RENEW = compile_sql(
+    update(leases).where(leases.c.owner == bindparam("owner")).values(expires_at=bindparam("expires_at"))
+)
+LEASE_RELEASE = compile_sql(
+    delete(leases).where(
+        leases.c.session_id == bindparam("session_id"),
+        leases.c.owner == bindparam("owner"),
+        leases.c.token == bindparam("token"),
+    )
+)
+LIVE_LEASES = compile_sql(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
+EXPIRED_LEASES = compile_sql(select(leases.c.session_id).where(leases.c.expires_at < bindparam("now")))
+OPEN_ASSISTANT_MESSAGES_OF_SESSION = compile_sql(
+    select(messages.c.session_id, messages.c.id).where(
+        messages.c.session_id == bindparam("session_id"),
+        messages.c.role == literal_column("'assistant'"),
+        messages.c.info.not_like(literal_column("'%\"completed\":%'")),
+    )
 )
 
 NOTIFY = compile_sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only

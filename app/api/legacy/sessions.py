@@ -94,7 +94,7 @@ async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: Ses
 
 @router.get("/session/status", operation_id="session.status", summary="Status of every non-idle session")
 async def session_status(runtime: RuntimeDep) -> Response:
-    return JSONBody(runtime.coordinator.statuses())
+    return JSONBody(await runtime.statuses())
 
 
 @router.get("/session/{sessionID}", operation_id="session.get", responses=_SESSION_DOC)

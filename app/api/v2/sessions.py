@@ -133,7 +133,7 @@ async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: Ses
 
 @router.get("/session/active", operation_id="v2.session.active")
 async def active_sessions(runtime: RuntimeDep) -> Response:
-    return JSONBody({"data": {sid: {"type": "running"} for sid in runtime.coordinator.active()}})
+    return JSONBody({"data": {sid: {"type": "running"} for sid in await runtime.statuses()}})
 
 
 @router.get("/session/{sessionID}", operation_id="v2.session.get")

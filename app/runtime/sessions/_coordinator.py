@@ -19,8 +19,9 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from app.events.log import FENCE, LeaseLost
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import SessionBusy
 
@@ -42,10 +43,25 @@ class _Entry:
     task: asyncio.Task[None] | None = None
 
 
+class Claims(Protocol):
+    """Drain ownership across processes (``Cluster``): a drain runs only under a claimed lease."""
+
+    origin: str
+
+    async def claim(self, session_id: str) -> int | None: ...
+
+    async def release(self, session_id: str, token: int) -> None: ...
+
+
 class DrainCoordinator:
-    def __init__(self, drain: Drain, on_status: StatusListener) -> None:
+    """With ``claims`` (a database shared by several processes) a drain first claims the
+    session's lease and reports busy only once it holds it; when another process holds it, that
+    process is woken instead and nothing runs here."""
+
+    def __init__(self, drain: Drain, on_status: StatusListener, claims: Claims | None = None) -> None:
         self._drain = drain
         self._on_status = on_status
+        self._claims = claims
         self._entries: dict[str, _Entry] = {}
         self._status: dict[str, dict[str, Any]] = {}
         self._held: set[str] = set()
@@ -67,7 +83,8 @@ class DrainCoordinator:
         entry = _Entry()
         self._entries[session_id] = entry
         self.drains_started += 1
-        self.set_status(session_id, BUSY)
+        if self._claims is None:
+            self.set_status(session_id, BUSY)
         entry.task = asyncio.create_task(self._run(session_id, entry, work), name=f"drain:{session_id}")
         return entry
 
@@ -90,6 +107,8 @@ class DrainCoordinator:
         await entry.done.wait()
         if "error" in outcome:
             raise outcome["error"]
+        if "value" not in outcome:  # another process holds the session
+            raise SessionBusy(session_id)
         return outcome["value"]
 
     @contextmanager
@@ -107,8 +126,23 @@ class DrainCoordinator:
                 self._deferred.discard(session_id)
                 self._start(session_id)
 
-    async def _run(self, session_id: str, entry: _Entry, work: Drain | None = None) -> None:
+    async def _claim(self, session_id: str) -> int | None:
+        assert self._claims is not None
         try:
+            token = await self._claims.claim(session_id)
+        except Exception:
+            log.exception("could not claim %s", session_id)
+            return None
+        if token is not None:
+            FENCE.set((session_id, self._claims.origin, token))  # this task's writes check the lease
+            self.set_status(session_id, BUSY)
+        return token
+
+    async def _run(self, session_id: str, entry: _Entry, work: Drain | None = None) -> None:
+        token: int | None = None
+        try:
+            if self._claims is not None and (token := await self._claim(session_id)) is None:
+                return
             while True:
                 entry.pending_wake = False
                 # The first pass runs ``work`` when given (run_exclusive), later passes drain.
@@ -116,6 +150,9 @@ class DrainCoordinator:
                 try:
                     await drain(session_id, entry.signal)
                 except Aborted:
+                    break
+                except LeaseLost:
+                    log.warning("%s was taken over by another process; this drain stops", session_id)
                     break
                 except Exception:
                     log.exception("drain of %s failed", session_id)
@@ -127,12 +164,19 @@ class DrainCoordinator:
             shutting_down = entry.signal.fired and entry.signal.reason == "shutdown"
             if self._entries.get(session_id) is entry:
                 del self._entries[session_id]
+            claimed = self._claims is None or token is not None
             if shutting_down:
                 self._status.pop(session_id, None)
-            else:
+            elif claimed:
                 self.set_status(session_id, IDLE)
             entry.done.set()
-            if entry.pending_wake and not shutting_down:
+            if token is not None and not shutting_down:  # a stopping process leaves its leases to expire
+                assert self._claims is not None
+                try:
+                    await self._claims.release(session_id, token)
+                except Exception:
+                    log.exception("could not release %s", session_id)
+            if entry.pending_wake and not shutting_down and session_id not in self._entries:
                 self._start(session_id)
 
     async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool:
@@ -157,7 +201,8 @@ class DrainCoordinator:
         return session_id in self._entries or session_id in self._deferred
 
     def active(self) -> list[str]:
-        return list(self._entries)
+        """Sessions draining here (a drain still claiming its lease is not yet active)."""
+        return list(self._status)
 
     def status(self, session_id: str) -> dict[str, Any]:
         return self._status.get(session_id, IDLE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.runtime.infrastructure import Infrastructure
+from app.runtime.sessions._cluster import Cluster
 from app.runtime.sessions._coordinator import Drain, DrainCoordinator, StatusListener
 from app.runtime.sessions._recovery import recover
 from app.runtime.sessions._service import SessionService
@@ -14,12 +15,34 @@ from app.runtime.sessions._service import SessionService
 class SessionsDomain:
     service: SessionService
     coordinator: DrainCoordinator
+    cluster: Cluster | None  # drain ownership across processes, on a shared database
 
     @classmethod
     def build(cls, infra: Infrastructure, drain: Drain, on_status: StatusListener) -> SessionsDomain:
         """``drain`` runs one session's drain loop (the turn domain's, built later)."""
-        return cls(SessionService(infra.log, infra.queries), DrainCoordinator(drain, on_status))
+        service = SessionService(infra.log, infra.queries)
+        cluster = Cluster(infra, service) if infra.db.shared else None
+        return cls(service, DrainCoordinator(drain, on_status, cluster), cluster)
 
-    async def recover(self, infra: Infrastructure) -> int:
-        """At start-up: close what the last stop left open and wake sessions with unanswered prompts."""
-        return await recover(infra.log, infra.queries, self.service, self.coordinator)
+    async def start(self, infra: Infrastructure) -> int:
+        """Close what the last stop left open (leaving sessions other live processes drain to
+        them), wake sessions with unanswered prompts, and join the cluster."""
+        skip = await self.cluster.others() if self.cluster is not None else set()
+        recovered = await recover(infra.log, infra.queries, self.service, self.coordinator, skip=skip)
+        if self.cluster is not None:
+            await self.cluster.start(self.coordinator)
+        return recovered
+
+    async def stop(self) -> None:
+        await self.coordinator.shutdown()
+        if self.cluster is not None:
+            await self.cluster.stop()
+
+    async def statuses(self) -> dict[str, dict[str, object]]:
+        """Every non-idle session: this process's statuses, and busy for sessions other
+        processes drain."""
+        statuses: dict[str, dict[str, object]] = dict(self.coordinator.statuses())
+        if self.cluster is not None:
+            for session_id in await self.cluster.others():
+                statuses.setdefault(session_id, {"type": "busy"})
+        return statuses

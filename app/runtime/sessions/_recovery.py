@@ -83,9 +83,28 @@ async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, quer
             await emit("message.part.updated", {"part": closed, "time": at})
 
 
-async def recover(log_: EventLog, queries: Queries, sessions: SessionService, coordinator: DrainCoordinator) -> int:
+async def close_session(log_: EventLog, queries: Queries, session: dict[str, Any]) -> None:
+    """Close what a dead drain left open in one session (a takeover: the caller now holds its
+    lease, so nothing else writes there)."""
+    work = _OpenWork()
+    work.messages = [m for _, m in await queries.open_assistant_messages(session["id"])]
+    work.parts = [p for sid, p in await queries.open_tool_parts() if sid == session["id"]]
+    if work.messages or work.parts:
+        async with log_.transaction() as tx:
+            await _close(tx, session, work, queries, now_ms())
+
+
+async def recover(
+    log_: EventLog,
+    queries: Queries,
+    sessions: SessionService,
+    coordinator: DrainCoordinator,
+    *,
+    skip: set[str] | frozenset[str] = frozenset(),
+) -> int:
     """Close what a stop left open and wake sessions with unanswered prompts; returns the number
-    of sessions touched."""
+    of sessions touched. Sessions in ``skip`` (drained right now by another live process) are
+    left to their owner."""
     open_work: dict[str, _OpenWork] = defaultdict(_OpenWork)
     for session_id, message_id in await queries.open_assistant_messages():
         open_work[session_id].messages.append(message_id)
@@ -93,7 +112,7 @@ async def recover(log_: EventLog, queries: Queries, sessions: SessionService, co
         open_work[session_id].parts.append(part)
     waiting = set(await queries.sessions_with_unsettled_inputs())
     present: list[str] = []
-    for session_id in sorted(open_work.keys() | waiting):
+    for session_id in sorted((open_work.keys() | waiting) - skip):
         try:
             session = await sessions.get(session_id)
         except SessionNotFound:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
+from app.events.log import FENCE
 from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, TextDelta
 from app.runtime.sessions import SessionService, is_default_title
 
@@ -31,6 +32,9 @@ class TitleGenerator:
         task.add_done_callback(self._tasks.discard)
 
     async def _generate(self, session_id: str, user_text: str, provider: Provider, model: ModelInfo) -> None:
+        # A title outlives the drain that scheduled it: it writes under no drain lease (a rename
+        # is safe whoever drains the session by then).
+        FENCE.set(None)
         request = ChatRequest(
             model=model,
             system=[TITLE_SYSTEM],

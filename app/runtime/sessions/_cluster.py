@@ -1,0 +1,156 @@
+"""Drain ownership across server processes that share one PostgreSQL database.
+
+- A process drains a session only while it holds the session's lease (``leases``: owner, a
+  fencing token that grows with every new lease, an expiry). ``claim`` takes a free, expired or
+  own lease; when another live process holds it, that process is told to wake (the prompt is
+  already durable, so its drain loop picks it up) and nothing runs here.
+- Fencing: the drain task writes under ``FENCE`` (session, owner, token); every write
+  transaction checks the lease inside the transaction, so an owner that lost its lease (paused,
+  partitioned, presumed dead) can never write into the session again (``LeaseLost``).
+- Liveness: each process renews its leases every third of the lease time. A process that dies
+  stops renewing; the watchdog of any other process finds the expired lease, claims the session
+  (a takeover), closes what the dead drain left open, and answers the admitted prompts.
+- A graceful stop expires its leases at once, so the takeover does not wait for the expiry.
+- Control messages (wake, abort, interrupt) travel to a lease's owner through NOTIFY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from contextlib import suppress
+from typing import Any, Protocol
+
+from app.clock import now_ms
+from app.events.log import FENCE
+from app.jsonutil import dumps, loads
+from app.runtime.errors import SessionNotFound
+from app.runtime.infrastructure import Infrastructure
+from app.runtime.sessions._recovery import close_session
+from app.runtime.sessions._service import SessionService
+from app.store import sql
+
+log = logging.getLogger("opensession.cluster")
+
+CONTROL = "opensession_control"
+
+
+class Controlled(Protocol):
+    """What control messages act on (the drain coordinator)."""
+
+    def wake(self, session_id: str) -> None: ...
+
+    def is_active(self, session_id: str) -> bool: ...
+
+    async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool: ...
+
+
+class Cluster:
+    def __init__(self, infra: Infrastructure, sessions: SessionService) -> None:
+        self.infra = infra
+        self.db = infra.db
+        self.sessions = sessions
+        self.lease_ms = int(infra.settings.lease_seconds * 1000)
+        self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._target: Controlled | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._handlers: set[asyncio.Task[Any]] = set()
+
+    async def start(self, target: Controlled) -> None:
+        self._target = target
+        await self.db.listen(CONTROL, self._received)
+        self._watchdog = asyncio.create_task(self._watch(), name="cluster:watchdog")
+
+    async def stop(self) -> None:
+        """Give up every lease at once (expired, not deleted: whoever claims next recovers)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._watchdog
+        with suppress(Exception):
+            async with self.db.write() as scope:
+                scope.execute(sql.LEASE_RENEW, {"owner": self.origin, "expires_at": 0})
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def claim(self, session_id: str) -> int | None:
+        """The new lease's token, or None when another live process drains the session (it has
+        been told to wake). A takeover from a dead owner closes what it left open first."""
+        now = now_ms()
+        async with self.db.write() as scope:
+            before = await scope.fetch(sql.LEASE, {"session_id": session_id})
+            params = {"session_id": session_id, "owner": self.origin, "expires_at": now + self.lease_ms, "now": now}
+            taken = await scope.fetch(sql.LEASE_ACQUIRE, params)
+        previous = before[0][0] if before else None
+        if not taken:
+            if previous is not None:
+                await self.send(previous, "wake", session_id)
+            return None
+        token = int(taken[0][0])
+        if previous is not None and previous != self.origin:
+            FENCE.set((session_id, self.origin, token))
+            with suppress(SessionNotFound):
+                log.info("taking over %s from %s", session_id, previous)
+                await close_session(self.infra.log, self.infra.queries, await self.sessions.get(session_id))
+        return token
+
+    async def release(self, session_id: str, token: int) -> None:
+        async with self.db.write() as scope:
+            scope.execute(sql.LEASE_RELEASE, {"session_id": session_id, "owner": self.origin, "token": token})
+
+    async def owners(self) -> dict[str, str]:
+        """Sessions drained right now, anywhere in the cluster: session id -> owner."""
+        return {row[0]: row[1] for row in await self.db.fetch(sql.LIVE_LEASES, {"now": now_ms()})}
+
+    async def others(self) -> set[str]:
+        """Sessions another live process drains right now."""
+        return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}
+
+    async def _watch(self) -> None:
+        interval = max(self.lease_ms / 3000, 0.2)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self.db.write() as scope:
+                    scope.execute(sql.LEASE_RENEW, {"owner": self.origin, "expires_at": now_ms() + self.lease_ms})
+                expired = await self.db.fetch(sql.EXPIRED_LEASES, {"now": now_ms()})
+            except Exception:
+                log.exception("lease renewal failed")
+                continue
+            assert self._target is not None
+            for (session_id,) in expired:
+                if not self._target.is_active(session_id):
+                    self._target.wake(session_id)
+
+    # -- control messages --------------------------------------------------------------------
+
+    async def send(self, to: str, op: str, session_id: str, **extra: Any) -> None:
+        await self.db.notify(CONTROL, dumps({"to": to, "op": op, "s": session_id, **extra}))
+
+    async def forward(self, session_id: str, op: str, **extra: Any) -> bool:
+        """Ask the process draining ``session_id`` to ``op`` it and wait (up to a lease time) until
+        that drain has ended; False when no other process drains it."""
+        owner = (await self.owners()).get(session_id)
+        if owner is None or owner == self.origin:
+            return False
+        await self.send(owner, op, session_id, **extra)
+        deadline = time.monotonic() + self.lease_ms / 1000
+        while time.monotonic() < deadline and (await self.owners()).get(session_id) == owner:
+            await asyncio.sleep(0.05)
+        return True
+
+    def _received(self, payload: str) -> None:
+        message = loads(payload)
+        if message.get("to") != self.origin or self._target is None:
+            return
+        session_id, op = message["s"], message["op"]
+        if op == "wake":
+            self._target.wake(session_id)
+            return
+        through = message.get("through") if op == "abort" else None
+        task = asyncio.create_task(self._target.interrupt(session_id, settle_through=through))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
