@@ -6,18 +6,26 @@ draining a session is killed, another takes it over and answers every admitted p
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import asyncpg
 import httpx
 import pytest
 
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
-from tests.servers import ProcessServer, process_server
+from tests.servers import ROOT, ProcessServer, free_port, process_server, wait_healthy
 from tests.sse import EventCollector
+from tests.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 
 pytestmark = pytest.mark.slow
 
@@ -131,6 +139,25 @@ def test_status_and_abort_work_from_the_other_process(two: tuple[ProcessServer, 
     assert reply["info"]["error"]["name"] == "MessageAbortedError"
 
 
+def test_permission_and_shell_from_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
+    a, b = two
+    ask_bash = [{"permission": "bash", "pattern": "*", "action": "ask"}]
+    sid = httpx.post(f"{a.url}/session", json={"permission": ask_bash}).json()["id"]
+    with EventCollector(f"{b.url}/event") as on_b:
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("TOOL:bash echo approved-elsewhere"))
+        asked = on_b.wait_for(lambda f: f.type == "permission.asked", timeout=15).properties
+        listed = httpx.get(f"{b.url}/permission").json()
+        assert [r["id"] for r in listed] == [asked["id"]]  # asked on A, listed on B
+        reply = httpx.post(f"{b.url}/permission/{asked['id']}/reply", json={"reply": "once"})
+        assert reply.status_code == 200 and reply.json() is True
+        on_b.wait_idle(sid, timeout=15)
+    tools = [p for m in httpx.get(f"{a.url}/session/{sid}/message").json() for p in m["parts"] if p["type"] == "tool"]
+    assert tools[0]["state"]["status"] == "completed" and "approved-elsewhere" in tools[0]["state"]["output"]
+    assert httpx.get(f"{a.url}/permission").json() == httpx.get(f"{b.url}/permission").json() == []
+    shell = httpx.post(f"{b.url}/session/{sid}/shell", json={"agent": "build", "command": "echo from-b"}, timeout=30)
+    assert shell.status_code == 200, shell.text
+
+
 def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_dir: Path, config_dir: Path) -> None:
     a = process_server(cluster_url, project_dir, config_dir)
     b = process_server(cluster_url, project_dir, config_dir)
@@ -156,3 +183,79 @@ def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_di
     assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
     assert all("error" not in r["info"] for r in answers)
     assert taken_over_in < 15, taken_over_in  # a 3 s lease (tests/servers.py) plus the watchdog
+
+
+# -- behind nginx (deploy/nginx.conf, the file docker-compose.yml uses) ----------------------------
+
+
+@pytest.fixture
+def balanced(two: tuple[ProcessServer, ProcessServer], tmp_path: Path) -> Iterator[str]:
+    """nginx on a loopback port, round-robin over the two processes; yields its URL."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).exists():
+        if os.environ.get("CI"):
+            pytest.fail("nginx is not installed: .ci/run installs it (apt-get install nginx)")
+        pytest.skip("nginx is not installed here (apt-get install nginx)")
+    port = free_port()
+    upstreams = "".join(f"    server {urlsplit(s.url).netloc};\n" for s in two)
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    conf = re.sub(r"upstream opensession \{[^}]*\}", "upstream opensession {\n" + upstreams + "  }", conf)
+    conf = conf.replace("listen 4096;", f"listen 127.0.0.1:{port};")
+    prefix = tmp_path / "nginx"
+    prefix.mkdir()
+    (prefix / "nginx.conf").write_text(conf)
+    globals_ = f"daemon off; pid {prefix}/nginx.pid; error_log {prefix}/error.log;"
+    proc = subprocess.Popen(
+        [nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-g", globals_], stderr=subprocess.PIPE
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_official_sdk_flows_through_nginx(balanced: str) -> None:
+    run_flow(FLOW, balanced, EXPECTED_CHECKS)
+    run_flow(FLOW_V2, balanced, EXPECTED_CHECKS_V2)
+
+
+def _owner(cluster_url: str, sid: str) -> int:
+    """The pid of the process that holds the session's lease."""
+
+    async def read() -> str:
+        conn = await asyncpg.connect(cluster_url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            return str(await conn.fetchval("SELECT owner FROM leases WHERE session_id = $1", sid))
+        finally:
+            await conn.close()
+
+    return int(asyncio.run(read()).split("-")[0])
+
+
+def test_killing_a_replica_behind_nginx_mid_turn_loses_nothing(
+    two: tuple[ProcessServer, ProcessServer], balanced: str, cluster_url: str
+) -> None:
+    sid = httpx.post(f"{balanced}/session").json()["id"]
+    seen: list[str] = []
+    with EventCollector(f"{balanced}/event") as events:
+        httpx.post(f"{balanced}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 cut short"))
+        httpx.post(f"{balanced}/session/{sid}/prompt_async", json=text_prompt("asked after"))
+        events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid, timeout=15)
+        owner = _owner(cluster_url, sid)
+        victim = next(s for s in two if s.proc is not None and s.proc.pid == owner)
+        victim.kill9()
+        seen = [f.id for f in events.frames if f.id is not None]
+    # The stream may have been on the killed replica: resume through nginx from the last id seen.
+    with EventCollector(f"{balanced}/event", headers={"Last-Event-ID": seen[-1]}) as resumed:
+        history = _history_when(balanced, sid, _answered(3), timeout=30)
+        resumed.wait_for(
+            lambda f: f.type == "message.part.updated" and f.properties["part"].get("text") == "Echo: asked after",
+            timeout=15,
+        )
+    users = [m for m in history if m["info"]["role"] == "user"]
+    interrupted, *answers = [m for m in history if m["info"]["role"] == "assistant"]
+    assert interrupted["info"]["error"]["name"] == "MessageAbortedError"
+    assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]

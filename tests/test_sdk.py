@@ -53,12 +53,13 @@ def _node() -> str:
     return node
 
 
-def _run_flow(flow: Path, server: ThreadServer, expected: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
-    """Run one SDK flow script against ``server``; answer its checks by name and a report for messages."""
+def run_flow(flow: Path, url: str, expected: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
+    """Run one SDK flow script against the server at ``url``; answer its checks by name and a
+    report for messages."""
     node = _node()
     try:
         proc = subprocess.run(
-            [node, str(flow), server.url],
+            [node, str(flow), url],
             cwd=SDK_DIR,
             capture_output=True,
             text=True,
@@ -78,7 +79,7 @@ def _run_flow(flow: Path, server: ThreadServer, expected: list[str]) -> tuple[di
 
 @pytest.mark.slow
 def test_official_sdk_flow(server: ThreadServer) -> None:
-    checks, report = _run_flow(FLOW, server, EXPECTED_CHECKS)
+    checks, report = run_flow(FLOW, server.url, EXPECTED_CHECKS)
 
     assert checks["session.create"]["sessionID"].startswith("ses_")
     assert checks["session.promptAsync"]["status"] == 204
@@ -94,7 +95,7 @@ def test_official_sdk_flow(server: ThreadServer) -> None:
 
 @pytest.mark.slow
 def test_official_sdk_v2_flow(server: ThreadServer) -> None:
-    checks, report = _run_flow(FLOW_V2, server, EXPECTED_CHECKS_V2)
+    checks, report = run_flow(FLOW_V2, server.url, EXPECTED_CHECKS_V2)
 
     assert checks["v2.session.create"]["sessionID"].startswith("ses_")
     assert checks["v2.session.prompt"]["id"].startswith("msg_")

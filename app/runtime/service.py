@@ -4,6 +4,7 @@ the operations every protocol translator (legacy, V2) calls."""
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import suppress
 from typing import Any
 
@@ -12,12 +13,12 @@ from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import AgentsDomain
-from app.runtime.errors import SessionNotFound
+from app.runtime.errors import PermissionNotFound, SessionNotFound
 from app.runtime.history import HistoryDomain, MessageWithParts, Window
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
 from app.runtime.payloads import next_event
-from app.runtime.sessions import SessionsDomain
+from app.runtime.sessions import Cluster, SessionsDomain
 from app.runtime.tools import ToolServices
 from app.runtime.turn import TurnDomain
 from app.settings import Settings
@@ -46,6 +47,7 @@ class Runtime:
         self.agents, self.permissions = agents.agents, agents.permissions
         self.admission, self.waiters = inputs.admission, inputs.waiters
         self.commands = self.turn.commands
+        self._background: list[asyncio.Task[None]] = []
 
     async def _drain(self, session_id: str, signal: AbortSignal) -> None:
         """The coordinator's drain (the turn domain is built after the coordinator it reports to)."""
@@ -55,8 +57,34 @@ class Runtime:
         await self.db.open()
         await self.log.start()
         await self._sessions.start(self.infra)
+        if self._sessions.cluster is not None:
+            self._join_cluster(self._sessions.cluster)
+
+    def _join_cluster(self, cluster: Cluster) -> None:
+        """Answer permission requests asked on any process: follow them from the relayed events,
+        and take replies other processes forward here."""
+        watched = self.bus.subscribe(lambda e: e.type in ("permission.asked", "permission.replied"))
+
+        async def follow() -> None:
+            try:
+                while True:
+                    event = await watched.next(3600)
+                    if event is not None:
+                        self.permissions.observe(event)
+            finally:
+                watched.close()
+
+        async def answer(message: dict[str, Any]) -> None:
+            with suppress(PermissionNotFound):
+                await self.reply_permission(message["id"], message["reply"], message.get("message"))
+
+        cluster.handlers["permission"] = answer
+        self._background.append(asyncio.create_task(follow(), name="cluster:permissions"))
 
     async def stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self._sessions.stop()
         await self.turn.titles.stop()
         await self.registry.aclose()
@@ -180,6 +208,13 @@ class Runtime:
         self, request_id: str, reply: str, message: str | None, *, session_id: str | None = None
     ) -> None:
         info = self.permissions.get(request_id, session_id=session_id)
+        cluster = self._sessions.cluster
+        if cluster is not None and not self.permissions.is_local(request_id):  # asked on another process
+            owner = (await cluster.owners()).get(info["sessionID"])
+            if owner is None:
+                raise PermissionNotFound(request_id)
+            await cluster.send(owner, "permission", info["sessionID"], id=request_id, reply=reply, message=message)
+            return
         directory = self.sessions.cached_directory(info["sessionID"])
         await self.permissions.reply(request_id, reply, message, directory=directory)
 
@@ -191,8 +226,28 @@ class Runtime:
             await self._sessions.cluster.forward(session_id, "interrupt")
 
     async def wait_idle(self, session_id: str) -> None:
+        """Return once the session is idle. In a cluster another process may drain it: wait
+        until no process holds it and no admitted prompt is about to be claimed (prompts parked
+        by an interrupt stay parked: after a quiet second they no longer count)."""
         await self.sessions.get(session_id)
         await self.coordinator.await_idle(session_id)
+        cluster = self._sessions.cluster
+        if cluster is None:
+            return
+        quiet_since: float | None = None
+        while True:
+            if self.coordinator.is_active(session_id):
+                await self.coordinator.await_idle(session_id)
+                quiet_since = None
+            elif session_id in await cluster.owners():
+                quiet_since = None
+            elif not await self.queries.unsettled_inputs(session_id):
+                return
+            else:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 1.0:
+                    return
+            await asyncio.sleep(0.05)
 
     async def switch(self, session_id: str, *, agent: str | None = None, model: ModelRef | None = None) -> None:
         """Change the agent or model later prompts use, recorded as a ``session.next.*`` event."""

@@ -86,6 +86,7 @@ class Permissions:
         self.config = config
         self.agents = agents
         self._pending: dict[str, Pending] = {}
+        self._elsewhere: dict[str, dict[str, Any]] = {}  # asked on other processes (cluster)
 
     async def rules_for(self, session: dict[str, Any], agent: str | None = None) -> list[Rule]:
         saved = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": session["projectID"]})
@@ -151,17 +152,32 @@ class Permissions:
         self.log.publish(Event(legacy, props, session_id, directory))
         self.log.publish(Event(v2, v2_props, session_id, directory))
 
+    def observe(self, event: Event) -> None:
+        """Follow requests asked on other processes (their relayed events), so that any process
+        of a cluster lists them and takes their replies (``is_local`` tells where to send one)."""
+        props = event.properties
+        if event.type == "permission.asked":
+            self._elsewhere[props["id"]] = props
+        elif event.type == "permission.replied":
+            self._elsewhere.pop(props["requestID"], None)
+
+    def is_local(self, request_id: str) -> bool:
+        return request_id in self._pending
+
     def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        return [p.info for p in self._pending.values() if session_id is None or p.info["sessionID"] == session_id]
+        local = [p.info for p in self._pending.values()]
+        infos = local + [info for rid, info in self._elsewhere.items() if rid not in self._pending]
+        return [info for info in infos if session_id is None or info["sessionID"] == session_id]
 
     def pending_v2(self, session_id: str | None = None) -> list[dict[str, Any]]:
         return [_v2_request(info) for info in self.pending(session_id)]
 
     def get(self, request_id: str, *, session_id: str | None = None) -> dict[str, Any]:
         pending = self._pending.get(request_id)
-        if pending is None or (session_id is not None and pending.info["sessionID"] != session_id):
+        info = pending.info if pending is not None else self._elsewhere.get(request_id)
+        if info is None or (session_id is not None and info["sessionID"] != session_id):
             raise PermissionNotFound(request_id)
-        return pending.info
+        return info
 
     async def reply(
         self, request_id: str, reply: str, message: str | None = None, *, directory: str | None = None

@@ -212,7 +212,7 @@ class History:
         """The session, held still for an operation that moves its history: refused with
         SessionBusy while a turn runs, and no turn starts until the operation is done (history
         must not move under a running turn)."""
-        with self.coordinator.hold(session_id):
+        async with self.coordinator.hold(session_id):
             yield await self.sessions.get(session_id)
 
     async def delete_message(self, session_id: str, message_id: str) -> None:

@@ -9,6 +9,7 @@ Invariants: status changes only in the coordinator and is announced synchronousl
 ``active()`` and ``statuses()`` always agree; recovery derives what to close from what is open.
 """
 
+from app.runtime.sessions._cluster import Cluster
 from app.runtime.sessions._coordinator import BUSY, DrainCoordinator
 from app.runtime.sessions._domain import SessionsDomain
 from app.runtime.sessions._project import cached_project_id, project_id
@@ -17,6 +18,7 @@ from app.runtime.sessions._service import SessionService, is_default_title, zero
 
 __all__ = [
     "BUSY",
+    "Cluster",
     "DrainCoordinator",
     "SessionService",
     "SessionsDomain",

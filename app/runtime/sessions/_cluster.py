@@ -21,6 +21,7 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any, Protocol
 
@@ -57,7 +58,9 @@ class Cluster:
         self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._target: Controlled | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self._handlers: set[asyncio.Task[Any]] = set()
+        self._running: set[asyncio.Task[Any]] = set()
+        # Further control operations, by name (the Runtime adds what other domains answer).
+        self.handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {}
 
     async def start(self, target: Controlled) -> None:
         self._target = target
@@ -150,7 +153,14 @@ class Cluster:
         if op == "wake":
             self._target.wake(session_id)
             return
-        through = message.get("through") if op == "abort" else None
-        task = asyncio.create_task(self._target.interrupt(session_id, settle_through=through))
-        self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
+        if op in ("abort", "interrupt"):
+            through = message.get("through") if op == "abort" else None
+            work: Awaitable[Any] = self._target.interrupt(session_id, settle_through=through)
+        elif op in self.handlers:
+            work = self.handlers[op](message)
+        else:
+            log.warning("unknown control operation %r", op)
+            return
+        task = asyncio.ensure_future(work)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)

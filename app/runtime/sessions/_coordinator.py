@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -111,16 +111,26 @@ class DrainCoordinator:
             raise SessionBusy(session_id)
         return outcome["value"]
 
-    @contextmanager
-    def hold(self, session_id: str) -> Iterator[None]:
+    @asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[None]:
         """Claim the idle session for an operation that must not overlap a turn; raises
-        SessionBusy if a drain runs or another hold is in place."""
+        SessionBusy if a drain runs or another hold is in place. The local check and mark happen
+        before the first await; on a shared database the hold also takes the session's lease, so
+        no other process starts a drain meanwhile (it wakes this one, which drains afterwards)."""
         if session_id in self._entries or session_id in self._held:
             raise SessionBusy(session_id)
         self._held.add(session_id)
+        token: int | None = None
         try:
+            if self._claims is not None:
+                token = await self._claims.claim(session_id)
+                if token is None:
+                    raise SessionBusy(session_id)
             yield
         finally:
+            if token is not None:
+                assert self._claims is not None
+                await self._claims.release(session_id, token)
             self._held.discard(session_id)
             if session_id in self._deferred:
                 self._deferred.discard(session_id)
