@@ -3,13 +3,18 @@ reached stops start-up with one clear line and a non-zero status."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
+import httpx
 import pytest
 
+from tests.helpers import text_prompt
+from tests.postgres import Cluster
 from tests.servers import ROOT, free_port, process_server
 
 
@@ -46,3 +51,47 @@ def test_an_unsupported_database_url_is_one_line(project_dir: Path) -> None:
     result = _serve("mysql://localhost/db", project_dir)
     assert result.returncode == 1
     assert result.stderr.strip().startswith("opensession: unsupported database URL")
+
+
+def _admin(cluster: Cluster, statement: str) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(f"{cluster.url}/postgres")
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.slow
+def test_a_database_lost_while_running_answers_503_then_recovers(
+    postgres_cluster: Cluster | None, project_dir: Path, config_dir: Path
+) -> None:
+    if postgres_cluster is None:
+        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
+    url = postgres_cluster.create_database()
+    name = url.rsplit("/", 1)[1]
+    server = process_server(url, project_dir, config_dir)
+    server.start()
+    try:
+        sid = httpx.post(f"{server.url}/session").json()["id"]
+        assert httpx.post(f"{server.url}/session/{sid}/message", json=text_prompt("before")).status_code == 200
+        _admin(postgres_cluster, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        _admin(postgres_cluster, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+        lost = httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("while lost"))
+        assert lost.status_code == 503, lost.text
+        assert lost.json()["name"] == "DatabaseUnavailableError"
+        assert httpx.get(f"{server.url}/global/health").status_code == 200  # the server itself is up
+        _admin(postgres_cluster, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        back = httpx.post(f"{server.url}/session/{sid}/message", json=text_prompt("after"), timeout=30)
+        assert back.status_code == 200, back.text
+        texts = [
+            p.get("text")
+            for m in httpx.get(f"{server.url}/session/{sid}/message").json()
+            for p in m["parts"]
+            if p["type"] == "text"
+        ]
+        assert texts == ["before", "Echo: before", "after", "Echo: after"]  # the 503'd prompt was not stored
+    finally:
+        server.stop()

@@ -20,6 +20,7 @@ from app.jsonutil import UnencodableValue
 from app.runtime.errors import (
     CommandNotFound,
     Conflict,
+    DatabaseUnavailable,
     InvalidCursor,
     InvalidInput,
     MessageNotFound,
@@ -136,6 +137,15 @@ async def _conflict(_request: Request, exc: Conflict) -> JSONBody:
     return tagged(409, "ConflictError", exc.message, resource=exc.resource)
 
 
+async def _unavailable(request: Request, exc: DatabaseUnavailable) -> JSONBody:
+    """The database is unreachable: nothing was committed, the client may retry."""
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    message = "The database is unavailable; nothing was stored. Retry shortly."
+    if _is_v2(request):
+        return tagged(503, "DatabaseUnavailableError", message)
+    return named(503, "DatabaseUnavailableError", message)
+
+
 async def _busy(_request: Request, exc: SessionBusy) -> JSONBody:
     return tagged(409, "SessionBusyError", exc.message, sessionID=exc.session_id)
 
@@ -155,6 +165,7 @@ def install(app: FastAPI) -> None:
         InvalidCursor: _invalid_cursor,
         Conflict: _conflict,
         SessionBusy: _busy,
+        DatabaseUnavailable: _unavailable,
     }
     for exception, handler in handlers.items():
         app.add_exception_handler(exception, handler)

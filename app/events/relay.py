@@ -178,4 +178,6 @@ class ClusterRelay:
     async def _poll_loop(self) -> None:
         while True:
             await asyncio.sleep(POLL_SECONDS)
+            with suppress(Exception):  # back when the database is: notifications resume, the poll catches up
+                await self.db.ensure_listening()
             self._queue.put_nowait(("poll", None))

@@ -3,6 +3,10 @@ the runtime never knows about HTTP."""
 
 from __future__ import annotations
 
+from app.store.database import DatabaseUnavailable
+
+__all__ = ["DatabaseUnavailable"]  # raised from storage, mapped to 503 like the errors below
+
 
 class RuntimeFailure(Exception):
     """Base class: ``message`` is safe to show to a client."""

@@ -203,6 +203,10 @@ class Database(ABC):
         """Call ``callback`` with the payload of every notification on ``channel`` (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
+    async def ensure_listening(self) -> None:
+        """Re-establish notifications after the database was lost (shared engines)."""
+        raise NotImplementedError(f"{type(self).__name__} has no notifications")
+
     async def notify(self, channel: str, payload: str) -> None:
         """Send a notification now, outside any transaction (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")

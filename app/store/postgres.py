@@ -7,9 +7,11 @@ upgraded by the same Alembic migrations as SQLite's.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import asyncpg
@@ -28,6 +30,29 @@ def _where(url: str) -> str:
     return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
 
 
+# What a lost database looks like to the driver: the connection broke, the server shut down or
+# refuses connections now. Each becomes DatabaseUnavailable (a 503 for clients).
+LOST = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InvalidCatalogNameError,
+)
+
+
+@contextmanager
+def _reachable(url: str, *, connecting: bool = False) -> Iterator[None]:
+    """Turn a lost database into DatabaseUnavailable. While ``connecting`` any refusal counts
+    (the server may be starting, or the database closed to connections)."""
+    lost: tuple[type[BaseException], ...] = (*LOST, asyncpg.PostgresError) if connecting else LOST
+    try:
+        yield
+    except lost as exc:
+        raise DatabaseUnavailable(f"PostgreSQL at {_where(url)} is unavailable: {exc}") from exc
+
+
 def _positional(sql: str, params: Params) -> tuple[str, list[Any]]:
     if not isinstance(sql, Statement):  # plain control statements (BEGIN, COMMIT) take no parameters
         return sql, []
@@ -35,24 +60,32 @@ def _positional(sql: str, params: Params) -> tuple[str, list[Any]]:
     return text, [params[name] for name in names]
 
 
+def _deliver(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], None]:
+    return lambda _conn, _pid, _channel, payload: callback(payload)
+
+
 class _Connection:
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection, url: str) -> None:
         self.conn = conn
+        self.url = url
 
     async def run(self, sql: str, params: Params) -> None:
         text, args = _positional(sql, params)
-        await self.conn.execute(text, *args)
+        with _reachable(self.url):
+            await self.conn.execute(text, *args)
 
     async def run_many(self, sql: str, rows: list[Params]) -> None:
         if not rows:
             return
         text, _ = _positional(sql, rows[0])
         names = sql.for_postgres()[1] if isinstance(sql, Statement) else ()
-        await self.conn.executemany(text, [[row[name] for name in names] for row in rows])
+        with _reachable(self.url):
+            await self.conn.executemany(text, [[row[name] for name in names] for row in rows])
 
     async def rows(self, sql: str, params: Params) -> list[Row]:
         text, args = _positional(sql, params)
-        return list(await self.conn.fetch(text, *args))
+        with _reachable(self.url):
+            return list(await self.conn.fetch(text, *args))
 
 
 # Every write transaction of every process takes this transaction-level advisory lock first, so
@@ -69,12 +102,13 @@ class PostgresDatabase(Database):
         self._writer_conn: _Connection | None = None
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
+        self._channels: dict[str, Callable[[str], None]] = {}
 
     async def open(self) -> None:
         dsn = _dsn(self.url)
         try:
             await self.migrate()
-            self._writer_conn = _Connection(await asyncpg.connect(dsn))
+            self._writer_conn = _Connection(await asyncpg.connect(dsn), self.url)
             self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
@@ -95,31 +129,48 @@ class PostgresDatabase(Database):
         return self._writer_conn
 
     async def _begin(self) -> None:
+        assert self._writer_conn is not None, "database is not open"
+        if self._writer_conn.conn.is_closed():  # lost earlier: the database may be back
+            with _reachable(self.url, connecting=True):
+                self._writer_conn = _Connection(await asyncpg.connect(_dsn(self.url), timeout=5), self.url)
         await self._writer().run("BEGIN", {})
         await self._writer().run(f"SELECT pg_advisory_xact_lock({WRITER_LOCK})", {})
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
-        if self._listener is None:
-            self._listener = await asyncpg.connect(_dsn(self.url))
-        await self._listener.add_listener(channel, lambda _conn, _pid, _channel, payload: callback(payload))
+        self._channels[channel] = callback
+        await self.ensure_listening()
+
+    async def ensure_listening(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        with _reachable(self.url, connecting=True):
+            self._listener = await asyncpg.connect(_dsn(self.url), timeout=5)
+            for channel, callback in self._channels.items():
+                await self._listener.add_listener(channel, _deliver(callback))
 
     async def notify(self, channel: str, payload: str) -> None:
         assert self._pool is not None, "database is not open"
-        async with self._pool.acquire() as conn:
-            await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
+        with _reachable(self.url, connecting=True):
+            async with self._pool.acquire() as conn:
+                await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
 
     async def _end(self, commit: bool) -> None:
         if commit:
             await self._writer().run("COMMIT", {})
             return
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        with contextlib.suppress(DatabaseUnavailable, asyncpg.PostgresError):
             await self._writer().run("ROLLBACK", {})
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
         assert self._pool is not None, "database is not open"
         text, args = _positional(sql, params or {})
-        async with self._pool.acquire() as conn:
-            return list(await conn.fetch(text, *args))
+        with _reachable(self.url, connecting=True):
+            conn = await self._pool.acquire()
+        try:
+            with _reachable(self.url):
+                return list(await conn.fetch(text, *args))
+        finally:
+            await self._pool.release(conn)
 
     async def close(self) -> None:
         if self._listener is not None:

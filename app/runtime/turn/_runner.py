@@ -130,6 +130,10 @@ class Runner:
         except Aborted as exc:
             if exc.reason == "abort" and signal.settle_through is not None:
                 await self._settle_waiting(session_id, signal.settle_through)
+                if await self.infra.queries.unsettled_inputs(session_id):
+                    # Admitted after the abort: its wake may have been dropped with the aborted
+                    # busy period's, so the drain after this one answers it.
+                    self.sessions.coordinator.wake(session_id)
             raise
 
     async def _turn(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
