@@ -69,8 +69,9 @@ class Cluster:
         shutil.rmtree(self._directory, ignore_errors=True)
 
 
-def start_cluster() -> Cluster | None:
-    """Start a cluster, or return None when PostgreSQL is not installed here."""
+def start_cluster(extra_options: str = "") -> Cluster | None:
+    """Start a cluster, or return None when PostgreSQL is not installed here. ``extra_options``
+    are more ``-c name=value`` server settings (bench/cluster.py counts statements with them)."""
     if existing := os.environ.get("OPENSESSION_TEST_PG"):
         return Cluster(existing.rstrip("/"))
     binaries = _binaries()
@@ -94,7 +95,8 @@ def start_cluster() -> Cluster | None:
     )
     options = (
         f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={directory} "
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "
+        f"{extra_options}"
     )
     started = subprocess.run(
         cluster._as_owner(str(binaries / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start"),
