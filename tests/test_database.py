@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import asyncpg
@@ -16,6 +17,7 @@ import pytest
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
 from tests.servers import ROOT, free_port, process_server
+from tests.sse import EventCollector
 
 
 def _serve(db: str, directory: Path) -> subprocess.CompletedProcess[str]:
@@ -77,21 +79,26 @@ def test_a_database_lost_while_running_answers_503_then_recovers(
     try:
         sid = httpx.post(f"{server.url}/session").json()["id"]
         assert httpx.post(f"{server.url}/session/{sid}/message", json=text_prompt("before")).status_code == 200
-        _admin(postgres_cluster, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        _admin(postgres_cluster, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
-        lost = httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("while lost"))
-        assert lost.status_code == 503, lost.text
-        assert lost.json()["name"] == "DatabaseUnavailableError"
-        assert httpx.get(f"{server.url}/global/health").status_code == 200  # the server itself is up
-        _admin(postgres_cluster, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        back = httpx.post(f"{server.url}/session/{sid}/message", json=text_prompt("after"), timeout=30)
-        assert back.status_code == 200, back.text
-        texts = [
-            p.get("text")
-            for m in httpx.get(f"{server.url}/session/{sid}/message").json()
-            for p in m["parts"]
-            if p["type"] == "text"
-        ]
-        assert texts == ["before", "Echo: before", "after", "Echo: after"]  # the 503'd prompt was not stored
+        with EventCollector(f"{server.url}/event") as events:
+            httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 in flight"))
+            events.wait_for(lambda f: f.type == "message.part.delta", timeout=15)
+            _admin(postgres_cluster, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            _admin(postgres_cluster, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+            lost = httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("while lost"))
+            assert lost.status_code == 503, lost.text
+            assert lost.json()["name"] == "DatabaseUnavailableError"
+            assert httpx.get(f"{server.url}/global/health").status_code == 200  # the server itself is up
+            time.sleep(1.5)  # the turn in flight fails to write meanwhile, and waits
+            _admin(postgres_cluster, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            back = httpx.post(f"{server.url}/session/{sid}/message", json=text_prompt("after"), timeout=30)
+            assert back.status_code == 200, back.text
+        history = httpx.get(f"{server.url}/session/{sid}/message").json()
+        users = [m for m in history if m["info"]["role"] == "user"]
+        replies = [m for m in history if m["info"]["role"] == "assistant"]
+        texts = [p["text"] for m in users for p in m["parts"] if p["type"] == "text"]
+        assert texts == ["before", "SLOW:0.3 in flight", "after"]  # the 503'd prompt was not stored
+        assert all("completed" in r["info"]["time"] for r in replies)  # nothing left open
+        answered = {r["info"]["parentID"] for r in replies if "error" not in r["info"]}
+        assert answered == {u["info"]["id"] for u in users}  # the turn in flight was answered too
     finally:
         server.stop()

@@ -100,6 +100,11 @@ class Cluster:
                 await close_session(self.infra.log, self.infra.queries, await self.sessions.get(session_id))
         return token
 
+    async def close_open(self, session_id: str) -> None:
+        """Close what a failed drain of this process left open in a session it still holds."""
+        with suppress(SessionNotFound):
+            await close_session(self.infra.log, self.infra.queries, await self.sessions.get(session_id))
+
     async def release(self, session_id: str, token: int) -> None:
         async with self.db.write() as scope:
             scope.execute(sql.LEASE_RELEASE, {"session_id": session_id, "owner": self.origin, "token": token})

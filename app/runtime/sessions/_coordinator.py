@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from app.events.log import FENCE, LeaseLost
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.errors import SessionBusy
+from app.runtime.errors import DatabaseUnavailable, SessionBusy
 
 log = logging.getLogger("opensession.coordinator")
 
@@ -31,6 +31,7 @@ Drain = Callable[[str, AbortSignal], Awaitable[None]]
 T = TypeVar("T")
 StatusListener = Callable[[str, dict[str, Any]], None]
 
+RETRY_UNAVAILABLE_SECONDS = 1.0
 BUSY = {"type": "busy"}
 IDLE = {"type": "idle"}
 
@@ -51,6 +52,8 @@ class Claims(Protocol):
     async def claim(self, session_id: str) -> int | None: ...
 
     async def release(self, session_id: str, token: int) -> None: ...
+
+    async def close_open(self, session_id: str) -> None: ...
 
 
 class DrainCoordinator:
@@ -148,6 +151,22 @@ class DrainCoordinator:
             self.set_status(session_id, BUSY)
         return token
 
+    async def _resume_after_outage(self, session_id: str, entry: _Entry) -> bool:
+        """Wait for the database to come back, then close the reply the failed step left open
+        (this process still holds the session); False if an abort or a shutdown came first."""
+        while True:
+            try:
+                await entry.signal.sleep(RETRY_UNAVAILABLE_SECONDS)
+            except Aborted:
+                return False
+            if self._claims is None:
+                return True
+            try:
+                await self._claims.close_open(session_id)
+                return True
+            except DatabaseUnavailable:
+                continue
+
     async def _run(self, session_id: str, entry: _Entry, work: Drain | None = None) -> None:
         token: int | None = None
         try:
@@ -164,6 +183,13 @@ class DrainCoordinator:
                 except LeaseLost:
                     log.warning("%s was taken over by another process; this drain stops", session_id)
                     break
+                except DatabaseUnavailable as exc:
+                    # Nothing of the failed transaction was stored: retry once the database is back
+                    # (an abort or a shutdown still ends the wait).
+                    log.warning("drain of %s paused: %s", session_id, exc)
+                    if not await self._resume_after_outage(session_id, entry):
+                        break
+                    entry.pending_wake = True
                 except Exception:
                     log.exception("drain of %s failed", session_id)
                     break
