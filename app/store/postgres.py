@@ -138,7 +138,11 @@ class PostgresDatabase(Database):
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
         self._channels[channel] = callback
-        await self.ensure_listening()
+        if self._listener is not None and not self._listener.is_closed():
+            with _reachable(self.url):
+                await self._listener.add_listener(channel, _deliver(callback))
+        else:
+            await self.ensure_listening()  # connects and listens on every channel so far
 
     async def ensure_listening(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
