@@ -7,6 +7,7 @@ draining a session is killed, another takes it over and answers every admitted p
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -259,3 +260,19 @@ def test_killing_a_replica_behind_nginx_mid_turn_loses_nothing(
     interrupted, *answers = [m for m in history if m["info"]["role"] == "assistant"]
     assert interrupted["info"]["error"]["name"] == "MessageAbortedError"
     assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
+
+
+def test_a_large_permission_request_reaches_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
+    """An edit's permission request carries the whole diff: far more than one notification holds."""
+    a, b = two
+    ask_edit = [{"permission": "edit", "pattern": "*", "action": "ask"}]
+    sid = httpx.post(f"{a.url}/session", json={"permission": ask_edit}).json()["id"]
+    content = "".join(f"line {i} of a long file written by the agent\n" for i in range(600))  # ~27 kB of diff
+    call = json.dumps({"filePath": "big.txt", "content": content})
+    with EventCollector(f"{b.url}/event") as on_b:
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(f"TOOL:write {call}"))
+        asked = on_b.wait_for(lambda f: f.type == "permission.asked", timeout=15).properties
+        assert "line 599 of a long file" in json.dumps(asked["metadata"])
+        assert [r["id"] for r in httpx.get(f"{b.url}/permission").json()] == [asked["id"]]
+        assert httpx.post(f"{b.url}/permission/{asked['id']}/reply", json={"reply": "once"}).json() is True
+        on_b.wait_idle(sid, timeout=15)

@@ -12,7 +12,9 @@ its own bus, in one order, through one queue:
 Writes are serialized cluster-wide (see ``app.store.postgres.WRITER_LOCK``), so cursors commit in
 order and "everything after the last cursor I published" is gap-free on every process.
 A notification carries ``{"o": origin, "items": [cursor | event, ...]}``; an ephemeral event too
-large for one notification reaches only its own process (logged).
+large for one notification (a permission request with a long diff) travels in pieces,
+``{"o": origin, "piece": [index, count], "text": ...}``, reassembled by the receiver (one
+origin's notifications arrive in the order they were sent).
 """
 
 from __future__ import annotations
@@ -55,32 +57,44 @@ def _decode(item: dict[str, Any]) -> Event:
     return Event(item["t"], item["p"], item["s"], item["d"], id=item["i"], time=item["m"])
 
 
+def _pieces(origin: str, text: str) -> list[str]:
+    size = MAX_PAYLOAD - 200  # room for the envelope and JSON escaping of the slice
+    slices = [text[i : i + size] for i in range(0, len(text), size)]
+    while any(len(dumps({"o": origin, "piece": [0, len(slices)], "text": s})) > MAX_PAYLOAD for s in slices):
+        size //= 2  # escaping grew a slice past the limit: cut finer
+        slices = [text[i : i + size] for i in range(0, len(text), size)]
+    return [dumps({"o": origin, "piece": [i, len(slices)], "text": s}) for i, s in enumerate(slices)]
+
+
 def notifications(origin: str, events: list[Event]) -> list[str]:
     """The payloads that tell other processes about ``events`` (in order): consecutive durable
-    events collapse into their last cursor; oversized ephemeral events are left out."""
-    items: list[Item] = []
-    for event in events:
-        if event.durable:
-            if items and isinstance(items[-1], int):
-                items[-1] = event.cursor
-            else:
-                items.append(event.cursor)
-        else:
-            encoded = _encode(event)
-            if len(dumps(encoded)) > MAX_PAYLOAD:
-                log.warning("%s too large to reach other processes; only this one sees it", event.type)
-                continue
-            items.append(encoded)
+    events collapse into their last cursor; an oversized ephemeral event goes in pieces."""
     payloads: list[str] = []
     chunk: list[Item] = []
-    for item in items:
-        candidate = dumps({"o": origin, "items": [*chunk, item]})
-        if chunk and len(candidate) > MAX_PAYLOAD:
+
+    def flush() -> None:
+        nonlocal chunk
+        if chunk:
             payloads.append(dumps({"o": origin, "items": chunk}))
             chunk = []
+
+    for event in events:
+        item: Item
+        if event.durable:
+            if chunk and isinstance(chunk[-1], int):
+                chunk[-1] = event.cursor
+                continue
+            item = event.cursor
+        else:
+            item = _encode(event)
+            if len(dumps(item)) > MAX_PAYLOAD - 100:
+                flush()
+                payloads.extend(_pieces(origin, dumps(item)))
+                continue
+        if chunk and len(dumps({"o": origin, "items": [*chunk, item]})) > MAX_PAYLOAD:
+            flush()
         chunk.append(item)
-    if chunk:
-        payloads.append(dumps({"o": origin, "items": chunk}))
+    flush()
     return payloads
 
 
@@ -93,6 +107,7 @@ class ClusterRelay:
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._outbox: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
 
     async def start(self) -> None:
         await self.db.listen(CHANNEL, self._received)
@@ -124,8 +139,19 @@ class ClusterRelay:
 
     def _received(self, payload: str) -> None:
         message = loads(payload)
-        if message.get("o") != self.origin:
-            self._queue.put_nowait(("remote", message.get("items") or []))
+        origin = message.get("o")
+        if origin == self.origin:
+            return
+        if "piece" in message:
+            index, count = message["piece"]
+            pieces = self._pieces.setdefault(origin, [])
+            if index == 0:
+                pieces.clear()
+            pieces.append(message["text"])
+            if index + 1 == count:
+                self._queue.put_nowait(("remote", [loads("".join(self._pieces.pop(origin)))]))
+            return
+        self._queue.put_nowait(("remote", message.get("items") or []))
 
     # -- the one publishing order ----------------------------------------------------------------
 
