@@ -81,6 +81,8 @@ class StreamSpec:
     replay: Replay
     heartbeat: Callable[[], bytes]
     connected: Callable[[int], bytes] | None = None  # given the position the stream starts from
+    # The last frame of a subscriber cut off for falling behind, given the position to resume from.
+    overflow: Callable[[int], bytes] | None = None
     twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
 
     def frames(self, event: Event) -> bytes:
@@ -99,6 +101,7 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
     subscription = runtime.bus.subscribe(spec.accept)
     origin = after if after is not None else runtime.bus.cursor  # read with the subscription, no await between
     interval = runtime.settings.heartbeat_seconds
+    sent = origin  # the position a client that has everything yielded so far resumes from
     try:
         if spec.connected is not None:
             yield spec.connected(origin)
@@ -112,6 +115,7 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
                     chunk = b"".join(spec.frames(event) for event in batch if spec.accept(event))
                     if chunk:
                         yield chunk
+                    sent = replayed_to
                 if len(batch) < REPLAY_BATCH:
                     break
         while True:
@@ -120,17 +124,37 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
                 yield spec.heartbeat()
                 continue
             ready = [event, *subscription.ready(LIVE_BATCH)]
-            chunk = b"".join(spec.frames(e) for e in ready if not (e.durable and spec.position(e) <= replayed_to))
+            fresh = [e for e in ready if not (e.durable and spec.position(e) <= replayed_to)]
+            chunk = b"".join(spec.frames(e) for e in fresh)
             if chunk:
                 yield chunk
+            durable = [spec.position(e) for e in fresh if e.durable]
+            if durable:
+                sent = max(sent, durable[-1])
     except Overflowed:
-        return  # the client resumes from the last id it received
+        # Cut off for falling behind: say so, with where to resume, and end the response.
+        if spec.overflow is not None:
+            yield spec.overflow(sent)
+        return
     finally:
         subscription.close()
 
 
+def overflow_envelope(event_id: str, position: int) -> bytes:
+    """``server.overflow`` (a type OpenCode clients ignore): the stream ends, resume from ``position``."""
+    return b'{"id":"%s","type":"server.overflow","properties":{"resume":"%d"}}' % (event_id.encode(), position)
+
+
 def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventSourceResponse:
-    return EventSourceResponse(_stream(runtime, spec, after), headers=SSE_HEADERS, ping=0, sep="\n")
+    """A stream whose client takes longer than ``stream_send_timeout`` to accept a write is closed
+    (with the subscriber's queue bounded, a client that never reads holds bounded memory)."""
+    return EventSourceResponse(
+        _stream(runtime, spec, after),
+        headers=SSE_HEADERS,
+        ping=0,
+        sep="\n",
+        send_timeout=runtime.settings.stream_send_timeout,
+    )
 
 
 def legacy_envelope(event: Event) -> bytes:

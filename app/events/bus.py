@@ -1,8 +1,9 @@
 """In-process live fan-out with one bounded queue per subscriber.
 
 A subscriber that falls ``maxsize`` events behind is cut off rather than allowed to grow memory:
-it keeps what is already queued, is told it overflowed, and its stream ends; the client
-reconnects with the last id it saw and the durable log fills the gap.
+what was queued for it is dropped at once (the memory is released even if it never reads again),
+its stream ends with a last frame saying so, and the client reconnects with the last id it saw
+while the durable log fills the gap.
 """
 
 from __future__ import annotations
@@ -34,19 +35,26 @@ class Subscription:
         except asyncio.QueueFull:
             self.overflowed = True
             self._bus.unsubscribe(self)
+            while not self._queue.empty():  # release what it held: the log has all of it
+                self._queue.get_nowait()
 
     async def next(self, timeout: float) -> Event | None:
         """The next event, ``None`` after ``timeout`` seconds of silence; raises ``Overflowed``
-        once the events queued before the overflow have been handed out."""
-        if not self._queue.empty():
-            return self._queue.get_nowait()
+        once the subscriber was cut off."""
         if self.overflowed:
             raise Overflowed
+        if not self._queue.empty():
+            return self._queue.get_nowait()
         try:
             async with asyncio.timeout(timeout):  # no extra task per event, unlike wait_for
                 return await self._queue.get()
         except TimeoutError:
             return None
+
+    @property
+    def backlog(self) -> int:
+        """Events queued and not yet handed out."""
+        return self._queue.qsize()
 
     def ready(self, limit: int) -> list[Event]:
         """Up to ``limit`` events already queued, without waiting (to send a burst at once)."""

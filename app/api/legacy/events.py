@@ -19,6 +19,7 @@ from app.api.sse import (
     frame,
     global_position,
     legacy_envelope,
+    overflow_envelope,
     resume_position,
 )
 from app.events.model import Event
@@ -58,6 +59,11 @@ def _control(event_type: str, *, wrap: bool, position: int | None = None) -> byt
     return frame(b'{"payload":%s}' % payload if wrap else payload, position)
 
 
+def _overflow(position: int, *, wrap: bool) -> bytes:
+    payload = overflow_envelope(ids.event_id(), position)
+    return frame(b'{"payload":%s}' % payload if wrap else payload, position)
+
+
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 
 
@@ -71,6 +77,7 @@ async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id:
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),
         connected=lambda origin: _control("server.connected", wrap=False, position=origin),
         heartbeat=lambda: _control("server.heartbeat", wrap=False),
+        overflow=lambda position: _overflow(position, wrap=False),
     )
     return event_source(runtime, spec, resume_position(last_event_id))
 
@@ -85,6 +92,7 @@ async def global_subscribe(runtime: RuntimeDep, last_event_id: LastEventID = Non
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
         connected=lambda origin: _control("server.connected", wrap=True, position=origin),
         heartbeat=lambda: _control("server.heartbeat", wrap=True),
+        overflow=lambda position: _overflow(position, wrap=True),
         twin=_sync_twin,
     )
     return event_source(runtime, spec, resume_position(last_event_id))

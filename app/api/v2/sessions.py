@@ -243,6 +243,7 @@ async def session_events(
         position=session_position,
         replay=lambda position: runtime.log.session_since(sessionID, position, limit=REPLAY_BATCH),
         heartbeat=lambda: HEARTBEAT_COMMENT,
+        overflow=_v2_overflow,
     )
     return event_source(runtime, spec, -1 if start is None else start)
 
@@ -299,6 +300,14 @@ async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     return JSONBody({"data": data + [views.message(m) for m in window.tail]})
 
 
+def _v2_overflow(position: int) -> bytes:
+    """The last frame of a subscriber cut off for falling behind: resume after ``position``."""
+    if position < 0:  # cut off before the first event: resume from the start
+        return frame(b'{"id":"%s","type":"server.overflow","data":{}}' % ids.event_id().encode())
+    body = b'{"id":"%s","type":"server.overflow","data":{"after":%d}}' % (ids.event_id().encode(), position)
+    return frame(body, position)
+
+
 def _v2_connected(_origin: int) -> bytes:
     return frame(b'{"id":"%s","type":"server.connected","data":{}}' % ids.event_id().encode())
 
@@ -315,5 +324,6 @@ async def all_events(runtime: RuntimeDep, last_event_id: LastEventID = None) -> 
         replay=lambda position: runtime.log.since(position, limit=REPLAY_BATCH),
         connected=_v2_connected,
         heartbeat=lambda: HEARTBEAT_COMMENT,
+        overflow=_v2_overflow,
     )
     return event_source(runtime, spec, resume)
