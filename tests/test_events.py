@@ -89,17 +89,11 @@ def test_reconnect_with_last_event_id_receives_what_was_missed(server: ThreadSer
     assert ids == sorted(set(ids))
 
 
-def test_heartbeat_is_a_json_frame(database_url: str, project_dir: Path, config_dir: Path) -> None:
-    from tests.servers import free_port
-
-    settings = Settings(
-        db=database_url,
-        directory=str(project_dir),
-        config_dir=str(config_dir),
-        port=free_port(),
-        heartbeat_seconds=0.2,
-    )
-    with thread_server(settings) as server, EventCollector(f"{server.url}/event") as events:
+def test_heartbeat_is_a_json_frame(settings: Settings) -> None:
+    with (
+        thread_server(settings.model_copy(update={"heartbeat_seconds": 0.2})) as server,
+        EventCollector(f"{server.url}/event") as events,
+    ):
         beat = events.wait_for(lambda f: f.type == "server.heartbeat", timeout=5)
     # Not an event: it must not move the client's resume position, so it carries no id.
     assert beat.data["properties"] == {} and beat.id is None
@@ -152,20 +146,10 @@ async def test_slow_subscriber_is_cut_off_not_buffered() -> None:
 
 
 @pytest.mark.parametrize("path", ["/event", "/global/event"])
-def test_a_subscriber_that_falls_behind_is_told_where_to_resume(
-    database_url: str, project_dir: Path, config_dir: Path, path: str
-) -> None:
+def test_a_subscriber_that_falls_behind_is_told_where_to_resume(settings: Settings, path: str) -> None:
     """A client that stops reading is cut off with a last ``server.overflow`` frame carrying the
     id to resume from; the response ends properly, and resuming from that id misses nothing."""
-    from tests.servers import free_port
-
-    settings = Settings(
-        db=database_url,
-        directory=str(project_dir),
-        config_dir=str(config_dir),
-        port=free_port(),
-        subscriber_queue_size=50,
-    )
+    settings = settings.model_copy(update={"subscriber_queue_size": 50})
     with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         sid = create_session(client)["id"]
         sock = socket.socket()
