@@ -1,5 +1,6 @@
-"""Engines at their edges: SQLite serves one process per file, and a database that cannot be
-reached stops start-up with one clear line and a non-zero status."""
+"""Engines at their edges: SQLite serves one process per file, a database that cannot be reached
+stops start-up with one clear line and a non-zero status, one lost while running answers 503 and
+recovers, and the writer lock lets admissions go before drain writes."""
 
 from __future__ import annotations
 
@@ -102,3 +103,33 @@ def test_a_database_lost_while_running_answers_503_then_recovers(
         assert answered == {u["info"]["id"] for u in users}  # the turn in flight was answered too
     finally:
         server.stop()
+
+
+async def test_writer_lock_serves_urgent_writers_first_and_never_loses_a_hand_over() -> None:
+    """Admissions (urgent) go before drain writes already waiting; within a lane first come, first
+    served; a waiter cancelled just as the lock was handed to it passes the lock on."""
+    from app.store.database import WriterLock
+
+    lock = WriterLock()
+    await lock.acquire()
+    order: list[str] = []
+
+    async def writer(name: str, urgent: bool) -> None:
+        await lock.acquire(urgent=urgent)
+        order.append(name)
+        lock.release()
+
+    tasks = [asyncio.create_task(writer(n, u)) for n, u in (("drain-1", False), ("drain-2", False), ("admit", True))]
+    await asyncio.sleep(0)
+    lock.release()
+    await asyncio.gather(*tasks)
+    assert order == ["admit", "drain-1", "drain-2"]
+
+    await lock.acquire()
+    doomed = asyncio.create_task(lock.acquire())
+    follower = asyncio.create_task(writer("after", False))
+    await asyncio.sleep(0)
+    lock.release()  # handed to ``doomed``...
+    doomed.cancel()  # ...which is cancelled before it runs: the lock must reach ``follower``
+    await asyncio.wait_for(follower, 1)
+    assert order[-1] == "after"

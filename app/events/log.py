@@ -160,8 +160,10 @@ class EventLog:
         return last
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
-        async with self.db.write() as scope:
+    async def transaction(self, *, urgent: bool = False) -> AsyncIterator[Transaction]:
+        """A write transaction recording events; ``urgent`` (an admission a client waits on) goes
+        before drain loops' writes waiting for the writer."""
+        async with self.db.write(urgent=urgent) as scope:
             relay = self._relay
             if relay is not None:  # other processes write too: continue from the log's newest cursor
                 rows = await scope.fetch(sql.MAX_CURSOR)

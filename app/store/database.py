@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
@@ -168,6 +169,43 @@ class WriteScope:
         self.callbacks.append(callback)
 
 
+class WriterLock:
+    """The writer connection's lock, with a priority lane: when it is released, a waiting
+    ``urgent`` writer (an admission a client is waiting on) goes before the others (drain loops'
+    writes), so accepting a prompt does not queue behind every running turn. First come, first
+    served within each lane; the lock is handed over directly, so a waiter is never overtaken
+    by a newcomer that did not wait."""
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (deque(), deque())
+
+    async def acquire(self, *, urgent: bool = False) -> None:
+        if not self._held and not any(self._waiters):
+            self._held = True
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        lane = self._waiters[0 if urgent else 1]
+        lane.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # it was handed to us as we were cancelled: pass it on
+            else:
+                lane.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        for lane in self._waiters:
+            while lane:
+                waiter = lane.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)  # handed over: still held
+                    return
+        self._held = False
+
+
 class Database(ABC):
     """What the server needs from a database; ``open_database`` picks the engine from the URL.
 
@@ -179,7 +217,7 @@ class Database(ABC):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._write_lock = asyncio.Lock()
+        self._write_lock = WriterLock()
 
     @abstractmethod
     async def open(self) -> None:
@@ -229,8 +267,10 @@ class Database(ABC):
         it is the one raised)."""
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[WriteScope]:
-        async with self._write_lock:
+    async def write(self, *, urgent: bool = False) -> AsyncIterator[WriteScope]:
+        """A write transaction; ``urgent`` ones (admissions) go first among those waiting."""
+        await self._write_lock.acquire(urgent=urgent)
+        try:
             await self._begin()
             scope = WriteScope(self._writer())
             try:
@@ -250,6 +290,8 @@ class Database(ABC):
                 raise
             for callback in scope.callbacks:
                 callback()
+        finally:
+            self._write_lock.release()
 
     async def _commit(self, scope: WriteScope) -> None:
         try:

@@ -184,7 +184,7 @@ class Admission:
             "deferred": request.deferred,
             "compaction": request.compaction,
         }
-        async with self.log.transaction() as tx:
+        async with self.log.transaction(urgent=True) as tx:
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
             if not self.history.coordinator.is_active(session_id):
