@@ -140,11 +140,6 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
         subscription.close()
 
 
-def overflow_envelope(event_id: str, position: int) -> bytes:
-    """``server.overflow`` (a type OpenCode clients ignore): the stream ends, resume from ``position``."""
-    return b'{"id":"%s","type":"server.overflow","properties":{"resume":"%d"}}' % (event_id.encode(), position)
-
-
 def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventSourceResponse:
     """A stream whose client takes longer than ``stream_send_timeout`` to accept a write is closed
     (with the subscriber's queue bounded, a client that never reads holds bounded memory)."""
@@ -166,5 +161,6 @@ def legacy_envelope(event: Event) -> bytes:
     )
 
 
-def control_envelope(event_id: str, event_type: str) -> bytes:
-    return b'{"id":"%s","type":"%s","properties":{}}' % (event_id.encode(), event_type.encode())
+def control_envelope(event_id: str, event_type: str, properties: bytes = b"{}") -> bytes:
+    """A frame's payload that is not an event of the log (connected, heartbeat, overflow)."""
+    return b'{"id":"%s","type":"%s","properties":%s}' % (event_id.encode(), event_type.encode(), properties)

@@ -11,6 +11,8 @@ the SQLite deployment guarantees.
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -126,13 +128,15 @@ class EventLog:
         self._last_seq: dict[str, int] = {}
         self._cursor = 0
         self._relay: ClusterRelay | None = None
+        # This server instance, as other processes on a shared database know it (leases, relay).
+        self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
 
     async def start(self) -> None:
         row = await self.db.fetch_one(sql.MAX_CURSOR)
         self._cursor = int(row[0]) if row else 0
         self.bus.cursor = self._cursor
         if self.db.shared:
-            self._relay = ClusterRelay(self.db, self.bus, lambda after: self.since(after))
+            self._relay = ClusterRelay(self.db, self.bus, self.origin, lambda after: self.since(after))
             await self._relay.start()
 
     async def stop(self) -> None:

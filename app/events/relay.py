@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
@@ -99,11 +97,11 @@ def notifications(origin: str, events: list[Event]) -> list[str]:
 
 
 class ClusterRelay:
-    def __init__(self, db: Database, bus: EventBus, since: Since) -> None:
+    def __init__(self, db: Database, bus: EventBus, origin: str, since: Since) -> None:
         self.db = db
         self.bus = bus
         self.since = since
-        self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.origin = origin
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._outbox: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []

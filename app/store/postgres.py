@@ -8,10 +8,9 @@ upgraded by the same Alembic migrations as SQLite's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import asyncpg
@@ -20,9 +19,13 @@ from app.store.database import READERS, Database, DatabaseUnavailable, Driver, P
 from app.store.sql import Statement
 
 
+def _with_scheme(url: str, scheme: str) -> str:
+    return re.sub(r"^postgres(ql)?(\+asyncpg)?://", f"{scheme}://", url)
+
+
 def _dsn(url: str) -> str:
     """asyncpg's DSN for a SQLAlchemy-style URL (``postgresql+asyncpg://`` -> ``postgresql://``)."""
-    return re.sub(r"^postgres(ql)?(\+asyncpg)?://", "postgresql://", url)
+    return _with_scheme(url, "postgresql")
 
 
 def _where(url: str) -> str:
@@ -108,21 +111,20 @@ class PostgresDatabase(Database):
         dsn = _dsn(self.url)
         try:
             await self.migrate()
-            self._writer_conn = _Connection(await asyncpg.connect(dsn), self.url)
-            self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            with _reachable(self.url, connecting=True):
+                self._writer_conn = _Connection(await asyncpg.connect(dsn), self.url)
+                self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS)
+        except DatabaseUnavailable:
             await self.close()
-            raise DatabaseUnavailable(f"cannot use PostgreSQL at {_where(self.url)}: {exc}") from exc
+            raise
 
     async def check(self) -> None:
-        try:
+        with _reachable(self.url, connecting=True):
             conn = await asyncpg.connect(_dsn(self.url), timeout=10)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise DatabaseUnavailable(f"cannot use PostgreSQL at {_where(self.url)}: {exc}") from exc
         await conn.close()
 
     async def migrate(self) -> None:
-        await upgrade_schema(re.sub(r"^postgres(ql)?(\+asyncpg)?://", "postgresql+asyncpg://", self.url))
+        await upgrade_schema(_with_scheme(self.url, "postgresql+asyncpg"))
 
     def _writer(self) -> Driver:
         assert self._writer_conn is not None, "database is not open"
@@ -162,7 +164,7 @@ class PostgresDatabase(Database):
         if commit:
             await self._writer().run("COMMIT", {})
             return
-        with contextlib.suppress(DatabaseUnavailable, asyncpg.PostgresError):
+        with suppress(DatabaseUnavailable, asyncpg.PostgresError):
             await self._writer().run("ROLLBACK", {})
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:

@@ -247,15 +247,13 @@ class Queries:
 
     async def open_assistant_messages(self, session_id: str | None = None) -> list[tuple[str, str]]:
         """``(session_id, message_id)`` of every assistant message never completed (of one session)."""
-        if session_id is None:
-            rows = await self.db.fetch(sql.OPEN_ASSISTANT_MESSAGES)
-        else:
-            rows = await self.db.fetch(sql.OPEN_ASSISTANT_MESSAGES_OF_SESSION, {"session_id": session_id})
-        return [(row[0], row[1]) for row in rows]
+        statement = sql.open_assistant_messages(of_session=session_id is not None)
+        return [(row[0], row[1]) for row in await self.db.fetch(statement, {"session_id": session_id})]
 
-    async def open_tool_parts(self) -> list[tuple[str, dict[str, Any]]]:
-        """``(session_id, part)`` of tool parts still pending or running."""
-        found = [(row[0], loads(row[1])) for row in await self.db.fetch(sql.OPEN_TOOL_PARTS)]
+    async def open_tool_parts(self, session_id: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """``(session_id, part)`` of tool parts still pending or running (of one session)."""
+        statement = sql.open_tool_parts(of_session=session_id is not None)
+        found = [(row[0], loads(row[1])) for row in await self.db.fetch(statement, {"session_id": session_id})]
         return [(sid, part) for sid, part in found if (part.get("state") or {}).get("status") in ("pending", "running")]
 
     async def sessions_with_unsettled_inputs(self) -> list[str]:

@@ -73,7 +73,7 @@ def compile_sql(statement: ClauseElement, postgres: Callable[[], ClauseElement] 
     return compiled
 
 
-def _upsert_clause(insert: Callable[[Table], Any], table: Table, keep: tuple[str, ...]) -> ClauseElement:
+def _upsert_clause(insert: Insert, table: Table, keep: tuple[str, ...]) -> ClauseElement:
     columns = [c.name for c in table.columns]
     key = [c.name for c in table.primary_key.columns]
     statement = insert(table).values({name: bindparam(name) for name in columns})
@@ -89,11 +89,17 @@ def _postgres_insert(table: Table) -> Any:
     return postgresql.insert(table)
 
 
+Insert = Callable[[Table], Any]  # a dialect's insert(), with its ON CONFLICT clauses
+
+
+def compile_insert(build: Callable[[Insert], ClauseElement]) -> Statement:
+    """A statement whose ON CONFLICT syntax each dialect builds with its own ``insert``."""
+    return compile_sql(build(sqlite.insert), postgres=lambda: build(_postgres_insert))
+
+
 def _upsert(table: Table, *, keep: tuple[str, ...] = ()) -> Statement:
     """Insert or update by primary key; columns in ``keep`` retain their first value."""
-    return compile_sql(
-        _upsert_clause(sqlite.insert, table, keep), postgres=lambda: _upsert_clause(_postgres_insert, table, keep)
-    )
+    return compile_insert(lambda insert: _upsert_clause(insert, table, keep))
 
 
 # -- writes ---------------------------------------------------------------------------------------
@@ -127,7 +133,7 @@ ALL_SAVED_PERMISSIONS = compile_sql(select(saved_permissions).order_by(saved_per
 DELETE_SAVED_PERMISSION = compile_sql(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
 
 
-def _insert_baseline(insert: Callable[[Table], Any]) -> ClauseElement:
+def _insert_baseline(insert: Insert) -> ClauseElement:
     return (
         insert(file_baselines)
         .values({c.name: bindparam(c.name) for c in file_baselines.columns})
@@ -135,7 +141,7 @@ def _insert_baseline(insert: Callable[[Table], Any]) -> ClauseElement:
     )
 
 
-INSERT_BASELINE = compile_sql(_insert_baseline(sqlite.insert), postgres=lambda: _insert_baseline(_postgres_insert))
+INSERT_BASELINE = compile_insert(_insert_baseline)
 BASELINES = compile_sql(
     select(file_baselines.c.path, file_baselines.c.content)
     .where(file_baselines.c.session_id == bindparam("session_id"))
@@ -166,7 +172,7 @@ COMPLETE_INPUTS_THROUGH = compile_sql(
 
 
 # -- leases (shared databases) --------------------------------------------------------------------
-def _lease_acquire(insert: Callable[[Table], Any]) -> ClauseElement:
+def _lease_acquire(insert: Insert) -> ClauseElement:
     """Take the lease if it is free, expired or already ours; a new token either way."""
     statement = insert(leases).values(
         session_id=bindparam("session_id"),
@@ -185,7 +191,7 @@ def _lease_acquire(insert: Callable[[Table], Any]) -> ClauseElement:
     ).returning(leases.c.token)
 
 
-LEASE_ACQUIRE = compile_sql(_lease_acquire(sqlite.insert), postgres=lambda: _lease_acquire(_postgres_insert))
+LEASE_ACQUIRE = compile_insert(_lease_acquire)
 LEASE = compile_sql(
     select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id"))
 )
@@ -201,14 +207,6 @@ LEASE_RELEASE = compile_sql(
 )
 LIVE_LEASES = compile_sql(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
 EXPIRED_LEASES = compile_sql(select(leases.c.session_id).where(leases.c.expires_at < bindparam("now")))
-OPEN_ASSISTANT_MESSAGES_OF_SESSION = compile_sql(
-    select(messages.c.session_id, messages.c.id).where(
-        messages.c.session_id == bindparam("session_id"),
-        messages.c.role == literal_column("'assistant'"),
-        messages.c.info.not_like(literal_column("'%\"completed\":%'")),
-    )
-)
-
 NOTIFY = compile_sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
 
 # -- reads ----------------------------------------------------------------------------------------
@@ -298,21 +296,35 @@ WAITING_USER_IDS = compile_sql(
         inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None)
     )
 )
+
+
 # Recovery: what a crash can leave open. Stored JSON is compact (orjson) and escapes quotes inside
 # strings, so these patterns match only the objects' own keys; callers still check the decoded rows.
-OPEN_ASSISTANT_MESSAGES = compile_sql(
-    select(messages.c.session_id, messages.c.id).where(
+@lru_cache(maxsize=2)
+def open_assistant_messages(*, of_session: bool) -> Statement:
+    """``(session_id, id)`` of assistant messages never completed (of one session, or all)."""
+    query = select(messages.c.session_id, messages.c.id).where(
         messages.c.role == literal_column("'assistant'"),
         messages.c.info.not_like(literal_column("'%\"completed\":%'")),
     )
-)
-OPEN_TOOL_PARTS = compile_sql(
-    select(parts.c.session_id, parts.c.data).where(
+    if of_session:
+        query = query.where(messages.c.session_id == bindparam("session_id"))
+    return compile_sql(query)
+
+
+@lru_cache(maxsize=2)
+def open_tool_parts(*, of_session: bool) -> Statement:
+    """``(session_id, data)`` of tool parts that may be pending or running (callers check)."""
+    query = select(parts.c.session_id, parts.c.data).where(
         parts.c.data.like(literal_column('\'%"type":"tool"%\'')),
         parts.c.data.like(literal_column('\'%"status":"pending"%\''))
         | parts.c.data.like(literal_column('\'%"status":"running"%\'')),
     )
-)
+    if of_session:
+        query = query.where(parts.c.session_id == bindparam("session_id"))
+    return compile_sql(query)
+
+
 SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
     select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()
 )

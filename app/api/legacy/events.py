@@ -19,7 +19,6 @@ from app.api.sse import (
     frame,
     global_position,
     legacy_envelope,
-    overflow_envelope,
     resume_position,
 )
 from app.events.model import Event
@@ -53,15 +52,15 @@ def _sync_twin(event: Event) -> bytes:
     return _global_frame(event, b'{"type":"sync","syncEvent":%s,"id":"%s"}' % (sync, event.id.encode()))
 
 
-def _control(event_type: str, *, wrap: bool, position: int | None = None) -> bytes:
+def _control(event_type: str, *, wrap: bool, position: int | None = None, properties: bytes = b"{}") -> bytes:
     """A frame that is not an event: it carries the stream's starting position or no id at all."""
-    payload = control_envelope(ids.event_id(), event_type)
+    payload = control_envelope(ids.event_id(), event_type, properties)
     return frame(b'{"payload":%s}' % payload if wrap else payload, position)
 
 
 def _overflow(position: int, *, wrap: bool) -> bytes:
-    payload = overflow_envelope(ids.event_id(), position)
-    return frame(b'{"payload":%s}' % payload if wrap else payload, position)
+    """``server.overflow`` (a type OpenCode clients ignore): the stream ends, resume from ``position``."""
+    return _control("server.overflow", wrap=wrap, position=position, properties=b'{"resume":"%d"}' % position)
 
 
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]

@@ -23,7 +23,6 @@ from app.runtime.history._context import chat_messages, system_prompts
 from app.runtime.history._domain import HistoryDomain
 from app.runtime.history._revert import Reverts, commit_staged
 from app.runtime.history._service import History
-from app.runtime.history._share import Shares
 from app.store.queries import MessageWithParts, RawMessage  # the shapes the history hands out
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "MessageWithParts",
     "RawMessage",
     "Reverts",
-    "Shares",
     "Snapshot",
     "Snapshots",
     "Window",

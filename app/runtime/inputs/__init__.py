@@ -12,7 +12,6 @@ the 204/200; a retried id with other content is a conflict, decided inside that 
 
 from app.runtime.inputs._admission import (
     DEFAULT_AGENT,
-    Admission,
     Admitted,
     PromptRequest,
     compaction_request,
@@ -20,13 +19,10 @@ from app.runtime.inputs._admission import (
     user_message_info,
 )
 from app.runtime.inputs._domain import InputsDomain
-from app.runtime.inputs._waiters import InputWaiters
 
 __all__ = [
     "DEFAULT_AGENT",
-    "Admission",
     "Admitted",
-    "InputWaiters",
     "InputsDomain",
     "PromptRequest",
     "compaction_request",

@@ -13,7 +13,6 @@ from app.runtime.sessions._cluster import Cluster
 from app.runtime.sessions._coordinator import BUSY, DrainCoordinator
 from app.runtime.sessions._domain import SessionsDomain
 from app.runtime.sessions._project import cached_project_id, project_id
-from app.runtime.sessions._recovery import recover
 from app.runtime.sessions._service import SessionService, is_default_title, zero_tokens
 
 __all__ = [
@@ -25,6 +24,5 @@ __all__ = [
     "cached_project_id",
     "is_default_title",
     "project_id",
-    "recover",
     "zero_tokens",
 ]

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -55,7 +53,7 @@ class Cluster:
         self.db = infra.db
         self.sessions = sessions
         self.lease_ms = int(infra.settings.lease_seconds * 1000)
-        self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.origin = infra.log.origin
         self._target: Controlled | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[Any]] = set()
@@ -94,14 +92,16 @@ class Cluster:
             return None
         token = int(taken[0][0])
         if previous is not None and previous != self.origin:
-            FENCE.set((session_id, self.origin, token))
-            with suppress(SessionNotFound):
-                log.info("taking over %s from %s", session_id, previous)
-                await close_session(self.infra.log, self.infra.queries, await self.sessions.get(session_id))
+            log.info("taking over %s from %s", session_id, previous)
+            fenced = FENCE.set((session_id, self.origin, token))  # the closing writes check the new lease
+            try:
+                await self.close_open(session_id)
+            finally:
+                FENCE.reset(fenced)  # the caller (a drain, or a hold) decides what it writes under
         return token
 
     async def close_open(self, session_id: str) -> None:
-        """Close what a failed drain of this process left open in a session it still holds."""
+        """Close what a dead or failed drain left open in a session this process now holds."""
         with suppress(SessionNotFound):
             await close_session(self.infra.log, self.infra.queries, await self.sessions.get(session_id))
 

@@ -88,7 +88,7 @@ async def close_session(log_: EventLog, queries: Queries, session: dict[str, Any
     lease, so nothing else writes there)."""
     work = _OpenWork()
     work.messages = [m for _, m in await queries.open_assistant_messages(session["id"])]
-    work.parts = [p for sid, p in await queries.open_tool_parts() if sid == session["id"]]
+    work.parts = [p for _, p in await queries.open_tool_parts(session["id"])]
     if work.messages or work.parts:
         async with log_.transaction() as tx:
             await _close(tx, session, work, queries, now_ms())
