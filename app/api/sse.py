@@ -128,9 +128,9 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
             chunk = b"".join(spec.frames(e) for e in fresh)
             if chunk:
                 yield chunk
-            durable = [spec.position(e) for e in fresh if e.durable]
-            if durable:
-                sent = max(sent, durable[-1])
+            # Every frame's id is a safe resume position (an ephemeral frame carries the cursor of
+            # the last durable event before it, which may be one this stream filtered out).
+            sent = max([sent, *(spec.position(e) for e in fresh if spec.frames(e))])
     except Overflowed:
         # Cut off for falling behind: say so, with where to resume, and end the response.
         if spec.overflow is not None:
