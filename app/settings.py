@@ -10,8 +10,12 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def default_data_dir() -> str:
+    return user_data_dir("opensession", appauthor=False)
+
+
 def default_database_path() -> Path:
-    return Path(user_data_dir("opensession", appauthor=False)) / "opensession.db"
+    return Path(default_data_dir()) / "opensession.db"
 
 
 class Settings(BaseSettings):
@@ -43,8 +47,14 @@ class Settings(BaseSettings):
     # Several processes on one PostgreSQL database: how long a drain lease lasts without renewal,
     # so the longest a dead process's sessions wait before another process takes them over.
     lease_seconds: float = 10.0
+    # Where the server keeps its own files: the default database and the snapshot repositories.
+    data_dir: str = Field(default_factory=default_data_dir)
     # Overrides the user config directory that opencode.json is read from (tests use it).
     config_dir: str | None = None
+
+    @cached_property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
 
     @cached_property
     def database_url(self) -> str:

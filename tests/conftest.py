@@ -61,6 +61,7 @@ def settings(database_url: str, project_dir: Path, config_dir: Path) -> Settings
         db=database_url,
         directory=str(project_dir),
         config_dir=str(config_dir),
+        data_dir=str(config_dir.parent / "data"),
         port=free_port(),
         heartbeat_seconds=10.0,
     )

@@ -142,6 +142,7 @@ def process_server(db: str, directory: Path, config_dir: Path) -> ProcessServer:
     env = {
         **os.environ,
         "OPENSESSION_CONFIG_DIR": str(config_dir),
+        "OPENSESSION_DATA_DIR": str(config_dir.parent / "data"),
         "PYTHONPATH": str(ROOT),
         # On PostgreSQL a killed process's sessions are taken over once its leases expire.
         "OPENSESSION_LEASE_SECONDS": "3",

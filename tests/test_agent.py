@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.helpers import create_session, running, text_prompt
+from tests.helpers import create_session, git_repository, running, text_prompt
 from tests.servers import StubReply, ThreadServer, free_port, openai_stub, thread_server
 from tests.sse import EventCollector
 
@@ -192,6 +192,7 @@ def test_three_identical_calls_ask_the_doom_loop_permission(
 
 
 def test_todo_diff_task_and_shell(server: ThreadServer, client: httpx.Client, project_dir: Path) -> None:
+    git_repository(project_dir)
     sid = create_session(client)["id"]
     todos = [{"content": "plan", "status": "in_progress", "priority": "high"}]
     with EventCollector(f"{server.url}/event") as events:

@@ -19,6 +19,7 @@ from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
 from app.runtime.payloads import next_event
 from app.runtime.sessions import Cluster, SessionsDomain
+from app.runtime.snapshots import FileSnapshots
 from app.runtime.tools import ToolServices
 from app.runtime.turn import TurnDomain
 from app.settings import Settings
@@ -33,7 +34,8 @@ class Runtime:
         self.settings = settings
         self.infra = infra = Infrastructure.create(settings)
         self._sessions = sessions = SessionsDomain.build(infra, self._drain, self._publish_status)
-        history = HistoryDomain.build(infra, sessions)
+        self.files = FileSnapshots(infra.settings.data_path, infra.config)
+        history = HistoryDomain.build(infra, sessions, self.files)
         agents = AgentsDomain.build(infra)
         inputs = InputsDomain.build(infra, sessions, history, agents)
         self.tool_state = ToolServices.build(infra.log, tasks=self)
@@ -42,8 +44,8 @@ class Runtime:
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
         self.config, self.registry = infra.config, infra.registry
         self.sessions, self.coordinator = sessions.service, sessions.coordinator
-        self.history, self.snapshots = history.service, history.snapshots
-        self.reverts, self.shares = history.reverts, history.shares
+        self.history, self.compactions = history.service, history.snapshots
+        self.diffs, self.reverts, self.shares = history.diffs, history.reverts, history.shares
         self.agents, self.permissions = agents.agents, agents.permissions
         self.admission, self.waiters = inputs.admission, inputs.waiters
         self.commands = self.turn.commands
@@ -180,7 +182,7 @@ class Runtime:
     async def context(self, session_id: str) -> Window:
         """What the model sees next: the newest snapshot and the messages after it."""
         await self.sessions.get(session_id)
-        return await self.snapshots.window(session_id)
+        return await self.compactions.window(session_id)
 
     async def run(
         self, parent: dict[str, Any], description: str, prompt: str, agent: str, signal: AbortSignal

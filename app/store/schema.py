@@ -154,13 +154,3 @@ saved_permissions = Table(
     Column("time_created", BigInteger, nullable=False),
     Index("ix_saved_permissions_project", "project_id"),
 )
-
-# What a file contained before a session's tools first changed it (NULL: it did not exist); the
-# session diff compares the file as it is now with this.
-file_baselines = Table(
-    "file_baselines",
-    metadata,
-    Column("session_id", String, primary_key=True),
-    Column("path", String, primary_key=True),
-    Column("content", Text, nullable=True),
-)

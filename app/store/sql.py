@@ -24,7 +24,6 @@ from sqlalchemy.dialects import sqlite
 
 from app.store.schema import (
     events,
-    file_baselines,
     inputs,
     leases,
     messages,
@@ -117,7 +116,7 @@ DELETE_PART = compile_sql(delete(parts).where(parts.c.id == bindparam("id")))
 DELETE_PARTS_OF_MESSAGE = compile_sql(delete(parts).where(parts.c.message_id == bindparam("message_id")))
 DELETE_SESSION_ROWS = {
     table.name: compile_sql(delete(table).where(table.c.session_id == bindparam("session_id")))
-    for table in (parts, messages, inputs, shares, snapshots, todos, file_baselines)
+    for table in (parts, messages, inputs, shares, snapshots, todos)
 }
 UPSERT_TODOS = _upsert(todos)
 TODOS = compile_sql(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")))
@@ -133,20 +132,6 @@ ALL_SAVED_PERMISSIONS = compile_sql(select(saved_permissions).order_by(saved_per
 DELETE_SAVED_PERMISSION = compile_sql(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
 
 
-def _insert_baseline(insert: Insert) -> ClauseElement:
-    return (
-        insert(file_baselines)
-        .values({c.name: bindparam(c.name) for c in file_baselines.columns})
-        .on_conflict_do_nothing()
-    )
-
-
-INSERT_BASELINE = compile_insert(_insert_baseline)
-BASELINES = compile_sql(
-    select(file_baselines.c.path, file_baselines.c.content)
-    .where(file_baselines.c.session_id == bindparam("session_id"))
-    .order_by(file_baselines.c.path)
-)
 INSERT_SNAPSHOT = compile_sql(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
 LATEST_SNAPSHOT = compile_sql(
     select(snapshots)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
-from app.api.deps import MAX_INT, DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
+from app.api.deps import ID_PATTERN, MAX_INT, DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
 from app.api.legacy.schemas import (
     CommandBody,
     ForkBody,
@@ -136,10 +136,19 @@ async def session_todo(runtime: RuntimeDep, sessionID: SessionIDPath) -> Respons
 
 
 @router.get(
-    "/session/{sessionID}/diff", operation_id="session.diff", summary="Changes the session's tools made to files"
+    "/session/{sessionID}/diff",
+    operation_id="session.diff",
+    summary="The files the session changed (or, with messageID, the changes answering that prompt)",
 )
-async def session_diff(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody(await runtime.tool_state.files.diff(await runtime.sessions.get(sessionID)))
+async def session_diff(
+    runtime: RuntimeDep,
+    sessionID: SessionIDPath,
+    messageID: Annotated[str | None, Query(pattern=ID_PATTERN.format(prefix="msg"))] = None,
+) -> Response:
+    session = await runtime.sessions.get(sessionID)
+    if messageID is not None:
+        return JSONBody(await runtime.diffs.of_message(session, messageID))
+    return JSONBody(await runtime.diffs.of_session(session))
 
 
 @router.get("/session/{sessionID}/message", operation_id="session.messages", summary="Messages, oldest first")

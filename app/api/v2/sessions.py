@@ -188,7 +188,7 @@ async def compact(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
 
 @router.post("/session/{sessionID}/revert/stage", operation_id="v2.session.revert.stage")
 async def revert_stage(runtime: RuntimeDep, sessionID: SessionIDPath, body: RevertStageBody) -> Response:
-    info = await runtime.reverts.stage(sessionID, body.messageID)
+    info = await runtime.reverts.stage(sessionID, body.messageID, with_files=bool(body.files))
     return JSONBody({"data": info["revert"]})
 
 

@@ -1,10 +1,12 @@
 """A session's history: messages and parts as clients list them, and the model's view of them.
 
 Owns the history service (the only way routes reach messages: paging, append, copy, truncate,
-part edits), revert (stage / clear / commit), sharing, compaction snapshots and the rendering of
+part edits), the session's file diffs (from the step snapshots), revert (stage / clear / commit,
+restoring files), sharing, compaction snapshots and the rendering of
 a history window into the model's messages.
 
-May import: ``sessions`` (the session service, and the coordinator to hold a session still), the
+May import: ``sessions`` (the session service, and the coordinator to hold a session still),
+``snapshots`` (file diffs and restores), the
 runtime kernel, events, store, providers (model limits).
 Invariants: history never moves under a running turn (every write that moves it holds the
 session still from its busy check to its commit); compaction never rewrites what clients list.
@@ -20,6 +22,7 @@ from app.runtime.history._compaction import (
     transcript,
 )
 from app.runtime.history._context import chat_messages, system_prompts
+from app.runtime.history._diffs import SessionDiffs
 from app.runtime.history._domain import HistoryDomain
 from app.runtime.history._revert import Reverts, commit_staged
 from app.runtime.history._service import History
@@ -33,6 +36,7 @@ __all__ = [
     "MessageWithParts",
     "RawMessage",
     "Reverts",
+    "SessionDiffs",
     "Snapshot",
     "Snapshots",
     "Window",

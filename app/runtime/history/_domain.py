@@ -5,23 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.runtime.history._compaction import Snapshots
+from app.runtime.history._diffs import SessionDiffs
 from app.runtime.history._revert import Reverts
 from app.runtime.history._service import History
 from app.runtime.history._share import Shares
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions import SessionsDomain
+from app.runtime.snapshots import FileSnapshots
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryDomain:
     service: History
     snapshots: Snapshots
+    diffs: SessionDiffs
     reverts: Reverts
     shares: Shares
 
     @classmethod
-    def build(cls, infra: Infrastructure, sessions: SessionsDomain) -> HistoryDomain:
+    def build(cls, infra: Infrastructure, sessions: SessionsDomain, files: FileSnapshots) -> HistoryDomain:
         history = History(infra.log, infra.queries, sessions.service, sessions.coordinator)
+        diffs = SessionDiffs(history, files)
         return cls(
-            history, Snapshots(infra.log, infra.queries), Reverts(infra.log, history), Shares(infra.log, history)
+            history,
+            Snapshots(infra.log, infra.queries),
+            diffs,
+            Reverts(infra.log, history, diffs),
+            Shares(infra.log, history),
         )

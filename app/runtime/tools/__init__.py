@@ -1,5 +1,5 @@
 """The agent's tools, with OpenCode's names and parameter names so models prompted for OpenCode
-work unchanged, and the state they keep between calls (todo lists, file baselines for diffs).
+work unchanged, and the state they keep between calls (todo lists) and the events they announce.
 
 May import: the runtime kernel (``abort``, ``errors``), events, store. Tools never reach other
 domains: what they need (asking permission, running a sub-agent) arrives through ``ToolContext``.
@@ -9,6 +9,6 @@ Invariant: a tool acts inside the session's directory only; an escape needs a pe
 from app.runtime.tools._base import ToolContext, ToolError
 from app.runtime.tools._bash import Bash
 from app.runtime.tools._registry import TOOLS, function_specs
-from app.runtime.tools._state import FileChanges, TodoStore, ToolServices
+from app.runtime.tools._state import FileEdits, TodoStore, ToolServices
 
-__all__ = ["TOOLS", "Bash", "FileChanges", "TodoStore", "ToolContext", "ToolError", "ToolServices", "function_specs"]
+__all__ = ["TOOLS", "Bash", "FileEdits", "TodoStore", "ToolContext", "ToolError", "ToolServices", "function_specs"]

@@ -1,6 +1,6 @@
 """File tools: read, write, edit, list, glob, grep. Paths go through ``paths.resolve``
-(confinement); writes and edits ask the ``edit`` permission and record the file's prior content
-so the session diff can report the change."""
+(confinement); writes and edits ask the ``edit`` permission and announce the file they changed
+(the step's snapshots record the change itself)."""
 
 from __future__ import annotations
 
@@ -121,9 +121,9 @@ class Write:
         existed = path.exists()
         before = await asyncio.to_thread(_read_text, path) if existed else ""
         rel, _patch = await _ask_edit(ctx, path, before, content)
-        await ctx.services.files.remember(ctx.session["id"], path)
         path.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(path.write_text, content, encoding="utf-8")
+        ctx.services.files.edited(ctx.session, path)
         metadata = {"filepath": str(path), "exists": existed, "diagnostics": {}}
         return ToolResult("Wrote file successfully.", title=rel, metadata=metadata)
 
@@ -161,8 +161,8 @@ class Edit:
             )
         updated = text.replace(old, new) if args.get("replaceAll") else text.replace(old, new, 1)
         rel, patch = await _ask_edit(ctx, path, text, updated)
-        await ctx.services.files.remember(ctx.session["id"], path)
         await asyncio.to_thread(path.write_text, updated, encoding="utf-8")
+        ctx.services.files.edited(ctx.session, path)
         return ToolResult("Edit applied successfully.", title=rel, metadata=_edit_metadata(path, patch, text, updated))
 
 

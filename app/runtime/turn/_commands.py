@@ -139,7 +139,7 @@ class Commands:
             await self.history.service.append_message(
                 tx, session, user_message_info(session_id, user_id, stored, now_ms()), [notice]
             )
-            await recorder.begin(tx)
+            await recorder.begin(tx, None)  # a user command is not a model step: no snapshot
         part = await recorder.tool_pending(ids.new_id("part"), "bash")
         args = {"command": command, "description": "user command"}
         await recorder.tool_running(part, args, "")

@@ -43,6 +43,11 @@ def cost_of(model: ModelInfo, usage: Usage) -> float:
     return (usage.input * model.cost_input + (usage.output + usage.reasoning) * model.cost_output) / 1_000_000
 
 
+def _snapshot(snapshot: str | None) -> dict[str, str]:
+    """The ``snapshot`` field, absent where snapshots are off (as OpenCode omits it)."""
+    return {"snapshot": snapshot} if snapshot else {}
+
+
 def error_message(error: dict[str, Any]) -> str:
     return str((error.get("data") or {}).get("message") or error.get("name") or "error")
 
@@ -74,6 +79,7 @@ class AssistantRecorder:
         self._open: _StreamingPart | None = None
         self.parts: list[dict[str, Any]] = []
         self._started: dict[str, int] = {}  # tool call id -> when it started running
+        self.snapshot: str | None = None  # the tree the step started from
 
     async def _emit(self, tx: Transaction, event_type: str, props: dict[str, Any]) -> None:
         await tx.emit(event_type, props, session_id=self.session_id, directory=self.directory)
@@ -108,16 +114,26 @@ class AssistantRecorder:
         self.parts.append(part)
         return part
 
-    async def begin(self, tx: Transaction) -> None:
-        """Create the message and its step-start."""
+    async def begin(self, tx: Transaction, snapshot: str | None) -> None:
+        """Create the message and its step-start (carrying the tree the step starts from)."""
+        self.snapshot = snapshot
         await self.emit_info(tx)
-        await self.emit_part(tx, self._new_part("step-start"))
+        await self.emit_part(tx, self._new_part("step-start", **_snapshot(snapshot)))
         await self._emit_next(
             tx,
             "step.started",
             agent=self.info["agent"],
             model={"id": self.info["modelID"], "providerID": self.info["providerID"]},
+            **_snapshot(snapshot),
         )
+
+    def ran_tools(self) -> bool:
+        return any(p["type"] == "tool" and p["state"]["status"] != "pending" for p in self.parts)
+
+    async def add_patch(self, tx: Transaction, files: list[str]) -> None:
+        """Record the files this step changed (absolute paths), against the tree it started from."""
+        if self.snapshot and files:
+            await self.emit_part(tx, self._new_part("patch", hash=self.snapshot, files=files))
 
     async def delta(self, kind: str, text: str) -> None:
         """Append streamed ``text`` to the open part of ``kind`` (``text`` or ``reasoning``)."""
@@ -229,17 +245,24 @@ class AssistantRecorder:
             part, state, "tool.failed", error={"type": "unknown", "message": error}, provider={"executed": False}
         )
 
-    async def finish_step(self, tx: Transaction, finish: Finish, model: ModelInfo) -> dict[str, Any]:
-        """Close the step: final parts, step-finish with usage, the message's finish and tokens."""
+    async def finish_step(
+        self, tx: Transaction, finish: Finish, model: ModelInfo, snapshot: str | None, files: list[str]
+    ) -> dict[str, Any]:
+        """Close the step: final parts, step-finish with usage and the tree it ended with, the
+        patch of the files it changed, the message's finish and tokens."""
         tokens = tokens_of(finish.usage)
         cost = cost_of(model, finish.usage)
         await self._close_open(tx)
-        await self.emit_part(tx, self._new_part("step-finish", reason=finish.reason, cost=cost, tokens=tokens))
+        finished = self._new_part("step-finish", reason=finish.reason, **_snapshot(snapshot), cost=cost, tokens=tokens)
+        await self.emit_part(tx, finished)
+        await self.add_patch(tx, files)
         self.info["finish"] = finish.reason
         self.info["tokens"] = tokens
         self.info["cost"] = self.info.get("cost", 0) + cost
         v2_tokens = {k: v for k, v in tokens.items() if k != "total"}
-        await self._emit_next(tx, "step.ended", finish=finish.reason, cost=cost, tokens=v2_tokens, files=[])
+        await self._emit_next(
+            tx, "step.ended", finish=finish.reason, cost=cost, tokens=v2_tokens, **_snapshot(snapshot), files=files
+        )
         return {"cost": cost, "tokens": tokens}
 
     async def complete(self, tx: Transaction, input_ids: list[str], error: dict[str, Any] | None = None) -> None:

@@ -57,6 +57,7 @@ from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, user_message_info
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
+from app.runtime.snapshots import FileSnapshots
 from app.runtime.tools import TOOLS, function_specs
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
@@ -67,14 +68,6 @@ from app.store.queries import InputRow
 
 MAX_STEERS_PER_STEP = 100
 MAX_STEPS_PER_TURN = 25  # the last step is offered no tools, so a runaway tool loop ends
-
-
-def _summary(diffs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "additions": sum(d["additions"] for d in diffs),
-        "deletions": sum(d["deletions"] for d in diffs),
-        "files": len(diffs),
-    }
 
 
 def _first_user_text(request: ChatRequest) -> str:
@@ -93,10 +86,12 @@ def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
 @dataclass
 class Turn:
     """What the steps of one turn share: the inputs it answers so far (settled together when the
-    turn ends) and its tool use (for the doom loop)."""
+    turn ends), its tool use (for the doom loop) and the tree the last step ended with (the next
+    step starts from it: nothing of ours runs in between)."""
 
     inputs: list[str] = field(default_factory=list)
     tools: TurnTools = field(default_factory=TurnTools)
+    snapshot: str | None = None
 
 
 def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
@@ -224,9 +219,10 @@ class Runner:
         window = await self.history.snapshots.window(session_id) if reason else None
         recorder = AssistantRecorder(self.infra.log, info, directory, self.infra.settings.part_flush_seconds)
         turn.inputs += [row.id for row in batch]
+        start = turn.snapshot or await self.snapshots.track(directory)
         async with self.infra.log.transaction() as tx:
             await self._promote(tx, session, batch)
-            await recorder.begin(tx)
+            await recorder.begin(tx, start)
             if reason:
                 await tx.emit(
                     "session.next.compaction.started",
@@ -278,14 +274,12 @@ class Runner:
             await self._fail(recorder, turn.inputs, {"name": "UnknownError", "data": {"message": exc.message}})
             return False
         more = outcome.called and not outcome.blocked and not last_step
-        diffs = await self.toolcalls.services.files.diff(session) if outcome.changed_files else None
+        end, changed = await self._step_changes(directory, start, outcome.called)
+        turn.snapshot = end
         async with self.infra.log.transaction() as tx:
-            usage = await recorder.finish_step(tx, finish, model)
+            usage = await recorder.finish_step(tx, finish, model, end, changed)
             await recorder.complete(tx, [] if more else turn.inputs)
             await self.sessions.service.mutate(tx, session_id, lambda s: _add_usage(s, usage))
-            if diffs is not None:
-                await self.sessions.service.mutate(tx, session_id, lambda s: s.__setitem__("summary", _summary(diffs)))
-                tx.publish(Event("session.diff", {"sessionID": session_id, "diff": diffs}, session_id, directory))
             if snapshot is not None:
                 await tx.emit(
                     "session.next.compaction.ended",
@@ -294,11 +288,26 @@ class Runner:
                     directory=directory,
                 )
                 tx.publish(Event("session.compacted", {"sessionID": session_id}, session_id, directory))
+        if changed:
+            await self.history.diffs.after_step(await self.sessions.service.get(session_id), answered.id)
         if snapshot is None:
             self.titles.schedule(session, _first_user_text(request), provider, model)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
                 await self.inputs.admission.admit(session_id, compaction_request("auto", ref))
         return more
+
+    @property
+    def snapshots(self) -> FileSnapshots:
+        return self.history.diffs.files
+
+    async def _step_changes(self, directory: str, start: str | None, ran_tools: bool) -> tuple[str | None, list[str]]:
+        """The tree a step ended with and the files it changed. A step that ran no tool changed
+        nothing of ours, so it ends where it started (no second snapshot, and a file someone
+        else edits meanwhile is never counted as the session's)."""
+        if start is None or not ran_tools:
+            return start, []
+        end = await self.snapshots.track(directory) or start
+        return end, await self.snapshots.changed(directory, start, end)
 
     async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
         disabled = await self.toolcalls.permissions.disabled_tools(session, agent, list(TOOLS))
@@ -388,7 +397,14 @@ class Runner:
                 await aclose()
 
     async def _fail(self, recorder: AssistantRecorder, input_ids: list[str], error: dict[str, Any]) -> None:
+        """End the step with ``error``; the files its tools changed before it ended are still
+        recorded (an aborted bash may have written half its output), so undo reaches them."""
+        _, changed = await self._step_changes(recorder.directory, recorder.snapshot, recorder.ran_tools())
         async with self.infra.log.transaction() as tx:
+            await recorder.add_patch(tx, changed)
             props = {"sessionID": recorder.session_id, "error": error}
             tx.publish(Event("session.error", props, recorder.session_id, recorder.directory))
             await recorder.complete(tx, input_ids, error)
+        if changed:
+            session = await self.sessions.service.get(recorder.session_id)
+            await self.history.diffs.after_step(session, recorder.info["parentID"])

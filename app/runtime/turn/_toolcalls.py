@@ -18,7 +18,6 @@ from app.runtime.turn._recorder import AssistantRecorder
 log = logging.getLogger("opensession.tools")
 
 DOOM_LOOP_REPEATS = 3
-FILE_TOOLS = {"write", "edit"}
 
 
 @dataclass
@@ -32,7 +31,6 @@ class TurnTools:
 class StepOutcome:
     called: bool = False  # the model asked for tools: the turn continues
     blocked: bool = False  # a denial or a plain rejection: the turn stops here
-    changed_files: bool = False
 
 
 class ToolCalls:
@@ -55,8 +53,6 @@ class ToolCalls:
             status = await self._one(session, recorder, call, part, turn, signal)
             if status == "blocked":
                 outcome.blocked = True
-            elif status == "ok" and call.name in FILE_TOOLS:
-                outcome.changed_files = True
         return outcome
 
     async def _one(

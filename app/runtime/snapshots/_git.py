@@ -1,0 +1,79 @@
+"""Running ``git`` for the shadow repositories: one subprocess per command, its environment
+stripped of ``GIT_*`` variables (so a caller's ``GIT_DIR`` or ``GIT_INDEX_FILE`` can never point a
+snapshot at the user's own repository), and the options every snapshot command needs.
+
+A missing ``git`` executable is not an error of any one command: ``GitMissing`` tells the
+service to switch snapshots off (with one warning) and keep serving."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+# Byte-exact content and paths: no line-ending conversion, no quoting of non-ASCII names,
+# symlinks kept as links, no file-system monitor daemons started on the user's tree.
+OPTIONS = (
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.quotepath=false",
+    "-c",
+    "core.symlinks=true",
+    "-c",
+    "core.longpaths=true",
+    "-c",
+    "core.fsmonitor=false",
+    "--literal-pathspecs",
+)
+
+
+class GitMissing(RuntimeError):
+    """No usable ``git`` executable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    code: int
+    out: bytes
+    err: bytes
+
+    @property
+    def text(self) -> str:
+        return self.out.decode("utf-8", errors="replace")
+
+
+def _environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    return env
+
+
+async def git(*args: str, cwd: str, stdin: bytes | None = None) -> Result:
+    """Run ``git OPTIONS args`` in ``cwd``; never raises for a non-zero exit (callers decide)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "git",
+            *OPTIONS,
+            *args,
+            cwd=cwd,
+            env=_environment(),
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except FileNotFoundError as exc:
+        if not os.path.isdir(cwd):
+            return Result(128, b"", f"no such directory: {cwd}".encode())
+        raise GitMissing(str(exc)) from exc
+    except PermissionError as exc:
+        raise GitMissing(str(exc)) from exc
+    # Let git finish even if the caller is cancelled: a killed ``git add`` leaves ``index.lock``
+    # behind and the next snapshot fails. Git commands on the shadow index are short.
+    task = asyncio.ensure_future(proc.communicate(stdin))
+    try:
+        out, err = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
+    return Result(proc.returncode if proc.returncode is not None else -1, out, err)

@@ -1,0 +1,200 @@
+"""A shadow git repository: OpenCode's way of recording a working tree at every step without
+touching the user's own ``.git``. Its git directory lives in the server's data directory; its
+work tree is the user's repository root, and only the session directory's subtree (``.``
+run from that directory) is ever added, compared or restored.
+
+- ``track`` stages the subtree (honouring ``.gitignore`` and the user's ``info/exclude``) and
+  writes a tree object: the snapshot is that tree's hash. When staging left the index file
+  untouched the previous hash is reused (no ``write-tree``), which keeps a step cheap.
+- ``changed`` lists the files two snapshots differ in; ``diff`` gives their SnapshotFileDiffs;
+  ``patch_text`` is the raw git diff from one snapshot to another.
+- ``restore`` puts a set of files back to their state in one snapshot: checked out when the
+  snapshot has them, deleted when it does not. Nothing else in the tree is touched.
+
+Invariant: every command runs under one lock per shadow repository, an asyncio lock within the
+process and an advisory file lock across processes (servers sharing a data directory), so no two
+commands ever race on the shadow index. A stale ``index.lock`` found while holding both locks is
+left over from a crash and removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from app.runtime.snapshots._git import Result, git
+from app.runtime.snapshots._patch import file_diff
+
+CHUNK = 100  # paths per command line
+
+
+class SnapshotError(RuntimeError):
+    """A git command on the shadow repository failed."""
+
+
+class ShadowRepository:
+    def __init__(self, gitdir: Path, worktree: Path, directory: Path) -> None:
+        self.gitdir = gitdir
+        self.worktree = worktree
+        self.directory = directory
+        self._lock = asyncio.Lock()
+        self._index_stamp: tuple[int, int, int] | None = None
+        self._tree: str | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _git(self, *args: str, stdin: bytes | None = None, at_root: bool = False) -> Result:
+        """Run in the session directory (so ``.`` is its subtree), or with ``at_root`` in the
+        work tree's root (so paths are root-relative, as every listing prints them)."""
+        cwd = self.worktree if at_root else self.directory
+        result = await git(
+            "--git-dir", str(self.gitdir), "--work-tree", str(self.worktree), *args, cwd=str(cwd), stdin=stdin
+        )
+        if result.code != 0:
+            raise SnapshotError(f"git {args[0]} failed ({result.code}): {result.err.decode(errors='replace').strip()}")
+        return result
+
+    @asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        async with self._lock:
+            self.gitdir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.gitdir / "opensession.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+                (self.gitdir / "index.lock").unlink(missing_ok=True)
+                if not (self.gitdir / "HEAD").exists():
+                    await self._init()
+                yield
+            finally:
+                os.close(fd)  # releases the flock
+
+    async def _init(self) -> None:
+        await git("init", "--quiet", "--bare", str(self.gitdir), cwd=str(self.directory))
+        settings = {
+            "core.bare": "false",
+            "core.autocrlf": "false",
+            "core.symlinks": "true",
+            "core.fsmonitor": "false",
+            "core.untrackedCache": "true",
+            "gc.auto": "0",  # no surprise repacking in the middle of a step
+        }
+        for key, value in settings.items():
+            await git("--git-dir", str(self.gitdir), "config", key, value, cwd=str(self.directory))
+        self._index_stamp = self._tree = None
+
+    def _sync_excludes(self) -> None:
+        """The user's ``.git/info/exclude`` applies to the snapshot too (``.gitignore`` files in
+        the tree apply by themselves)."""
+        source = self.worktree / ".git" / "info" / "exclude"
+        target = self.gitdir / "info" / "exclude"
+        try:
+            text = source.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_text(encoding="utf-8", errors="replace") != text:
+            target.write_text(text, encoding="utf-8")
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = (self.gitdir / "index").stat()
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def _relative(self, files: list[str]) -> list[str]:
+        return [os.path.relpath(f, self.worktree) for f in files]
+
+    # -- operations ---------------------------------------------------------------------------
+
+    async def track(self) -> str:
+        """Record the subtree now; returns the snapshot (a tree hash)."""
+        async with self._locked():
+            await asyncio.to_thread(self._sync_excludes)
+            await self._git("add", "--all", "--", ".")
+            stamp = self._stamp()
+            if self._tree is None or stamp is None or stamp != self._index_stamp:
+                self._tree = (await self._git("write-tree")).text.strip()
+                self._index_stamp = stamp
+            return self._tree
+
+    async def changed(self, before: str, after: str) -> list[str]:
+        """Absolute paths of the files that differ between two snapshots."""
+        if before == after:
+            return []
+        async with self._locked():
+            result = await self._git(
+                "diff", "--no-ext-diff", "--no-renames", "--name-only", "-z", before, after, "--", "."
+            )
+        return [str(self.worktree / name) for name in result.text.split("\0") if name]
+
+    async def patch_text(self, before: str, after: str) -> str:
+        async with self._locked():
+            result = await self._git("diff", "--no-ext-diff", "--no-renames", before, after, "--", ".")
+        return result.text.strip()
+
+    async def diff(self, before: str, after: str) -> list[dict[str, Any]]:
+        """SnapshotFileDiffs between two snapshots, in path order."""
+        if before == after:
+            return []
+        async with self._locked():
+            listing = await self._git(
+                "diff", "--no-ext-diff", "--no-renames", "--name-status", "-z", before, after, "--", "."
+            )
+            fields = [f for f in listing.text.split("\0") if f]
+            changes = [(fields[i][0], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+            changes = [(code, name) for code, name in changes if "\n" not in name]
+            wanted = [f"{before}:{name}" for code, name in changes if code != "A"]
+            wanted += [f"{after}:{name}" for code, name in changes if code != "D"]
+            blobs = await self._blobs(wanted)
+        return [
+            file_diff(
+                name,
+                None if code == "A" else blobs.get(f"{before}:{name}", ""),
+                None if code == "D" else blobs.get(f"{after}:{name}", ""),
+            )
+            for code, name in changes
+        ]
+
+    async def _blobs(self, specs: list[str]) -> dict[str, str]:
+        """Contents of ``tree:path`` objects, read through one ``cat-file --batch``."""
+        if not specs:
+            return {}
+        result = await self._git("cat-file", "--batch", stdin="".join(s + "\n" for s in specs).encode())
+        data, at, found = result.out, 0, {}
+        for spec in specs:
+            end = data.index(b"\n", at)
+            header = data[at:end].split()
+            at = end + 1
+            if len(header) < 3 or header[1] != b"blob":
+                continue
+            size = int(header[2])
+            found[spec] = data[at : at + size].decode("utf-8", errors="replace")
+            at += size + 1
+        return found
+
+    async def restore(self, snapshot: str, files: list[str]) -> None:
+        """Put ``files`` (absolute paths) back to their state in ``snapshot``."""
+        async with self._locked():
+            for start in range(0, len(files), CHUNK):
+                chunk = self._relative(files[start : start + CHUNK])
+                listed = await self._git("ls-tree", "--name-only", "-z", snapshot, "--", *chunk, at_root=True)
+                present = set(listed.text.split("\0"))
+                kept = [name for name in chunk if name in present]
+                if kept:
+                    await self._git("checkout", snapshot, "--", *kept, at_root=True)
+                await asyncio.to_thread(self._delete, [name for name in chunk if name not in present])
+
+    def _delete(self, names: list[str]) -> None:
+        root = self.worktree.resolve()
+        for name in names:
+            path = self.worktree / name
+            if not path.parent.resolve().is_relative_to(root):
+                continue  # never follow a link out of the tree
+            with suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                path.unlink()

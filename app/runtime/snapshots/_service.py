@@ -1,0 +1,89 @@
+"""Snapshots per session directory, on where OpenCode has them: inside a git repository, unless
+opencode.json says ``"snapshot": false``. Outside a repository there are no snapshots (the
+reference server's rule: its ``vcs`` must be git), so steps carry none and a revert moves only
+messages.
+
+A snapshot failure never fails a turn: the operation logs a warning and answers "no snapshot".
+A missing ``git`` executable switches snapshots off for the process, with one warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from app.config import ConfigLoader
+from app.runtime.snapshots._git import GitMissing, git
+from app.runtime.snapshots._repository import ShadowRepository, SnapshotError
+
+log = logging.getLogger("opensession.snapshots")
+
+
+class FileSnapshots:
+    def __init__(self, data_dir: Path, config: ConfigLoader) -> None:
+        self.root = data_dir / "snapshot"
+        self.config = config
+        self._repositories: dict[str, ShadowRepository | None] = {}
+        self._resolving: dict[str, asyncio.Lock] = {}
+        self._git_missing = False
+
+    def enabled(self, directory: str) -> bool:
+        return not self._git_missing and self.config.load(directory).raw.get("snapshot") is not False
+
+    async def _repository(self, directory: str) -> ShadowRepository | None:
+        if not self.enabled(directory):
+            return None
+        if directory in self._repositories:
+            return self._repositories[directory]
+        async with self._resolving.setdefault(directory, asyncio.Lock()):
+            if directory not in self._repositories:
+                self._repositories[directory] = await self._open(directory)
+        return self._repositories[directory]
+
+    async def _open(self, directory: str) -> ShadowRepository | None:
+        found = await git("rev-parse", "--show-toplevel", cwd=directory)
+        if found.code != 0:
+            return None  # not inside a git repository
+        worktree = Path(found.text.strip())
+        key = hashlib.sha256(str(worktree).encode()).hexdigest()[:20]
+        return ShadowRepository(self.root / key, worktree, Path(directory))
+
+    async def _run(self, directory: str, operation: str, default: Any, action: Any) -> Any:
+        """``action(repository)`` with the failure policy of the module docstring."""
+        try:
+            repository = await self._repository(directory)
+            if repository is None:
+                return default
+            return await action(repository)
+        except GitMissing as exc:
+            if not self._git_missing:
+                log.warning("git is not usable (%s): file snapshots are off, undo will not restore files", exc)
+            self._git_missing = True
+        except (SnapshotError, OSError) as exc:
+            log.warning("snapshot %s failed in %s: %s", operation, directory, exc)
+        return default
+
+    async def track(self, directory: str) -> str | None:
+        """Record the directory now; None where snapshots are off."""
+        result: str | None = await self._run(directory, "track", None, lambda repo: repo.track())
+        return result
+
+    async def changed(self, directory: str, before: str, after: str) -> list[str]:
+        result: list[str] = await self._run(directory, "changed", [], lambda repo: repo.changed(before, after))
+        return result
+
+    async def diff(self, directory: str, before: str, after: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._run(directory, "diff", [], lambda repo: repo.diff(before, after))
+        return result
+
+    async def patch_text(self, directory: str, before: str, after: str) -> str:
+        result: str = await self._run(directory, "patch", "", lambda repo: repo.patch_text(before, after))
+        return result
+
+    async def restore(self, directory: str, snapshot: str, files: list[str]) -> None:
+        """Put ``files`` back to their state in ``snapshot`` (see ShadowRepository.restore)."""
+        if files:
+            await self._run(directory, "restore", None, lambda repo: repo.restore(snapshot, files))
