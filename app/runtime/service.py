@@ -24,6 +24,8 @@ from app.runtime.tools import ToolServices
 from app.runtime.turn import TurnDomain
 from app.settings import Settings
 
+SETTLE_GRACE_SECONDS = 5.0
+
 
 class Runtime:
     """The composition root: builds the infrastructure and each domain from the ones below it,
@@ -118,6 +120,11 @@ class Runtime:
         if request.no_reply:
             return await self.history.get_message(session_id, message_id)
         await self._settled(session_id, message_id)
+        if not await self.queries.unsettled_inputs(session_id):
+            # The answer is complete; as in OpenCode the call returns once the busy period has
+            # ended too, so a follow-up (a shell command, a revert) does not find it busy.
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.coordinator.await_idle(session_id), SETTLE_GRACE_SECONDS)
         reply = await self.queries.last_assistant(session_id, parent_id=message_id)
         if reply is None:
             reply = await self.queries.last_assistant(session_id)

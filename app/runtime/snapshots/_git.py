@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from dataclasses import dataclass
 
 # Byte-exact content and paths: no line-ending conversion, no quoting of non-ASCII names,
@@ -49,18 +50,10 @@ def _environment() -> dict[str, str]:
     return env
 
 
-async def git(*args: str, cwd: str, stdin: bytes | None = None) -> Result:
-    """Run ``git OPTIONS args`` in ``cwd``; never raises for a non-zero exit (callers decide)."""
+def _run(args: tuple[str, ...], cwd: str, stdin: bytes | None) -> Result:
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "git",
-            *OPTIONS,
-            *args,
-            cwd=cwd,
-            env=_environment(),
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        done = subprocess.run(
+            ["git", *OPTIONS, *args], cwd=cwd, env=_environment(), input=stdin, capture_output=True, check=False
         )
     except FileNotFoundError as exc:
         if not os.path.isdir(cwd):
@@ -68,12 +61,19 @@ async def git(*args: str, cwd: str, stdin: bytes | None = None) -> Result:
         raise GitMissing(str(exc)) from exc
     except PermissionError as exc:
         raise GitMissing(str(exc)) from exc
-    # Let git finish even if the caller is cancelled: a killed ``git add`` leaves ``index.lock``
-    # behind and the next snapshot fails. Git commands on the shadow index are short.
-    task = asyncio.ensure_future(proc.communicate(stdin))
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+async def git(*args: str, cwd: str, stdin: bytes | None = None) -> Result:
+    """Run ``git OPTIONS args`` in ``cwd``; never raises for a non-zero exit (callers decide).
+
+    Spawned from a worker thread: cheaper than the event loop's child watchers (uvloop's cost
+    twice as much per process), and a step runs several. If the caller is cancelled, git is
+    still waited for: a killed ``git add`` leaves ``index.lock`` behind and the next snapshot
+    fails, and the caller's lock must not be released while git writes the shadow index."""
+    task = asyncio.ensure_future(asyncio.to_thread(_run, args, cwd, stdin))
     try:
-        out, err = await asyncio.shield(task)
+        return await asyncio.shield(task)
     except asyncio.CancelledError:
         await task
         raise
-    return Result(proc.returncode if proc.returncode is not None else -1, out, err)

@@ -21,6 +21,8 @@ from app.runtime.snapshots._repository import ShadowRepository, SnapshotError
 
 log = logging.getLogger("opensession.snapshots")
 
+DIFF_CACHE_SIZE = 64
+
 
 class FileSnapshots:
     def __init__(self, data_dir: Path, config: ConfigLoader) -> None:
@@ -29,6 +31,9 @@ class FileSnapshots:
         self._repositories: dict[str, ShadowRepository | None] = {}
         self._resolving: dict[str, asyncio.Lock] = {}
         self._git_missing = False
+        # Trees never change, so the diff between two of them never does: a prompt's diff and the
+        # session's are often the same pair, and clients ask again for what a step announced.
+        self._diffs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
 
     def enabled(self, directory: str) -> bool:
         return not self._git_missing and self.config.load(directory).raw.get("snapshot") is not False
@@ -76,8 +81,16 @@ class FileSnapshots:
         return result
 
     async def diff(self, directory: str, before: str, after: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._run(directory, "diff", [], lambda repo: repo.diff(before, after))
-        return result
+        key = (directory, before, after)
+        cached = self._diffs.get(key)
+        if cached is None:
+            cached = await self._run(directory, "diff", None, lambda repo: repo.diff(before, after))
+            if cached is None:
+                return []
+            if len(self._diffs) >= DIFF_CACHE_SIZE:
+                self._diffs.pop(next(iter(self._diffs)))
+            self._diffs[key] = cached
+        return [dict(d) for d in cached]
 
     async def patch_text(self, directory: str, before: str, after: str) -> str:
         result: str = await self._run(directory, "patch", "", lambda repo: repo.patch_text(before, after))
