@@ -280,9 +280,9 @@ def test_full_turn_with_an_openai_compatible_model(project_dir: Path, client: ht
 def test_project_commands(server: ThreadServer, client: httpx.Client, project_dir: Path) -> None:
     config = {"command": {"greet": {"description": "Say hello", "template": "Say hello to $1 ($ARGUMENTS)"}}}
     (project_dir / "opencode.json").write_text(json.dumps(config))
-    assert client.get("/command").json() == [
-        {"name": "greet", "description": "Say hello", "template": "Say hello to $1 ($ARGUMENTS)"}
-    ]
+    listed = client.get("/command").json()
+    assert [c["name"] for c in listed] == ["init", "greet"] and listed[0]["source"] == "command"
+    assert listed[1] == {"name": "greet", "description": "Say hello", "template": "Say hello to $1 ($ARGUMENTS)"}
     sid = create_session(client)["id"]
     with EventCollector(f"{server.url}/event") as events:
         reply = client.post(f"/session/{sid}/command", json={"command": "greet", "arguments": "Ada Lovelace"})
@@ -334,3 +334,16 @@ def test_agents_declared_in_the_project_config(project_dir: Path, client: httpx.
     reply = client.post(f"/session/{sid}/message", json=text_prompt("TOOL:bash ls", agent="reviewer")).json()
     assert reply["info"]["agent"] == "reviewer"
     assert [p["type"] for p in reply["parts"]] == ["step-start", "text", "step-finish"]  # bash denied: not offered
+
+
+def test_init_has_the_model_write_agents_md(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    body = {"providerID": "opensession", "modelID": "echo", "messageID": "msg_0000000000001init"}
+    assert client.post(f"/session/{sid}/init", json=body).json() is True
+    user, reply = client.get(f"/session/{sid}/message").json()
+    assert user["info"]["id"] == body["messageID"] and "AGENTS.md" in user["parts"][0]["text"]
+    assert reply["info"]["parentID"] == body["messageID"] and reply["info"]["finish"] == "stop"
+    bad = client.post(f"/session/{sid}/init", json={"providerID": "opensession", "modelID": "echo"})
+    assert bad.status_code == 400 and "messageID" in bad.text
+    missing = client.post("/session/ses_missing000000000000000000/init", json=body)
+    assert missing.status_code == 404

@@ -159,6 +159,12 @@ class ShellBody(_Body):
     messageID: MessageID | None = None
 
 
+class InitBody(_Body):
+    modelID: str = Field(min_length=1)
+    providerID: str = Field(min_length=1)
+    messageID: MessageID
+
+
 class CommandBody(_Body):
     command: str = Field(min_length=1)
     arguments: str = ""

@@ -13,6 +13,7 @@ from app.api.deps import ID_PATTERN, MAX_INT, DirectoryDep, MessageIDPath, PartI
 from app.api.legacy.schemas import (
     CommandBody,
     ForkBody,
+    InitBody,
     PartBody,
     PromptBody,
     RevertBody,
@@ -304,6 +305,17 @@ async def summarize(runtime: RuntimeDep, sessionID: SessionIDPath, body: Summari
 async def shell(runtime: RuntimeDep, sessionID: SessionIDPath, body: ShellBody) -> Response:
     model = ModelRef(body.model.providerID, body.model.modelID) if body.model else None
     return JSONBody(await runtime.commands.shell(sessionID, body.command, agent=body.agent, model=model))
+
+
+@router.post(
+    "/session/{sessionID}/init",
+    operation_id="session.init",
+    summary="Have the model write the project's AGENTS.md (the built-in init command); true when done",
+)
+async def init(runtime: RuntimeDep, sessionID: SessionIDPath, body: InitBody) -> Response:
+    model = f"{body.providerID}/{body.modelID}"
+    await runtime.commands.command(sessionID, "init", "", model=model, message_id=body.messageID)
+    return JSONBody(True)
 
 
 @router.post(

@@ -25,14 +25,49 @@ from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 SHELL_NOTICE = "The following tool was executed by the user"
 
 
+# Built in, as in OpenCode: ``/init`` (and ``POST /session/:id/init``) has the model write AGENTS.md.
+INIT_TEMPLATE = """Write (or improve) the `AGENTS.md` file at the root of this project: short, concrete \
+guidance for coding agents that will work here later. Keep only what an agent would otherwise \
+get wrong or waste time discovering.
+
+Focus requested by the user, if any:
+$ARGUMENTS
+
+Find out first, preferring files that run over files that describe:
+- the README, the package manifests and lock files, the build, test, lint and format settings;
+- CI workflows and task runners;
+- instructions already written for agents (`AGENTS.md`, `CLAUDE.md`, `.cursorrules`,
+  `.github/copilot-instructions.md`) and the project's `opencode.json`.
+
+Then write down:
+- the exact commands to build, test (including a single test), lint and format;
+- how the code is laid out and where its entry points are;
+- conventions that differ from the usual ones for this language or framework;
+- traps: required environment, generated files not to edit, slow or flaky steps.
+
+If `AGENTS.md` exists, update it in place and keep what is still true. No generic advice."""
+BUILT_IN_COMMANDS = [
+    {
+        "name": "init",
+        "description": "guided AGENTS.md setup",
+        "source": "command",
+        "template": INIT_TEMPLATE,
+        "hints": ["$ARGUMENTS"],
+    }
+]
+
+
 def command_list(config: ConfigLoader, directory: str) -> list[dict[str, Any]]:
-    """The project's commands (``command.<name>`` in opencode.json), as ``GET /command`` lists them."""
+    """The built-in commands, then the project's (``command.<name>`` in opencode.json; a project
+    command replaces a built-in of the same name), as ``GET /command`` lists them."""
     commands = config.load(directory).raw.get("command") or {}
-    return [
+    project = [
         {"name": name, **{k: spec[k] for k in ("description", "template", "agent", "model", "subtask") if k in spec}}
         for name, spec in commands.items()
         if isinstance(spec, dict) and isinstance(spec.get("template"), str)
     ]
+    names = {c["name"] for c in project}
+    return [c for c in BUILT_IN_COMMANDS if c["name"] not in names] + project
 
 
 def expand(template: str, arguments: str) -> str:
