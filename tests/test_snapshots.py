@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.helpers import create_session, git_repository, text_prompt
-from tests.servers import ThreadServer
+from tests.servers import ThreadServer, process_server
 from tests.sse import EventCollector
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -166,3 +166,39 @@ def test_a_missing_git_turns_snapshots_off_and_sessions_keep_working(
     reply = client.post(f"/session/{sid}/message", json=text_prompt(_tool("write", filePath="c.txt", content="z\n")))
     assert reply.status_code == 200 and (repo / "c.txt").read_text() == "z\n"
     assert all("snapshot" not in p for p in _parts(client, sid, "step-start"))
+
+
+@pytest.mark.slow
+def test_a_step_killed_mid_tool_gets_its_patch_at_restart(
+    database_url: str, project_dir: Path, config_dir: Path
+) -> None:
+    """kill -9 while bash is writing: the restarted server records what the dead step changed,
+    so undo still removes it."""
+    repo = git_repository(project_dir)
+    database = database_url
+    server = process_server(database, repo, config_dir)
+    server.start()
+    try:
+        sid = httpx.post(f"{server.url}/session").json()["id"]
+        prompt = text_prompt("TOOL:bash echo started > crashed.txt; sleep 30")
+        assert httpx.post(f"{server.url}/session/{sid}/prompt_async", json=prompt).status_code == 204
+        deadline = time.monotonic() + 10
+        while not (repo / "crashed.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        server.kill9()
+    finally:
+        server.stop()
+    restarted = process_server(database, repo, config_dir)
+    restarted.start()
+    try:
+        with httpx.Client(base_url=restarted.url, timeout=30) as client:
+            deadline = time.monotonic() + 15
+            while client.get("/session/status").json() != {} and time.monotonic() < deadline:
+                time.sleep(0.1)
+            patches = _parts(client, sid, "patch")
+            assert [p["files"] for p in patches][:1] == [[str(repo / "crashed.txt")]]
+            (user,) = _users(client, sid)
+            client.post(f"/session/{sid}/revert", json={"messageID": user["id"]})
+            assert not (repo / "crashed.txt").exists()
+    finally:
+        restarted.stop()

@@ -60,7 +60,7 @@ class Runtime:
     async def start(self) -> None:
         await self.db.open()
         await self.log.start()
-        await self._sessions.start(self.infra)
+        await self._sessions.start(self.infra, self.files.changed_since)
         if self._sessions.cluster is not None:
             self._join_cluster(self._sessions.cluster)
 

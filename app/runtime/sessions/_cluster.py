@@ -28,7 +28,7 @@ from app.events.log import FENCE
 from app.jsonutil import dumps, loads
 from app.runtime.errors import SessionNotFound
 from app.runtime.infrastructure import Infrastructure
-from app.runtime.sessions._recovery import close_session
+from app.runtime.sessions._recovery import StepChanges, close_session
 from app.runtime.sessions._service import SessionService
 from app.store import sql
 
@@ -55,13 +55,15 @@ class Cluster:
         self.lease_ms = int(infra.settings.lease_seconds * 1000)
         self.origin = infra.log.origin
         self._target: Controlled | None = None
+        self._changes: StepChanges | None = None  # gives a taken-over session's open step its patch
         self._watchdog: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[Any]] = set()
         # Further control operations, by name (the Runtime adds what other domains answer).
         self.handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {}
 
-    async def start(self, target: Controlled) -> None:
+    async def start(self, target: Controlled, changes: StepChanges | None = None) -> None:
         self._target = target
+        self._changes = changes
         await self.db.listen(CONTROL, self._received)
         self._watchdog = asyncio.create_task(self._watch(), name="cluster:watchdog")
 
@@ -103,7 +105,8 @@ class Cluster:
     async def close_open(self, session_id: str) -> None:
         """Close what a dead or failed drain left open in a session this process now holds."""
         with suppress(SessionNotFound):
-            await close_session(self.infra.log, self.infra.queries, await self.sessions.get(session_id))
+            session = await self.sessions.get(session_id)
+            await close_session(self.infra.log, self.infra.queries, session, self._changes)
 
     async def release(self, session_id: str, token: int) -> None:
         async with self.db.write() as scope:

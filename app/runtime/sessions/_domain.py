@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions._cluster import Cluster
 from app.runtime.sessions._coordinator import Drain, DrainCoordinator, StatusListener
-from app.runtime.sessions._recovery import recover
+from app.runtime.sessions._recovery import StepChanges, recover
 from app.runtime.sessions._service import SessionService
 
 
@@ -24,13 +24,14 @@ class SessionsDomain:
         cluster = Cluster(infra, service) if infra.db.shared else None
         return cls(service, DrainCoordinator(drain, on_status, cluster), cluster)
 
-    async def start(self, infra: Infrastructure) -> int:
+    async def start(self, infra: Infrastructure, changes: StepChanges | None = None) -> int:
         """Close what the last stop left open (leaving sessions other live processes drain to
-        them), wake sessions with unanswered prompts, and join the cluster."""
+        them; ``changes`` gives interrupted steps their patch), wake sessions with unanswered
+        prompts, and join the cluster."""
         skip = await self.cluster.others() if self.cluster is not None else set()
-        recovered = await recover(infra.log, infra.queries, self.service, self.coordinator, skip=skip)
+        recovered = await recover(infra.log, infra.queries, self.service, self.coordinator, skip=skip, changes=changes)
         if self.cluster is not None:
-            await self.cluster.start(self.coordinator)
+            await self.cluster.start(self.coordinator, changes)
         return recovered
 
     async def stop(self) -> None:

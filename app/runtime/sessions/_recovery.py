@@ -5,6 +5,8 @@ What must be closed is derived from what is open, not from any one flag:
   reasoning parts ended (their checkpointed text kept);
 - every tool part left ``pending`` or ``running`` (in any message, also one that waited for a
   permission) becomes an error: its side effects are unknown, so it is never re-run;
+- an interrupted step that started from a file snapshot gets the ``patch`` part it never wrote
+  (the files changed since that snapshot), so undo reaches what its tools did before the stop;
 - every session with an unsettled input (admitted, or promoted into a turn that never ended) is
   woken, so its unanswered prompts, including the interrupted one, are answered.
 
@@ -16,8 +18,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.runtime.errors import SessionNotFound
@@ -26,6 +30,9 @@ from app.runtime.sessions._service import SessionService
 from app.store.queries import Queries
 
 log = logging.getLogger("opensession.recovery")
+
+# (directory, snapshot) -> the files changed since that snapshot (the snapshots domain, above us)
+StepChanges = Callable[[str, str], Awaitable[list[str]]]
 
 INTERRUPTED = {"name": "MessageAbortedError", "data": {"message": "Interrupted: the server stopped during this turn"}}
 
@@ -56,6 +63,28 @@ class _OpenWork:
     def __init__(self) -> None:
         self.messages: list[str] = []
         self.parts: list[dict[str, Any]] = []
+        self.patches: dict[str, dict[str, Any]] = {}  # message id -> the patch part it lacks
+
+    async def find_patches(self, session: dict[str, Any], queries: Queries, changes: StepChanges | None) -> None:
+        """Before the closing transaction (git runs outside it): the patch of each open step."""
+        if changes is None:
+            return
+        for message_id in self.messages:
+            message = await queries.message(session["id"], message_id)
+            parts = message["parts"] if message else []
+            start = next((p.get("snapshot") for p in parts if p["type"] == "step-start"), None)
+            if not start or any(p["type"] == "patch" for p in parts):
+                continue
+            files = await changes(session["directory"], start)
+            if files:
+                self.patches[message_id] = {
+                    "id": ids.part_id(),
+                    "sessionID": session["id"],
+                    "messageID": message_id,
+                    "type": "patch",
+                    "hash": start,
+                    "files": files,
+                }
 
 
 async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, queries: Queries, at: int) -> None:
@@ -74,6 +103,8 @@ async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, quer
             if closed is not None:
                 closed_parts.add(part["id"])
                 await emit("message.part.updated", {"part": closed, "time": at})
+        if message_id in work.patches:
+            await emit("message.part.updated", {"part": work.patches[message_id], "time": at})
         info = message["info"]
         closed_info = {**info, "error": INTERRUPTED, "time": {**info["time"], "completed": at}}
         await emit("message.updated", {"info": closed_info})
@@ -83,12 +114,15 @@ async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, quer
             await emit("message.part.updated", {"part": closed, "time": at})
 
 
-async def close_session(log_: EventLog, queries: Queries, session: dict[str, Any]) -> None:
+async def close_session(
+    log_: EventLog, queries: Queries, session: dict[str, Any], changes: StepChanges | None = None
+) -> None:
     """Close what a dead drain left open in one session (a takeover: the caller now holds its
     lease, so nothing else writes there)."""
     work = _OpenWork()
     work.messages = [m for _, m in await queries.open_assistant_messages(session["id"])]
     work.parts = [p for _, p in await queries.open_tool_parts(session["id"])]
+    await work.find_patches(session, queries, changes)
     if work.messages or work.parts:
         async with log_.transaction() as tx:
             await _close(tx, session, work, queries, now_ms())
@@ -101,6 +135,7 @@ async def recover(
     coordinator: DrainCoordinator,
     *,
     skip: set[str] | frozenset[str] = frozenset(),
+    changes: StepChanges | None = None,
 ) -> int:
     """Close what a stop left open and wake sessions with unanswered prompts; returns the number
     of sessions touched. Sessions in ``skip`` (drained right now by another live process) are
@@ -119,6 +154,7 @@ async def recover(
             continue
         present.append(session_id)
         if session_id in open_work:
+            await open_work[session_id].find_patches(session, queries, changes)
             async with log_.transaction() as tx:
                 await _close(tx, session, open_work[session_id], queries, now_ms())
     for session_id in present:  # woken only once everything open is closed

@@ -92,6 +92,11 @@ class FileSnapshots:
             self._diffs[key] = cached
         return [dict(d) for d in cached]
 
+    async def changed_since(self, directory: str, snapshot: str) -> list[str]:
+        """The files that differ between ``snapshot`` and the directory now."""
+        now = await self.track(directory)
+        return await self.changed(directory, snapshot, now) if now else []
+
     async def patch_text(self, directory: str, before: str, after: str) -> str:
         result: str = await self._run(directory, "patch", "", lambda repo: repo.patch_text(before, after))
         return result
