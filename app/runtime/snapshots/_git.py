@@ -1,13 +1,13 @@
-"""Running ``git`` for the shadow repositories: one subprocess per command, its environment
-stripped of ``GIT_*`` variables (so a caller's ``GIT_DIR`` or ``GIT_INDEX_FILE`` can never point a
-snapshot at the user's own repository), and the options every snapshot command needs.
+"""Running ``git`` for the shadow repositories (blocking: callers run in a worker thread), with
+its environment stripped of ``GIT_*`` variables (so a caller's ``GIT_DIR`` or ``GIT_INDEX_FILE``
+can never point a snapshot at the user's own repository), and the options every snapshot command
+needs.
 
 A missing ``git`` executable is not an error of any one command: ``GitMissing`` tells the
 service to switch snapshots off (with one warning) and keep serving."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from dataclasses import dataclass
@@ -50,7 +50,8 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def _run(args: tuple[str, ...], cwd: str, stdin: bytes | None) -> Result:
+def git(*args: str, cwd: str, stdin: bytes | None = None) -> Result:
+    """Run ``git OPTIONS args`` in ``cwd``; never raises for a non-zero exit (callers decide)."""
     try:
         done = subprocess.run(
             ["git", *OPTIONS, *args], cwd=cwd, env=_environment(), input=stdin, capture_output=True, check=False
@@ -62,18 +63,3 @@ def _run(args: tuple[str, ...], cwd: str, stdin: bytes | None) -> Result:
     except PermissionError as exc:
         raise GitMissing(str(exc)) from exc
     return Result(done.returncode, done.stdout, done.stderr)
-
-
-async def git(*args: str, cwd: str, stdin: bytes | None = None) -> Result:
-    """Run ``git OPTIONS args`` in ``cwd``; never raises for a non-zero exit (callers decide).
-
-    Spawned from a worker thread: cheaper than the event loop's child watchers (uvloop's cost
-    twice as much per process), and a step runs several. If the caller is cancelled, git is
-    still waited for: a killed ``git add`` leaves ``index.lock`` behind and the next snapshot
-    fails, and the caller's lock must not be released while git writes the shadow index."""
-    task = asyncio.ensure_future(asyncio.to_thread(_run, args, cwd, stdin))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise

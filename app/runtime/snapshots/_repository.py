@@ -11,19 +11,19 @@ run from that directory) is ever added, compared or restored.
 - ``restore`` puts a set of files back to their state in one snapshot: checked out when the
   snapshot has them, deleted when it does not. Nothing else in the tree is touched.
 
-Invariant: every command runs under one lock per shadow repository, an asyncio lock within the
-process and an advisory file lock across processes (servers sharing a data directory), so no two
-commands ever race on the shadow index. A stale ``index.lock`` found while holding both locks is
-left over from a crash and removed.
+Blocking: each operation runs whole in one worker thread (see ``FileSnapshots``), its git
+commands one after another. Invariant: an operation holds the repository's advisory file lock
+from start to end (the service also serializes them within the process), so no two operations,
+even from servers sharing a data directory, ever race on the shadow index. A stale
+``index.lock`` found while holding the lock is left over from a crash and removed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -42,39 +42,35 @@ class ShadowRepository:
         self.gitdir = gitdir
         self.worktree = worktree
         self.directory = directory
-        self._lock = asyncio.Lock()
         self._index_stamp: tuple[int, int, int] | None = None
         self._tree: str | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    async def _git(self, *args: str, stdin: bytes | None = None, at_root: bool = False) -> Result:
+    def _git(self, *args: str, stdin: bytes | None = None, at_root: bool = False) -> Result:
         """Run in the session directory (so ``.`` is its subtree), or with ``at_root`` in the
         work tree's root (so paths are root-relative, as every listing prints them)."""
         cwd = self.worktree if at_root else self.directory
-        result = await git(
-            "--git-dir", str(self.gitdir), "--work-tree", str(self.worktree), *args, cwd=str(cwd), stdin=stdin
-        )
+        result = git("--git-dir", str(self.gitdir), "--work-tree", str(self.worktree), *args, cwd=str(cwd), stdin=stdin)
         if result.code != 0:
             raise SnapshotError(f"git {args[0]} failed ({result.code}): {result.err.decode(errors='replace').strip()}")
         return result
 
-    @asynccontextmanager
-    async def _locked(self) -> AsyncIterator[None]:
-        async with self._lock:
-            self.gitdir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.gitdir / "opensession.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
-                (self.gitdir / "index.lock").unlink(missing_ok=True)
-                if not (self.gitdir / "HEAD").exists():
-                    await self._init()
-                yield
-            finally:
-                os.close(fd)  # releases the flock
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.gitdir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.gitdir / "opensession.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            (self.gitdir / "index.lock").unlink(missing_ok=True)
+            if not (self.gitdir / "HEAD").exists():
+                self._init()
+            yield
+        finally:
+            os.close(fd)  # releases the flock
 
-    async def _init(self) -> None:
-        await git("init", "--quiet", "--bare", str(self.gitdir), cwd=str(self.directory))
+    def _init(self) -> None:
+        git("init", "--quiet", "--bare", str(self.gitdir), cwd=str(self.directory))
         settings = {
             "core.bare": "false",
             "core.autocrlf": "false",
@@ -84,7 +80,7 @@ class ShadowRepository:
             "gc.auto": "0",  # no surprise repacking in the middle of a step
         }
         for key, value in settings.items():
-            await git("--git-dir", str(self.gitdir), "config", key, value, cwd=str(self.directory))
+            git("--git-dir", str(self.gitdir), "config", key, value, cwd=str(self.directory))
         self._index_stamp = self._tree = None
 
     def _sync_excludes(self) -> None:
@@ -112,38 +108,36 @@ class ShadowRepository:
 
     # -- operations ---------------------------------------------------------------------------
 
-    async def track(self) -> str:
+    def track(self) -> str:
         """Record the subtree now; returns the snapshot (a tree hash)."""
-        async with self._locked():
-            await asyncio.to_thread(self._sync_excludes)
-            await self._git("add", "--all", "--", ".")
+        with self._locked():
+            self._sync_excludes()
+            self._git("add", "--all", "--", ".")
             stamp = self._stamp()
             if self._tree is None or stamp is None or stamp != self._index_stamp:
-                self._tree = (await self._git("write-tree")).text.strip()
+                self._tree = (self._git("write-tree")).text.strip()
                 self._index_stamp = stamp
             return self._tree
 
-    async def changed(self, before: str, after: str) -> list[str]:
+    def changed(self, before: str, after: str) -> list[str]:
         """Absolute paths of the files that differ between two snapshots."""
         if before == after:
             return []
-        async with self._locked():
-            result = await self._git(
-                "diff", "--no-ext-diff", "--no-renames", "--name-only", "-z", before, after, "--", "."
-            )
+        with self._locked():
+            result = self._git("diff", "--no-ext-diff", "--no-renames", "--name-only", "-z", before, after, "--", ".")
         return [str(self.worktree / name) for name in result.text.split("\0") if name]
 
-    async def patch_text(self, before: str, after: str) -> str:
-        async with self._locked():
-            result = await self._git("diff", "--no-ext-diff", "--no-renames", before, after, "--", ".")
+    def patch_text(self, before: str, after: str) -> str:
+        with self._locked():
+            result = self._git("diff", "--no-ext-diff", "--no-renames", before, after, "--", ".")
         return result.text.strip()
 
-    async def diff(self, before: str, after: str) -> list[dict[str, Any]]:
+    def diff(self, before: str, after: str) -> list[dict[str, Any]]:
         """SnapshotFileDiffs between two snapshots, in path order."""
         if before == after:
             return []
-        async with self._locked():
-            listing = await self._git(
+        with self._locked():
+            listing = self._git(
                 "diff", "--no-ext-diff", "--no-renames", "--name-status", "-z", before, after, "--", "."
             )
             fields = [f for f in listing.text.split("\0") if f]
@@ -151,7 +145,7 @@ class ShadowRepository:
             changes = [(code, name) for code, name in changes if "\n" not in name]
             wanted = [f"{before}:{name}" for code, name in changes if code != "A"]
             wanted += [f"{after}:{name}" for code, name in changes if code != "D"]
-            blobs = await self._blobs(wanted)
+            blobs = self._blobs(wanted)
         return [
             file_diff(
                 name,
@@ -161,11 +155,11 @@ class ShadowRepository:
             for code, name in changes
         ]
 
-    async def _blobs(self, specs: list[str]) -> dict[str, str]:
+    def _blobs(self, specs: list[str]) -> dict[str, str]:
         """Contents of ``tree:path`` objects, read through one ``cat-file --batch``."""
         if not specs:
             return {}
-        result = await self._git("cat-file", "--batch", stdin="".join(s + "\n" for s in specs).encode())
+        result = self._git("cat-file", "--batch", stdin="".join(s + "\n" for s in specs).encode())
         data, at, found = result.out, 0, {}
         for spec in specs:
             end = data.index(b"\n", at)
@@ -178,17 +172,17 @@ class ShadowRepository:
             at += size + 1
         return found
 
-    async def restore(self, snapshot: str, files: list[str]) -> None:
+    def restore(self, snapshot: str, files: list[str]) -> None:
         """Put ``files`` (absolute paths) back to their state in ``snapshot``."""
-        async with self._locked():
+        with self._locked():
             for start in range(0, len(files), CHUNK):
                 chunk = self._relative(files[start : start + CHUNK])
-                listed = await self._git("ls-tree", "--name-only", "-z", snapshot, "--", *chunk, at_root=True)
+                listed = self._git("ls-tree", "--name-only", "-z", snapshot, "--", *chunk, at_root=True)
                 present = set(listed.text.split("\0"))
                 kept = [name for name in chunk if name in present]
                 if kept:
-                    await self._git("checkout", snapshot, "--", *kept, at_root=True)
-                await asyncio.to_thread(self._delete, [name for name in chunk if name not in present])
+                    self._git("checkout", snapshot, "--", *kept, at_root=True)
+                self._delete([name for name in chunk if name not in present])
 
     def _delete(self, names: list[str]) -> None:
         root = self.worktree.resolve()

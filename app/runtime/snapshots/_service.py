@@ -3,6 +3,10 @@ opencode.json says ``"snapshot": false``. Outside a repository there are no snap
 reference server's rule: its ``vcs`` must be git), so steps carry none and a revert moves only
 messages.
 
+Each operation runs whole in one worker thread (one hop, however many git commands it takes),
+one at a time per shadow repository. It is never abandoned halfway: a cancelled caller still
+waits for it, since a killed ``git add`` would leave ``index.lock`` behind.
+
 A snapshot failure never fails a turn: the operation logs a warning and answers "no snapshot".
 A missing ``git`` executable switches snapshots off for the process, with one warning.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,7 @@ class FileSnapshots:
         self.config = config
         self._repositories: dict[str, ShadowRepository | None] = {}
         self._resolving: dict[str, asyncio.Lock] = {}
+        self._locks: dict[Path, asyncio.Lock] = {}
         self._git_missing = False
         # Trees never change, so the diff between two of them never does: a prompt's diff and the
         # session's are often the same pair, and clients ask again for what a step announced.
@@ -45,24 +51,32 @@ class FileSnapshots:
             return self._repositories[directory]
         async with self._resolving.setdefault(directory, asyncio.Lock()):
             if directory not in self._repositories:
-                self._repositories[directory] = await self._open(directory)
+                self._repositories[directory] = await asyncio.to_thread(self._open, directory)
         return self._repositories[directory]
 
-    async def _open(self, directory: str) -> ShadowRepository | None:
-        found = await git("rev-parse", "--show-toplevel", cwd=directory)
+    def _open(self, directory: str) -> ShadowRepository | None:
+        found = git("rev-parse", "--show-toplevel", cwd=directory)
         if found.code != 0:
             return None  # not inside a git repository
         worktree = Path(found.text.strip())
         key = hashlib.sha256(str(worktree).encode()).hexdigest()[:20]
         return ShadowRepository(self.root / key, worktree, Path(directory))
 
-    async def _run(self, directory: str, operation: str, default: Any, action: Any) -> Any:
-        """``action(repository)`` with the failure policy of the module docstring."""
+    async def _run(
+        self, directory: str, operation: str, default: Any, action: Callable[[ShadowRepository], Any]
+    ) -> Any:
+        """``action(repository)`` in a worker thread, with the policies of the module docstring."""
         try:
             repository = await self._repository(directory)
             if repository is None:
                 return default
-            return await action(repository)
+            async with self._locks.setdefault(repository.gitdir, asyncio.Lock()):
+                work = asyncio.ensure_future(asyncio.to_thread(action, repository))
+                try:
+                    return await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    await work
+                    raise
         except GitMissing as exc:
             if not self._git_missing:
                 log.warning("git is not usable (%s): file snapshots are off, undo will not restore files", exc)
