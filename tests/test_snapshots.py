@@ -3,6 +3,7 @@ whoever made them (write, edit, bash), and undo/redo put files back. Real server
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -202,3 +203,32 @@ def test_a_step_killed_mid_tool_gets_its_patch_at_restart(
             assert not (repo / "crashed.txt").exists()
     finally:
         restarted.stop()
+
+
+async def test_a_snapshot_sees_every_change_even_when_git_is_skipped(tmp_path: Path, database_url: str) -> None:
+    """Small subtrees skip git while nothing moved; an edit that keeps the size, a new file and
+    a deletion must each still give a new snapshot."""
+    from app.config import ConfigLoader
+    from app.runtime.snapshots import FileSnapshots
+
+    repo = tmp_path / "tree"
+    (repo / "sub").mkdir(parents=True)
+    for name in ("a.txt", "sub/b.txt"):
+        (repo / name).write_text("same size\n")
+    git_repository(repo)
+    snapshots = FileSnapshots(tmp_path / "data", ConfigLoader(str(tmp_path / "config")))
+    directory = str(repo)
+    await asyncio.sleep(2.1)  # older than the racy horizon: the next snapshot may skip git
+    first = await snapshots.track(directory)
+    assert first is not None and await snapshots.track(directory) == first
+
+    (repo / "sub" / "b.txt").write_text("SAME SIZE\n")
+    second = await snapshots.track(directory)
+    assert await snapshots.changed(directory, first, second or "") == [str(repo / "sub" / "b.txt")]
+    (repo / "sub" / "new.txt").write_text("x")
+    (repo / "a.txt").unlink()
+    third = await snapshots.track(directory)
+    assert await snapshots.changed(directory, second or "", third or "") == [
+        str(repo / "a.txt"),
+        str(repo / "sub" / "new.txt"),
+    ]

@@ -5,7 +5,9 @@ run from that directory) is ever added, compared or restored.
 
 - ``track`` stages the subtree (honouring ``.gitignore`` and the user's ``info/exclude``) and
   writes a tree object: the snapshot is that tree's hash. When staging left the index file
-  untouched the previous hash is reused (no ``write-tree``), which keeps a step cheap.
+  untouched the previous hash is reused (no ``write-tree``); on a small subtree whose
+  fingerprint (``fingerprint``) has not moved since the last snapshot, git is not run at all.
+  Both keep a step cheap.
 - ``changed`` lists the files two snapshots differ in; ``diff`` gives their SnapshotFileDiffs;
   ``patch_text`` is the raw git diff from one snapshot to another.
 - ``restore`` puts a set of files back to their state in one snapshot: checked out when the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -31,6 +34,50 @@ from app.runtime.snapshots._git import Result, git
 from app.runtime.snapshots._patch import file_diff
 
 CHUNK = 100  # paths per command line
+
+
+Fingerprint = tuple[tuple[str, int, int, int, int], ...]
+
+FINGERPRINT_LIMIT = 2_000  # entries; a bigger subtree is always staged by git
+RACY_NS = 2_000_000_000  # a change this recent may share its timestamp with a later one
+
+
+def fingerprint(directory: Path) -> Fingerprint | None:
+    """Every file and folder under ``directory`` (``.git`` excluded, links not followed) with its
+    modification and change times, size and inode: any edit, creation, deletion or rename
+    changes it. None for a subtree too big to walk cheaply, or when an entry changed so
+    recently that a further change could keep the same timestamps (git's "racy" case): then
+    git is asked."""
+    entries: list[tuple[str, int, int, int, int]] = []
+    horizon = time.time_ns() - RACY_NS
+    pending = [str(directory)]
+    while pending:
+        folder = pending.pop()
+        try:
+            scan = list(os.scandir(folder))
+        except OSError:
+            return None
+        for entry in scan:
+            if entry.name == ".git":
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                return None
+            if st.st_mtime_ns > horizon or st.st_ctime_ns > horizon:
+                return None
+            entries.append((entry.path, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
+            if len(entries) > FINGERPRINT_LIMIT:
+                return None
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+    entries.append((str(directory), *_times(directory)))
+    return tuple(sorted(entries))
+
+
+def _times(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
 
 
 class SnapshotError(RuntimeError):
@@ -44,6 +91,7 @@ class ShadowRepository:
         self.directory = directory
         self._index_stamp: tuple[int, int, int] | None = None
         self._tree: str | None = None
+        self._fingerprint: Fingerprint | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -110,9 +158,16 @@ class ShadowRepository:
 
     def track(self) -> str:
         """Record the subtree now; returns the snapshot (a tree hash)."""
+        if (
+            self._tree is not None
+            and self._fingerprint is not None
+            and self._fingerprint == fingerprint(self.directory)
+        ):
+            return self._tree  # nothing in the subtree moved since the last snapshot
         with self._locked():
             self._sync_excludes()
             self._git("add", "--all", "--", ".")
+            self._fingerprint = fingerprint(self.directory)
             stamp = self._stamp()
             if self._tree is None or stamp is None or stamp != self._index_stamp:
                 self._tree = (self._git("write-tree")).text.strip()
