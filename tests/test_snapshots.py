@@ -232,3 +232,30 @@ async def test_a_snapshot_sees_every_change_even_when_git_is_skipped(tmp_path: P
         str(repo / "a.txt"),
         str(repo / "sub" / "new.txt"),
     ]
+
+
+async def test_diffs_are_shaped_as_the_reference_server_shapes_them(tmp_path: Path, database_url: str) -> None:
+    """Whole-file context, ``Index:`` headers, counts on every hunk header: byte for byte what
+    OpenCode 1.18 answered for the same edits."""
+    from app.config import ConfigLoader
+    from app.runtime.snapshots import FileSnapshots
+
+    repo = tmp_path / "tree"
+    repo.mkdir()
+    (repo / "nonl.txt").write_text("a\nb")
+    (repo / "long.txt").write_text("".join(f"line{i}\n" for i in range(1, 31)))
+    git_repository(repo)
+    snapshots = FileSnapshots(tmp_path / "data", ConfigLoader(str(tmp_path / "config")))
+    before = await snapshots.track(str(repo))
+    (repo / "nonl.txt").write_text("a\nc")
+    (repo / "long.txt").write_text((repo / "long.txt").read_text().replace("line15", "LINE15"))
+    (repo / "newfile.txt").write_text("alpha beta")
+    after = await snapshots.track(str(repo))
+    assert before and after
+    long, new, nonl = await snapshots.diff(str(repo), before, after)
+    header = "Index: nonl.txt\n" + "=" * 67 + "\n--- nonl.txt\t\n+++ nonl.txt\t\n"
+    body = "@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
+    assert nonl == {"file": "nonl.txt", "patch": header + body, "additions": 1, "deletions": 1, "status": "modified"}
+    assert new["patch"].endswith("@@ -0,0 +1,1 @@\n+alpha beta\n\\ No newline at end of file\n")
+    assert new["status"] == "added" and (new["additions"], new["deletions"]) == (1, 0)
+    assert "@@ -1,30 +1,30 @@\n line1\n" in long["patch"] and " line14\n-line15\n+LINE15\n line16\n" in long["patch"]

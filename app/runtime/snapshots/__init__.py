@@ -8,7 +8,6 @@ Invariant: only the session directory's subtree is ever added, compared or resto
 restore touches only the files it is given.
 """
 
-from app.runtime.snapshots._patch import file_diff
 from app.runtime.snapshots._service import FileSnapshots
 
-__all__ = ["FileSnapshots", "file_diff"]
+__all__ = ["FileSnapshots"]

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from app.runtime.snapshots._git import Result, git
-from app.runtime.snapshots._patch import file_diff
+from app.runtime.snapshots._patch import file_diff, split_patches
 
 CHUNK = 100  # paths per command line
+WHOLE_FILE = "--unified=100000000"  # context enough for one hunk spanning any file
 
 
 Fingerprint = tuple[tuple[str, int, int, int, int], ...]
@@ -188,44 +189,24 @@ class ShadowRepository:
         return result.text.strip()
 
     def diff(self, before: str, after: str) -> list[dict[str, Any]]:
-        """SnapshotFileDiffs between two snapshots, in path order."""
+        """SnapshotFileDiffs between two snapshots, in path order, from one ``git diff``: its
+        NUL-separated raw listing names the files exactly, its patches (whole-file context)
+        follow in the same order."""
         if before == after:
             return []
         with self._locked():
-            listing = self._git(
-                "diff", "--no-ext-diff", "--no-renames", "--name-status", "-z", before, after, "--", "."
-            )
-            fields = [f for f in listing.text.split("\0") if f]
-            changes = [(fields[i][0], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
-            changes = [(code, name) for code, name in changes if "\n" not in name]
-            wanted = [f"{before}:{name}" for code, name in changes if code != "A"]
-            wanted += [f"{after}:{name}" for code, name in changes if code != "D"]
-            blobs = self._blobs(wanted)
-        return [
-            file_diff(
-                name,
-                None if code == "A" else blobs.get(f"{before}:{name}", ""),
-                None if code == "D" else blobs.get(f"{after}:{name}", ""),
-            )
-            for code, name in changes
-        ]
-
-    def _blobs(self, specs: list[str]) -> dict[str, str]:
-        """Contents of ``tree:path`` objects, read through one ``cat-file --batch``."""
-        if not specs:
-            return {}
-        result = self._git("cat-file", "--batch", stdin="".join(s + "\n" for s in specs).encode())
-        data, at, found = result.out, 0, {}
-        for spec in specs:
-            end = data.index(b"\n", at)
-            header = data[at:end].split()
-            at = end + 1
-            if len(header) < 3 or header[1] != b"blob":
-                continue
-            size = int(header[2])
-            found[spec] = data[at : at + size].decode("utf-8", errors="replace")
-            at += size + 1
-        return found
+            out = self._git(
+                "diff", "--no-ext-diff", "--no-renames", "--raw", "-z", "-p", WHOLE_FILE, before, after, "--", "."
+            ).text
+        tokens = out.split("\0")
+        changes: list[tuple[str, str]] = []
+        at = 0
+        while at + 1 < len(tokens) and tokens[at].startswith(":"):
+            changes.append((tokens[at].split()[-1][:1], tokens[at + 1]))
+            at += 2
+        bodies = split_patches("\0".join(tokens[at:]).lstrip("\0"))
+        bodies += [[]] * (len(changes) - len(bodies))
+        return [file_diff(name, code, body) for (code, name), body in zip(changes, bodies, strict=False)]
 
     def restore(self, snapshot: str, files: list[str]) -> None:
         """Put ``files`` (absolute paths) back to their state in ``snapshot``."""
