@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     # Several processes on one PostgreSQL database: how long a drain lease lasts without renewal,
     # so the longest a dead process's sessions wait before another process takes them over.
     lease_seconds: float = 10.0
+    # Terminal output a pty keeps for replay (UTF-16 code units, as OpenCode's cursors count them).
+    pty_buffer_chars: int = 2 * 1024 * 1024
     # Overrides the user config directory that opencode.json is read from (tests use it).
     config_dir: str | None = None
 
