@@ -95,9 +95,15 @@ class Terminal:
 
     # -- output --------------------------------------------------------------------------------
 
-    def _read_available(self) -> None:
-        """Read what the master has now. EIO means no process holds the pty's slave side."""
+    def _read_available(self, budget: int = _READ_SIZE) -> None:
+        """Read what the master has now, ``budget`` bytes per turn of the loop, so a program that
+        floods its terminal does not starve the loop: past the budget the rest is read in a later
+        callback (scheduled here, since a reader may be signalled only on new data). EIO means no
+        process holds the pty's slave side any more."""
         while self._master is not None:
+            if budget <= 0:
+                self._loop.call_soon(self._read_available)
+                return
             try:
                 data = os.read(self._master, _READ_SIZE)
             except BlockingIOError:
@@ -107,6 +113,7 @@ class Terminal:
             if not data:
                 self._loop.remove_reader(self._master)
                 return
+            budget -= len(data)
             self._emit(self._decoder.decode(data))
 
     def _emit(self, text: str) -> None:
@@ -122,7 +129,7 @@ class Terminal:
 
     async def _watch(self) -> None:
         returncode = await exited(self._process)
-        self._read_available()
+        self._read_available(budget=4 * self._scrollback.limit)  # its last words, a scrollback at most
         self._emit(self._decoder.decode(b"", final=True))
         self.info["status"] = "exited"
         self.info["exitCode"] = exit_code(returncode)
