@@ -24,6 +24,7 @@ PREFIXES = {
     "permission": "per",
     "question": "que",
     "workspace": "wrk",
+    "pty": "pty",
 }
 
 _lock = threading.Lock()

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     lease_seconds: float = 10.0
     # Where the server keeps its own files: the default database and the snapshot repositories.
     data_dir: str = Field(default_factory=default_data_dir)
+    # Terminal output a pty keeps for replay (UTF-16 code units, as OpenCode's cursors count them).
+    pty_buffer_chars: int = 2 * 1024 * 1024
     # Overrides the user config directory that opencode.json is read from (tests use it).
     config_dir: str | None = None
 

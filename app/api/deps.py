@@ -7,8 +7,9 @@ import os
 from typing import Annotated
 from urllib.parse import unquote
 
-from fastapi import Depends, Path, Query, Request
+from fastapi import Depends, Path, Query
 from pydantic import Field
+from starlette.requests import HTTPConnection
 
 from app.runtime.errors import InvalidInput
 from app.runtime.service import Runtime
@@ -30,15 +31,16 @@ WorkspaceID = Annotated[str, _id("wrk")]
 SessionIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="ses"), description="Session ID (ses_...)")]
 PartIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="prt"), description="Part ID (prt_...)")]
 MessageIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="msg"), description="Message ID (msg_...)")]
+PtyIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="pty"), description="PTY ID (pty_...)")]
 
 
-async def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: HTTPConnection) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
 
 async def instance_directory(
-    request: Request,
+    request: HTTPConnection,
     directory: Annotated[str | None, Query(description="Project directory the request is scoped to")] = None,
 ) -> str:
     """``?directory=`` wins, then the ``x-opencode-directory`` header (URI-encoded by the SDK), then

@@ -2,8 +2,9 @@
 
 Legacy routes answer named errors (``{"name": "NotFoundError" | "BadRequest", "data": {...}}``);
 V2 routes (``/api/...``) answer tagged errors (``{"_tag": "SessionNotFoundError", "message", ...}``);
-busy, conflict and unknown-permission errors are tagged on both, as OpenCode does. Anything unexpected is a 500
-``UnknownError`` with a reference that is also logged, never a stack trace."""
+busy, conflict, unknown-permission and terminal errors are tagged on both, as OpenCode does.
+Anything unexpected is a 500 ``UnknownError`` with a reference that is also logged, never a stack
+trace."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from app.runtime.errors import (
     SessionBusy,
     SessionNotFound,
     ShareNotFound,
+    TerminalForbidden,
+    TerminalNotFound,
 )
 
 log = logging.getLogger("opensession.api")
@@ -119,6 +122,14 @@ async def _command_missing(_request: Request, exc: CommandNotFound) -> JSONBody:
     return named(404, "NotFoundError", exc.message)
 
 
+async def _terminal_missing(_request: Request, exc: TerminalNotFound) -> JSONBody:
+    return tagged(404, "PtyNotFoundError", exc.message, ptyID=exc.pty_id)
+
+
+async def _terminal_forbidden(request: Request, exc: TerminalForbidden) -> JSONBody:
+    return tagged(403, "ForbiddenError" if _is_v2(request) else "PtyForbiddenError", exc.message)
+
+
 async def _invalid(request: Request, exc: InvalidInput) -> JSONBody:
     return bad_request(request, exc.message, exc.kind, exc.field)
 
@@ -162,6 +173,8 @@ def install(app: FastAPI) -> None:
         ShareNotFound: _share_missing,
         PermissionNotFound: _permission_missing,
         CommandNotFound: _command_missing,
+        TerminalNotFound: _terminal_missing,
+        TerminalForbidden: _terminal_forbidden,
         InvalidCursor: _invalid_cursor,
         Conflict: _conflict,
         SessionBusy: _busy,

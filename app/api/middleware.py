@@ -1,11 +1,14 @@
 """Pure-ASGI middleware (cheaper than BaseHTTPMiddleware on every request): a request body size
-limit, and optional HTTP basic auth as OpenCode's ``OPENCODE_SERVER_PASSWORD`` provides."""
+limit, and optional HTTP basic auth as OpenCode's ``OPENCODE_SERVER_PASSWORD`` provides (on
+WebSocket handshakes too)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 import secrets
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -77,15 +80,35 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+_PTY_CONNECT = re.compile(r"^(/api)?/pty/[^/]+/connect$")
+
+
+def _ticketed_connect(scope: Scope) -> bool:
+    """A terminal WebSocket that carries a connect ticket: browsers cannot put credentials on a
+    WebSocket handshake, so (as in OpenCode) the route checks the ticket, which was handed out
+    to an authenticated request."""
+    return bool(_PTY_CONNECT.match(scope["path"])) and "ticket" in parse_qs(scope.get("query_string", b"").decode())
+
+
 class BasicAuth:
+    """Guards HTTP requests and WebSocket handshakes alike (a terminal is a shell)."""
+
     def __init__(self, app: ASGIApp, username: str, password: str) -> None:
         self.app = app
         self.expected = f"{username}:{password}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "websocket":
+            await _refuse_websocket(scope, send)
+            return
+        await _reply(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Basic realm="opensession"')])
+
+    def _authorized(self, scope: Scope) -> bool:
+        if scope["type"] == "websocket" and _ticketed_connect(scope):
+            return True
         header = dict(scope["headers"]).get(b"authorization", b"")
         supplied = b""
         if header[:6].lower() == b"basic ":
@@ -93,12 +116,23 @@ class BasicAuth:
                 supplied = base64.b64decode(header[6:], validate=True)
             except (binascii.Error, ValueError):
                 supplied = b""
-        if not secrets.compare_digest(supplied, self.expected):
-            await _reply(
-                send,
-                401,
-                {"name": "UnauthorizedError", "data": {"message": "Unauthorized"}},
-                [(b"www-authenticate", b'Basic realm="opensession"')],
-            )
-            return
-        await self.app(scope, receive, send)
+        return secrets.compare_digest(supplied, self.expected)
+
+
+_UNAUTHORIZED = {"name": "UnauthorizedError", "data": {"message": "Unauthorized"}}
+
+
+async def _refuse_websocket(scope: Scope, send: Send) -> None:
+    """A 401 answer to the handshake where the server supports one, else a bare refusal."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    payload = dumpb(_UNAUTHORIZED)
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": 401,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        }
+    )
+    await send({"type": "websocket.http.response.body", "body": payload})

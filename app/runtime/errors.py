@@ -82,3 +82,13 @@ class CommandNotFound(RuntimeFailure):
     def __init__(self, name: str) -> None:
         super().__init__(f"Command not found: {name}")
         self.name = name
+
+
+class TerminalNotFound(RuntimeFailure):
+    def __init__(self, pty_id: str) -> None:
+        super().__init__(f"PTY session not found: {pty_id}")
+        self.pty_id = pty_id
+
+
+class TerminalForbidden(RuntimeFailure):
+    """A terminal request that is refused outright (a ``cwd`` outside the project directory)."""

@@ -20,6 +20,7 @@ from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction
 from app.runtime.payloads import next_event
 from app.runtime.sessions import Cluster, SessionsDomain
 from app.runtime.snapshots import FileSnapshots
+from app.runtime.terminals import Terminals
 from app.runtime.tools import ToolServices
 from app.runtime.turn import TurnDomain
 from app.settings import Settings
@@ -51,6 +52,7 @@ class Runtime:
         self.agents, self.permissions = agents.agents, agents.permissions
         self.admission, self.waiters = inputs.admission, inputs.waiters
         self.commands = self.turn.commands
+        self.terminals = Terminals.build(infra)
         self._background: list[asyncio.Task[None]] = []
 
     async def _drain(self, session_id: str, signal: AbortSignal) -> None:
@@ -86,6 +88,7 @@ class Runtime:
         self._background.append(asyncio.create_task(follow(), name="cluster:permissions"))
 
     async def stop(self) -> None:
+        await self.terminals.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

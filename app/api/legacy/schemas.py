@@ -171,3 +171,21 @@ class CommandBody(_Body):
     agent: str | None = None
     model: str | None = None
     messageID: MessageID | None = None
+
+
+class PtyCreate(_Body):
+    command: str | None = None
+    args: list[str] | None = None
+    cwd: str | None = None
+    title: str | None = None
+    env: dict[str, str] | None = None
+
+
+class PtySize(_Body):
+    rows: int = Field(gt=0, le=0xFFFF)  # the kernel's window size fields are 16-bit
+    cols: int = Field(gt=0, le=0xFFFF)
+
+
+class PtyUpdate(_Body):
+    title: str | None = None
+    size: PtySize | None = None

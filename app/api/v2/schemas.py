@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import MessageID, SessionID, WorkspaceID
+from app.api.legacy import schemas as legacy
 
 
 class _Body(BaseModel):
@@ -69,3 +70,16 @@ class ModelBody(_Body):
 class RevertStageBody(_Body):
     messageID: MessageID
     files: bool | None = None
+
+
+class PtyCreate(legacy.PtyCreate):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PtySize(legacy.PtySize):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PtyUpdate(legacy.PtyUpdate):
+    model_config = ConfigDict(extra="forbid")
+    size: PtySize | None = None
