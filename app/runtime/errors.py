@@ -82,3 +82,22 @@ class CommandNotFound(RuntimeFailure):
     def __init__(self, name: str) -> None:
         super().__init__(f"Command not found: {name}")
         self.name = name
+
+
+class PathOutside(RuntimeFailure):
+    """A workspace path names something outside the project directory (``..``, an absolute path
+    elsewhere, or a symlink leading out). Nothing outside is read."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"Access denied: {path} is outside the project directory")
+        self.path = path
+
+
+class PathNotFound(RuntimeFailure):
+    def __init__(self, path: str) -> None:
+        super().__init__(f"No such file or directory: {path}")
+        self.path = path
+
+
+class SearchUnavailable(RuntimeFailure):
+    """The search engine (ripgrep) is missing or failed; the message says which and why."""
