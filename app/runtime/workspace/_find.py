@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import heapq
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -24,11 +25,48 @@ from dataclasses import dataclass, field
 from rapidfuzz import fuzz, process
 
 FRESH_S = 5.0
-FUZZY_CUTOFF = 50.0
 
 
 def _name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class _Joined:
+    """Strings joined by newlines, so a substring or pattern scan runs in C over all of them."""
+
+    def __init__(self, items: list[str]) -> None:
+        self.text = "\n".join(items)
+        self.starts: list[int] = []
+        offset = 0
+        for item in items:
+            self.starts.append(offset)
+            offset += len(item) + 1
+
+    def _index(self, at: int) -> int:
+        return bisect.bisect_right(self.starts, at) - 1
+
+    def containing(self, needle: str) -> list[int]:
+        """Indexes of the items containing ``needle``, each once."""
+        hits: list[int] = []
+        at = self.text.find(needle)
+        while at != -1:
+            index = self._index(at)
+            hits.append(index)
+            following = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.text)
+            at = self.text.find(needle, following)
+        return hits
+
+    def subsequence(self, needle: str) -> list[int]:
+        """Indexes of the items holding ``needle``'s characters in order. Each step skips to the
+        next wanted character possessively (no backtracking), within one item."""
+        first, rest = re.escape(needle[0]), needle[1:]
+        steps = first + "".join(f"[^{re.escape(c)}\n]*+{re.escape(c)}" for c in rest)
+        found: list[int] = []
+        for match in re.finditer(steps, self.text):
+            index = self._index(match.start())
+            if not found or found[-1] != index:
+                found.append(index)
+        return found
 
 
 @dataclass
@@ -38,42 +76,45 @@ class _Column:
     paths: list[str]
     lowered: list[str] = field(init=False)
     names: list[str] = field(init=False)
-    haystack: str = field(init=False)
-    starts: list[int] = field(init=False)
+    joined_paths: _Joined = field(init=False)
+    joined_names: _Joined = field(init=False)
 
     def __post_init__(self) -> None:
         self.lowered = [p.lower() for p in self.paths]
         self.names = [_name(p) for p in self.lowered]
-        self.haystack = "\n".join(self.lowered)
-        self.starts, offset = [], 0
-        for path in self.lowered:
-            self.starts.append(offset)
-            offset += len(path) + 1
+        self.joined_paths = _Joined(self.lowered)
+        self.joined_names = _Joined(self.names)
 
-    def containing(self, query: str) -> list[int]:
-        """Indexes of the paths containing ``query`` (one scan of the joined paths, in C)."""
-        hits: list[int] = []
-        at = self.haystack.find(query)
-        while at != -1:
-            index = bisect.bisect_right(self.starts, at) - 1
-            hits.append(index)
-            following = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.haystack)
-            at = self.haystack.find(query, following)
-        return hits
+    def rank(self, needle: str, limit: int) -> list[tuple[tuple[int, float, int, str], str]]:
+        """This column's best ``limit`` candidates with their sort keys. Name matches come first,
+        so the path scan and the fuzzy pass run only while fewer than ``limit`` are found."""
+        ranked: list[tuple[tuple[int, float, int, str], str]] = []
+        seen: set[int] = set()
 
-    def fuzzy(self, query: str, limit: int) -> list[tuple[int, float]]:
-        """Indexes of paths holding the query's characters in order, best names first."""
-        pattern = re.compile("[^\n]*?".join(re.escape(c) for c in query))
-        hits: set[int] = set()
-        for match in pattern.finditer(self.haystack):
-            hits.add(bisect.bisect_right(self.starts, match.start()) - 1)
-        if not hits:
-            return []
-        chosen = sorted(hits)
-        scored = process.extract(
-            query, [self.names[i] for i in chosen], scorer=fuzz.partial_ratio, limit=limit, score_cutoff=0
-        )
-        return [(chosen[i], score) for _, score, i in scored]
+        def add(indexes: list[int], tier: Callable[[int], int], score: Callable[[int], float]) -> None:
+            fresh = [i for i in indexes if i not in seen]
+            best = heapq.nsmallest(limit, fresh, key=lambda i: (tier(i), score(i), len(self.paths[i]), self.lowered[i]))
+            seen.update(fresh)
+            ranked.extend(((tier(i), score(i), len(self.paths[i]), self.lowered[i]), self.paths[i]) for i in best)
+
+        def name_tier(i: int) -> int:
+            name = self.names[i]
+            return 0 if name == needle else 1 if name.startswith(needle) else 2
+
+        add(self.joined_names.containing(needle), name_tier, lambda i: 0.0)
+        if len(ranked) < limit:
+            add(self.joined_paths.containing(needle), lambda i: 3, lambda i: 0.0)
+        if len(ranked) < limit:
+            last = needle.rstrip("/").rsplit("/", 1)[-1] or needle
+            joined = self.joined_paths if "/" in needle else self.joined_names
+            candidates = [i for i in joined.subsequence(needle) if i not in seen]
+            if candidates:
+                scored = process.extract(
+                    last, [self.names[i] for i in candidates], scorer=fuzz.partial_ratio, limit=limit
+                )
+                scores = {candidates[at]: score for _, score, at in scored}
+                add(list(scores), lambda i: 4, lambda i: -scores[i])
+        return ranked
 
 
 @dataclass
@@ -81,6 +122,7 @@ class FileIndex:
     files: _Column
     dirs: _Column
     built: float
+    _shallow: dict[str, list[str]] = field(default_factory=dict)  # empty-query answers, per kind
 
     @classmethod
     def from_files(cls, files: list[str]) -> FileIndex:
@@ -100,28 +142,13 @@ class FileIndex:
         columns = [c for k, c in (("directory", self.dirs), ("file", self.files)) if kind in (k, "all")]
         needle = query.strip().replace("\\", "/").lower()
         if not needle:
-            shallow = [p for c in columns for p in c.paths]
-            return sorted(shallow, key=lambda p: (p.rstrip("/").count("/"), p.lower()))[:limit]
-        ranked: list[tuple[tuple[int, float, int, str], str]] = []
-        for column in columns:
-            ranked += self._rank(column, needle, limit)
+            if kind not in self._shallow:
+                every = [p for c in columns for p in c.paths]
+                self._shallow[kind] = heapq.nsmallest(200, every, key=lambda p: (p.rstrip("/").count("/"), p.lower()))
+            return self._shallow[kind][:limit]
+        ranked = [pair for column in columns for pair in column.rank(needle, limit)]
         ranked.sort()
         return [path for _, path in ranked[:limit]]
-
-    @staticmethod
-    def _rank(column: _Column, needle: str, limit: int) -> list[tuple[tuple[int, float, int, str], str]]:
-        ranked = []
-        seen: set[int] = set()
-        for i in column.containing(needle):
-            name = column.names[i]
-            tier = 0 if name == needle else 1 if name.startswith(needle) else 2 if needle in name else 3
-            ranked.append(((tier, 0.0, len(column.paths[i]), column.lowered[i]), column.paths[i]))
-            seen.add(i)
-        if len(ranked) < limit:
-            for i, score in column.fuzzy(needle, limit + len(seen)):
-                if i not in seen:
-                    ranked.append(((4, -score, len(column.paths[i]), column.lowered[i]), column.paths[i]))
-        return ranked
 
 
 def _consume(task: asyncio.Task[FileIndex]) -> None:
