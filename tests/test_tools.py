@@ -97,7 +97,7 @@ async def test_list_glob_grep(tools: Harness) -> None:
         (tools.root / name).parent.mkdir(parents=True, exist_ok=True)
         (tools.root / name).write_text(text)
     listing = (await tools.run("list")).output
-    assert "a.py" in listing and "pkg/b.py" in listing and ".git" not in listing
+    assert "  a.py" in listing and "  pkg/\n    b.py" in listing and ".git" not in listing
     found = (await tools.run("glob", pattern="**/*.py")).output.splitlines()
     assert sorted(Path(p).name for p in found) == ["a.py", "b.py"]
     grep = (await tools.run("grep", pattern="(?i)alpha", include="*.py")).output

@@ -10,10 +10,12 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import errors, permissions, share
 from app.api.legacy import events as legacy_events
+from app.api.legacy import files as legacy_files
 from app.api.legacy import meta as legacy_meta
 from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
 from app.api.middleware import BasicAuth, BodyLimit
+from app.api.v2 import fs as v2_fs
 from app.api.v2 import pty as v2_pty
 from app.api.v2 import sessions as v2_sessions
 from app.runtime.service import Runtime
@@ -46,9 +48,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(legacy_meta.router)
     app.include_router(legacy_sessions.router)
     app.include_router(legacy_events.router)
+    app.include_router(legacy_files.router)
     app.include_router(v2_sessions.router)
     app.include_router(legacy_pty.router)
     app.include_router(v2_pty.router)
+    app.include_router(v2_fs.router)
     app.include_router(share.router)
     app.include_router(permissions.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

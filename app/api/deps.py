@@ -52,6 +52,20 @@ async def instance_directory(
     return checked_directory(unquote(value), kind="Query")
 
 
+async def location_directory(
+    request: HTTPConnection,
+    location: Annotated[
+        str | None, Query(alias="location[directory]", description="Project directory (V2 location)")
+    ] = None,
+    directory: Annotated[str | None, Query(description="Project directory the request is scoped to")] = None,
+) -> str:
+    """V2 reads name their instance as ``?location[directory]=`` (a deep object); otherwise as the
+    legacy routes do."""
+    if location:
+        return checked_directory(unquote(location), kind="Query")
+    return await instance_directory(request, directory)
+
+
 def checked_directory(value: str, *, kind: str = "Payload") -> str:
     """An absolute, NUL-free directory path, normalised."""
     if "\0" in value or not os.path.isabs(value):
@@ -61,3 +75,4 @@ def checked_directory(value: str, *, kind: str = "Payload") -> str:
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 DirectoryDep = Annotated[str, Depends(instance_directory)]
+LocationDep = Annotated[str, Depends(location_directory)]

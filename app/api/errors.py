@@ -25,7 +25,10 @@ from app.runtime.errors import (
     InvalidCursor,
     InvalidInput,
     MessageNotFound,
+    PathNotFound,
+    PathOutside,
     PermissionNotFound,
+    SearchUnavailable,
     SessionBusy,
     SessionNotFound,
     ShareNotFound,
@@ -161,6 +164,25 @@ async def _busy(_request: Request, exc: SessionBusy) -> JSONBody:
     return tagged(409, "SessionBusyError", exc.message, sessionID=exc.session_id)
 
 
+async def _path_outside(request: Request, exc: PathOutside) -> JSONBody:
+    if _is_v2(request):
+        return tagged(403, "ForbiddenError", exc.message, path=exc.path)
+    return named(403, "ForbiddenError", exc.message, path=exc.path)
+
+
+async def _path_missing(request: Request, exc: PathNotFound) -> JSONBody:
+    if _is_v2(request):
+        return tagged(404, "NotFoundError", exc.message, path=exc.path)
+    return named(404, "NotFoundError", exc.message, path=exc.path)
+
+
+async def _search_unavailable(request: Request, exc: SearchUnavailable) -> JSONBody:
+    log.warning("%s %s: %s", request.method, request.url.path, exc.message)
+    if _is_v2(request):
+        return tagged(503, "SearchUnavailableError", exc.message)
+    return named(503, "SearchUnavailableError", exc.message)
+
+
 def install(app: FastAPI) -> None:
     handlers: dict[type[Exception], Any] = {
         RequestValidationError: _validation,
@@ -179,6 +201,9 @@ def install(app: FastAPI) -> None:
         Conflict: _conflict,
         SessionBusy: _busy,
         DatabaseUnavailable: _unavailable,
+        PathOutside: _path_outside,
+        PathNotFound: _path_missing,
+        SearchUnavailable: _search_unavailable,
     }
     for exception, handler in handlers.items():
         app.add_exception_handler(exception, handler)

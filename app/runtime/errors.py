@@ -92,3 +92,22 @@ class TerminalNotFound(RuntimeFailure):
 
 class TerminalForbidden(RuntimeFailure):
     """A terminal request that is refused outright (a ``cwd`` outside the project directory)."""
+
+
+class PathOutside(RuntimeFailure):
+    """A workspace path names something outside the project directory (``..``, an absolute path
+    elsewhere, or a symlink leading out). Nothing outside is read."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"Access denied: {path} is outside the project directory")
+        self.path = path
+
+
+class PathNotFound(RuntimeFailure):
+    def __init__(self, path: str) -> None:
+        super().__init__(f"No such file or directory: {path}")
+        self.path = path
+
+
+class SearchUnavailable(RuntimeFailure):
+    """The search engine (ripgrep) is missing or failed; the message says which and why."""

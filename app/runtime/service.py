@@ -23,6 +23,7 @@ from app.runtime.snapshots import FileSnapshots
 from app.runtime.terminals import Terminals
 from app.runtime.tools import ToolServices
 from app.runtime.turn import TurnDomain
+from app.runtime.workspace import Workspace
 from app.settings import Settings
 
 SETTLE_GRACE_SECONDS = 5.0
@@ -41,7 +42,8 @@ class Runtime:
         history = HistoryDomain.build(infra, sessions, self.files)
         agents = AgentsDomain.build(infra)
         inputs = InputsDomain.build(infra, sessions, history, agents)
-        self.tool_state = ToolServices.build(infra.log, tasks=self)
+        self.workspace = Workspace(infra.config)  # files, search and VCS: the routes and the tools share it
+        self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace)
         self.turn = TurnDomain.build(infra, sessions, inputs, history, agents, self.tool_state, prompter=self)
         # What the translators call, by name (each owned by its domain).
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
@@ -94,6 +96,7 @@ class Runtime:
         await asyncio.gather(*self._background, return_exceptions=True)
         await self._sessions.stop()
         await self.turn.titles.stop()
+        await self.workspace.close()
         await self.registry.aclose()
         await self.log.stop()
         await self.db.close()

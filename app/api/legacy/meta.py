@@ -1,12 +1,10 @@
 """Instance metadata routes the OpenCode TUI and SDK read at start-up (health, paths, config,
-providers, agents, project, VCS) and the empty lists of features not hosted here yet. Without
+providers, agents, project) and the empty lists of features not hosted here yet. Without
 ``/config``, ``/config/providers``, ``/provider`` and ``/agent`` the TUI refuses to start."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import subprocess
 from pathlib import Path
 
 from fastapi import APIRouter, Request, Response
@@ -104,22 +102,6 @@ async def project_directories(projectID: str, directory: DirectoryDep) -> Respon
 @router.get("/api/location", operation_id="v2.location.get")
 async def location(directory: DirectoryDep) -> Response:
     return JSONBody({"directory": directory, "project": {"id": await project_id(directory), "directory": directory}})
-
-
-def _git_branch(directory: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "branch", "--show-current"], cwd=directory, capture_output=True, text=True, timeout=5, check=False
-        )
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-@router.get("/vcs", operation_id="vcs.get")
-async def vcs(directory: DirectoryDep) -> Response:
-    branch = await asyncio.to_thread(_git_branch, directory)
-    return JSONBody({"branch": branch} if branch else {})
 
 
 @router.get("/experimental/capabilities", include_in_schema=False)

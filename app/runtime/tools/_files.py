@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import os
-import re
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from app.runtime.errors import RuntimeFailure
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
 from app.runtime.tools._paths import relative, resolve
+
+T = TypeVar("T")
 
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
 MAX_RESULTS = 100
-SKIPPED_DIRS = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", "dist", "build"}
 
 
 def _read_text(path: Path) -> str:
@@ -166,31 +167,99 @@ class Edit:
         return ToolResult("Edit applied successfully.", title=rel, metadata=_edit_metadata(path, patch, text, updated))
 
 
-def _walk(root: Path) -> list[Path]:
-    found: list[Path] = []
-    for current, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        found.extend(Path(current) / f for f in sorted(files))
-    return found
+# Directories the list tool leaves out besides what is ignored (OpenCode's list: build output,
+# caches, virtualenvs, editor folders).
+LIST_SKIPPED = (
+    "node_modules/",
+    "__pycache__/",
+    ".git/",
+    "dist/",
+    "build/",
+    "target/",
+    "vendor/",
+    "bin/",
+    "obj/",
+    ".idea/",
+    ".vscode/",
+    ".zig-cache/",
+    "zig-out",
+    ".coverage",
+    "coverage/",
+    "tmp/",
+    "temp/",
+    ".cache/",
+    "cache/",
+    "logs/",
+    ".venv/",
+    "venv/",
+    "env/",
+)
+
+
+async def _search_root(ctx: ToolContext, raw: str | None) -> Path:
+    root = await resolve(ctx, raw or ".")
+    if not root.exists():
+        raise ToolError(f"Search path not found: {raw or root}")
+    return root
+
+
+def _tree(root: Path, files: list[str]) -> str:
+    """OpenCode's list output: the root, then each directory (sub-directories first, indented two
+    spaces a level) with its files, both sorted."""
+    children: dict[str, set[str]] = {}
+    names: dict[str, list[str]] = {}
+    for file in files:
+        folder, _, name = file.rpartition("/")
+        names.setdefault(folder, []).append(name)
+        while folder:
+            parent = folder.rpartition("/")[0]
+            children.setdefault(parent, set()).add(folder)
+            folder = parent
+    lines = [f"{root}/"]
+
+    def render(folder: str, depth: int) -> None:
+        if folder:
+            lines.append("  " * depth + folder.rpartition("/")[2] + "/")
+        for child in sorted(children.get(folder, ())):
+            render(child, depth + 1)
+        lines.extend("  " * (depth + 1) + name for name in sorted(names.get(folder, [])))
+
+    render("", 0)
+    return "\n".join(lines) + "\n"
 
 
 class List:
     name = "list"
-    description = "List the files under a directory (default: the project), skipping VCS and build folders."
-    parameters = schema({"path": {"type": "string"}}, [])
+    description = "List the files under a directory (default: the project), skipping ignored, VCS and build folders."
+    parameters = schema(
+        {
+            "path": {"type": "string", "description": "The directory to list (default: the project)"},
+            "ignore": {"type": "array", "items": {"type": "string"}, "description": "Glob patterns to leave out"},
+        },
+        [],
+    )
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-        root = await resolve(ctx, args.get("path") or ".")
+        root = await _search_root(ctx, args.get("path"))
         if not root.is_dir():
             raise ToolError(f"Not a directory: {root}")
-        files = await asyncio.to_thread(_walk, root)
-        shown = [str(p.relative_to(root)) for p in files[:MAX_RESULTS]]
-        more = f"\n(showing {MAX_RESULTS} of {len(files)} files)" if len(files) > MAX_RESULTS else ""
+        extra = [g for g in args.get("ignore") or [] if isinstance(g, str)]
+        globs = [f"!{p}*" for p in LIST_SKIPPED] + [f"!{g}" for g in extra]
+        files = await _engine(ctx.services.workspace.files(str(ctx.directory), root, globs))
+        shown = sorted(str(p.relative_to(root)) for p in files)[:MAX_RESULTS]
         return ToolResult(
-            f"{root}/\n" + "\n".join(shown) + more,
+            _tree(root, shown),
             title=relative(root, ctx.directory.resolve()),
-            metadata={"count": len(files), "truncated": bool(more)},
+            metadata={"count": len(shown), "truncated": len(files) > MAX_RESULTS},
         )
+
+
+async def _engine(work: Awaitable[T]) -> T:
+    """The workspace's failures (a bad pattern, ripgrep missing) go back to the model."""
+    try:
+        return await work
+    except RuntimeFailure as exc:
+        raise ToolError(exc.message) from exc
 
 
 class Glob:
@@ -200,19 +269,28 @@ class Glob:
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         pattern = require(args, "pattern")
-        root = await resolve(ctx, args.get("path") or ".")
+        root = await _search_root(ctx, args.get("path"))
+        files = await _engine(ctx.services.workspace.files(str(ctx.directory), root, [pattern]))
 
-        def search() -> list[Path]:
-            hits = [p for p in root.glob(pattern) if p.is_file() and not SKIPPED_DIRS & set(p.relative_to(root).parts)]
-            return sorted(hits, key=lambda p: p.stat().st_mtime, reverse=True)
+        def newest_first() -> list[Path]:
+            def mtime(path: Path) -> float:
+                try:
+                    return path.stat().st_mtime
+                except OSError:
+                    return 0.0
 
-        try:
-            hits = await asyncio.to_thread(search)
-        except ValueError as exc:
-            raise ToolError(f"Invalid glob pattern: {exc}") from exc
-        shown = [str(p) for p in hits[:MAX_RESULTS]]
-        output = "\n".join(shown) if shown else "No files found"
-        return ToolResult(output, title=pattern, metadata={"count": len(hits), "truncated": len(hits) > MAX_RESULTS})
+            return sorted(files[:MAX_RESULTS], key=mtime, reverse=True)
+
+        hits = await asyncio.to_thread(newest_first)
+        truncated = len(files) > MAX_RESULTS
+        output = "\n".join(str(p) for p in hits) if hits else "No files found"
+        if truncated:
+            output += "\n\n(Results are truncated. Consider using a more specific path or pattern.)"
+        return ToolResult(
+            output,
+            title=relative(root, ctx.directory.resolve()),
+            metadata={"count": len(hits), "truncated": truncated},
+        )
 
 
 class Grep:
@@ -224,38 +302,24 @@ class Grep:
     )
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-        try:
-            regex = re.compile(require(args, "pattern"))
-        except re.error as exc:
-            raise ToolError(f"Invalid regular expression: {exc}") from exc
-        root = await resolve(ctx, args.get("path") or ".")
-        include = args.get("include")
-
-        def search() -> list[tuple[Path, int, str]]:
-            hits: list[tuple[Path, int, str]] = []
-            for path in _walk(root) if root.is_dir() else [root]:
-                if include and not path.match(include):
-                    continue
-                try:
-                    text = path.read_text(encoding="utf-8")
-                except (UnicodeDecodeError, OSError):
-                    continue
-                for number, line in enumerate(text.splitlines(), 1):
-                    if regex.search(line):
-                        hits.append((path, number, line[:MAX_LINE_CHARS]))
-                        if len(hits) >= MAX_RESULTS:
-                            return hits
-            return hits
-
-        hits = await asyncio.to_thread(search)
+        pattern = require(args, "pattern")
+        root = await _search_root(ctx, args.get("path"))
+        include = args.get("include") if isinstance(args.get("include"), str) else None
+        hits, more = await _engine(
+            ctx.services.workspace.grep(str(ctx.directory), root, pattern, include=include, limit=MAX_RESULTS)
+        )
         if not hits:
-            return ToolResult("No files found", title=regex.pattern, metadata={"matches": 0})
-        lines = [f"Found {len(hits)} matches"]
+            return ToolResult("No files found", title=pattern, metadata={"matches": 0, "truncated": False})
+        lines = [f"Found {len(hits)} matches" + (" (more matches available)" if more else "")]
         current: Path | None = None
-        for path, number, line in hits:
+        for path, match in hits:
             if path != current:
+                if current is not None:
+                    lines.append("")
                 lines.append(f"{path}:")
                 current = path
-            lines.append(f"  Line {number}: {line}")
-        output, truncated = truncate("\n".join(lines))
-        return ToolResult(output, title=regex.pattern, metadata={"matches": len(hits), "truncated": truncated})
+            lines.append(f"  Line {match.line_number}: {match.text.rstrip(chr(10))[:MAX_LINE_CHARS]}")
+        if more:
+            lines += ["", "(Results truncated. Consider using a more specific path or pattern.)"]
+        output, cut = truncate("\n".join(lines))
+        return ToolResult(output, title=pattern, metadata={"matches": len(hits), "truncated": more or cut})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -10,6 +10,7 @@ from app.events.log import EventLog
 from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.runtime.abort import AbortSignal
+from app.runtime.workspace import Workspace
 from app.store import sql
 
 
@@ -28,10 +29,11 @@ class ToolServices:
     todos: TodoStore
     files: FileEdits
     tasks: Subagents
+    workspace: Workspace = field(default_factory=Workspace)  # the search engine list/glob/grep share
 
     @classmethod
-    def build(cls, log: EventLog, tasks: Subagents) -> ToolServices:
-        return cls(todos=TodoStore(log), files=FileEdits(log), tasks=tasks)
+    def build(cls, log: EventLog, tasks: Subagents, workspace: Workspace) -> ToolServices:
+        return cls(todos=TodoStore(log), files=FileEdits(log), tasks=tasks, workspace=workspace)
 
 
 class TodoStore:

@@ -1,0 +1,99 @@
+"""Files, search and version-control routes (``/file*``, ``/find*``, ``/vcs*``) in OpenCode's
+shapes: thin translators onto the runtime's workspace, which confines every path to the instance
+directory and ignores what ripgrep ignores."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+
+from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.responses import JSONBody
+
+router = APIRouter(tags=["file"])
+
+PathQuery = Annotated[str, Query(max_length=4096, description="Path relative to the project directory")]
+
+
+@router.get("/file", operation_id="file.list", summary="List files")
+async def list_files(runtime: RuntimeDep, directory: DirectoryDep, path: PathQuery) -> Response:
+    """Entries of one directory: directories first, ``ignored`` as the ignore files say."""
+    return JSONBody([entry.node() for entry in await runtime.workspace.listing(directory, path)])
+
+
+@router.get("/file/content", operation_id="file.read", summary="Read file")
+async def read_file(runtime: RuntimeDep, directory: DirectoryDep, path: PathQuery) -> Response:
+    return JSONBody(await runtime.workspace.read(directory, path))
+
+
+@router.get("/file/status", operation_id="file.status", summary="Get file status")
+async def file_status(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    """Changed files against git HEAD as OpenCode's ``File`` (path, added, removed, status)."""
+    changes = await runtime.workspace.status(directory)
+    return JSONBody(
+        [
+            {"path": c["file"], "added": c["additions"], "removed": c["deletions"], "status": c["status"]}
+            for c in changes
+        ]
+    )
+
+
+@router.get("/find", operation_id="find.text", summary="Find text")
+async def find_text(
+    runtime: RuntimeDep, directory: DirectoryDep, pattern: Annotated[str, Query(max_length=4096)]
+) -> Response:
+    """ripgrep matches of a regular expression (the first ten, as OpenCode answers)."""
+    return JSONBody([match.wire() for match in await runtime.workspace.find_text(directory, pattern)])
+
+
+@router.get("/find/file", operation_id="find.files", summary="Find files")
+async def find_files(
+    runtime: RuntimeDep,
+    directory: DirectoryDep,
+    query: Annotated[str, Query(max_length=1024)],
+    dirs: Literal["true", "false"] | None = None,
+    type: Literal["file", "directory"] | None = None,
+    limit: Annotated[int | None, Query(ge=1, le=200)] = None,
+) -> Response:
+    """Paths ranked by how well their names match ``query``; directories end with ``/``."""
+    kind = type or ("file" if dirs == "false" else "all")
+    return JSONBody(await runtime.workspace.find_files(directory, query, kind, limit or 10))
+
+
+@router.get("/find/symbol", operation_id="find.symbols", summary="Find symbols")
+async def find_symbols(query: Annotated[str, Query(max_length=1024)]) -> Response:
+    """No language server runs here: OpenCode answers ``[]`` as well."""
+    return JSONBody([])
+
+
+@router.get("/vcs", operation_id="vcs.get", tags=["instance"], summary="Get VCS info")
+async def vcs(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await runtime.workspace.vcs(directory))
+
+
+@router.get("/vcs/status", operation_id="vcs.status", tags=["instance"], summary="Get VCS status")
+async def vcs_status(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await runtime.workspace.status(directory))
+
+
+@router.get("/vcs/diff", operation_id="vcs.diff", tags=["instance"], summary="Get VCS diff")
+async def vcs_diff(
+    runtime: RuntimeDep,
+    directory: DirectoryDep,
+    mode: Literal["git", "branch"],
+    context: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+) -> Response:
+    return JSONBody(await runtime.workspace.diff(directory, mode, 3 if context is None else context))
+
+
+@router.get(
+    "/vcs/diff/raw",
+    operation_id="vcs.diff.raw",
+    tags=["instance"],
+    summary="Get raw VCS diff",
+    response_class=Response,
+    responses={200: {"content": {"text/x-diff; charset=utf-8": {"schema": {"type": "string"}}}}},
+)
+async def vcs_diff_raw(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return Response(await runtime.workspace.raw_diff(directory), media_type="text/x-diff; charset=utf-8")
