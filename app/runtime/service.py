@@ -42,7 +42,9 @@ class Runtime:
         history = HistoryDomain.build(infra, sessions, self.files)
         agents = AgentsDomain.build(infra)
         inputs = InputsDomain.build(infra, sessions, history, agents)
-        self.workspace = Workspace(infra.config)  # files, search and VCS: the routes and the tools share it
+        self.workspace = Workspace(
+            infra.config, self._publish_instance_event
+        )  # files, search and VCS: the routes and the tools share it
         self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace)
         self.turn = TurnDomain.build(infra, sessions, inputs, history, agents, self.tool_state, prompter=self)
         # What the translators call, by name (each owned by its domain).
@@ -101,6 +103,9 @@ class Runtime:
         await self.log.stop()
         await self.db.close()
 
+    def _publish_instance_event(self, event_type: str, properties: dict[str, Any], directory: str) -> None:
+        self.log.publish(Event(event_type, properties, None, directory))
+
     def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:
         """Announce a status change at once (synchronously, so announcements keep their order)."""
         directory = self.sessions.cached_directory(session_id)
@@ -115,6 +120,9 @@ class Runtime:
         """Admit, then wake the session's drain (unless ``resume`` is false: a running drain still
         picks the prompt up). Returns once the prompt is durable."""
         admitted = await self.admission.admit(session_id, request)
+        directory = self.sessions.cached_directory(session_id)
+        if directory is not None:
+            self.workspace.watch(directory)
         if resume and not request.no_reply:
             self.coordinator.wake(session_id)
         return admitted

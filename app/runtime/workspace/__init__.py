@@ -1,6 +1,7 @@
 """The workspace: the project's files as clients and tools see them. Listing and reading (confined
 to the project directory), finding files by name and text by pattern (ripgrep), and version
-control status and patches (git).
+control status and patches (git); watching project directories for changes (the
+``file.watcher.updated`` and ``vcs.branch.updated`` events).
 
 May import: the runtime kernel (``errors``) and ``app.config``. A leaf engine: the routers and the
 ``tools`` domain use it, it uses no other domain.
@@ -22,6 +23,7 @@ from app.config import ConfigError, ConfigLoader
 from app.runtime.workspace import _files, _find, _ripgrep, _vcs
 from app.runtime.workspace._paths import confine
 from app.runtime.workspace._ripgrep import Match
+from app.runtime.workspace._watcher import Publish, Watcher
 
 __all__ = ["Match", "Workspace"]
 
@@ -32,9 +34,19 @@ FIND_FILES_LIMIT = 10
 class Workspace:
     """The facade routers and tools use; one per runtime. ``config`` supplies ``watcher.ignore``."""
 
-    def __init__(self, config: ConfigLoader | None = None) -> None:
+    def __init__(self, config: ConfigLoader | None = None, publish: Publish | None = None) -> None:
         self._config = config or ConfigLoader()
         self._indexes = _find.IndexCache()
+        self._publish = publish
+        self._watchers: dict[str, Watcher] = {}
+
+    def watch(self, directory: str) -> None:
+        """Start announcing the changes under ``directory`` (once per directory; idempotent)."""
+        if self._publish is None or directory in self._watchers or not Path(directory).is_dir():
+            return
+        watcher = Watcher(Path(directory).resolve(), self._publish, lambda: self.ignore_patterns(directory))
+        self._watchers[directory] = watcher
+        watcher.start()
 
     def ignore_patterns(self, directory: str) -> list[str]:
         """The project's ``watcher.ignore`` globs (none when its configuration cannot be read:
@@ -128,4 +140,5 @@ class Workspace:
         return await _vcs.raw(Path(directory))
 
     async def close(self) -> None:
+        await asyncio.gather(*(w.close() for w in self._watchers.values()))
         await self._indexes.close()
