@@ -234,7 +234,9 @@ class Runtime:
         cluster = self._sessions.cluster
         if cluster is not None and not self.permissions.is_local(request_id):  # asked on another process
             owner = (await cluster.owners()).get(info["sessionID"])
-            if owner is None:
+            if owner is None or owner == cluster.origin:
+                # Nobody drains it, or we do and the request is no longer ours to answer (an
+                # abort settled it; the relay has not yet told us it was replied).
                 raise PermissionNotFound(request_id)
             await cluster.send(owner, "permission", info["sessionID"], id=request_id, reply=reply, message=message)
             return
