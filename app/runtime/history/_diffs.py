@@ -107,6 +107,7 @@ class SessionDiffs:
         self.history = history
         self.files = files
         self.log = history.log
+        self._baselines: dict[str, tuple[str, str]] = {}  # session -> (message id, its first snapshot)
 
     async def between(self, directory: str, messages: Iterable[Message]) -> list[dict[str, Any]]:
         first, last = span(messages)
@@ -136,22 +137,37 @@ class SessionDiffs:
             Event("session.diff", {"sessionID": session["id"], "diff": diffs}, session["id"], session["directory"])
         )
 
-    async def after_step(self, session: dict[str, Any], user_message_id: str) -> None:
-        """A step changed files: refresh the prompt's diffs, the session's counts and its diff."""
-        messages = await self.history.get_messages(session["id"], by_seq=True)
-        answering = [
-            m for m in messages if m["info"]["id"] == user_message_id or m["info"].get("parentID") == user_message_id
-        ]
-        user = next((m["info"] for m in answering if m["info"]["id"] == user_message_id), None)
-        prompt_diffs = await self.between(session["directory"], answering)
-        session_diffs = await self.between(session["directory"], self.active(session, messages))
+    async def baseline(self, session: dict[str, Any]) -> str | None:
+        """The session's first snapshot (its first step-start before any revert point), kept per
+        session and re-read only once the message holding it is gone (a committed revert)."""
+        session_id = session["id"]
+        cached = self._baselines.get(session_id)
+        if cached is not None and await self.history.queries.message_seq(session_id, cached[0]) is not None:
+            return cached[1]
+        messages = await self.history.get_messages(session_id, by_seq=True)
+        for message in self.active(session, messages):
+            first, _ = span([message])
+            if first:
+                self._baselines[session_id] = (message["info"]["id"], first)
+                return first
+        return None
+
+    async def after_step(self, session: dict[str, Any], user_message_id: str, first: str | None, end: str) -> None:
+        """A step changed files: refresh the prompt's diffs (``first``: the snapshot its turn
+        started from), the session's counts and its diff."""
+        directory = session["directory"]
+        prompt_diffs = await self.files.diff(directory, first, end) if first else []
+        base = await self.baseline(session)
+        session_diffs = await self.files.diff(directory, base, end) if base else []
+        user = await self.history.queries.message(session["id"], user_message_id)
         async with self.log.transaction() as tx:
-            if user is not None and user["role"] == "user":
-                user["summary"] = {**(user.get("summary") or {}), "diffs": prompt_diffs}
+            if user is not None and user["info"]["role"] == "user":
+                info = user["info"]
+                info["summary"] = {**(info.get("summary") or {}), "diffs": prompt_diffs}
                 await tx.emit(
                     "message.updated",
-                    {"sessionID": session["id"], "info": user},
+                    {"sessionID": session["id"], "info": info},
                     session_id=session["id"],
-                    directory=session["directory"],
+                    directory=directory,
                 )
             await self.publish(tx, session, session_diffs)

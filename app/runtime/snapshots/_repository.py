@@ -175,14 +175,6 @@ class ShadowRepository:
                 self._index_stamp = stamp
             return self._tree
 
-    def changed(self, before: str, after: str) -> list[str]:
-        """Absolute paths of the files that differ between two snapshots."""
-        if before == after:
-            return []
-        with self._locked():
-            result = self._git("diff", "--no-ext-diff", "--no-renames", "--name-only", "-z", before, after, "--", ".")
-        return [str(self.worktree / name) for name in result.text.split("\0") if name]
-
     def patch_text(self, before: str, after: str) -> str:
         with self._locked():
             result = self._git("diff", "--no-ext-diff", "--no-renames", before, after, "--", ".")

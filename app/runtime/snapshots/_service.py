@@ -91,8 +91,13 @@ class FileSnapshots:
         return result
 
     async def changed(self, directory: str, before: str, after: str) -> list[str]:
-        result: list[str] = await self._run(directory, "changed", [], lambda repo: repo.changed(before, after))
-        return result
+        """Absolute paths of the files that differ between two snapshots. Read off their diff
+        (cached), which the prompt's and the session's diffs then often reuse."""
+        diffs = await self.diff(directory, before, after)
+        repository = self._repositories.get(directory)
+        if not diffs or repository is None:
+            return []
+        return [str(repository.worktree / d["file"]) for d in diffs]
 
     async def diff(self, directory: str, before: str, after: str) -> list[dict[str, Any]]:
         key = (directory, before, after)

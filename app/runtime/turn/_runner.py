@@ -92,6 +92,7 @@ class Turn:
     inputs: list[str] = field(default_factory=list)
     tools: TurnTools = field(default_factory=TurnTools)
     snapshot: str | None = None
+    first: str | None = None  # the tree its first step started from
 
 
 def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
@@ -220,6 +221,7 @@ class Runner:
         recorder = AssistantRecorder(self.infra.log, info, directory, self.infra.settings.part_flush_seconds)
         turn.inputs += [row.id for row in batch]
         start = turn.snapshot or await self.snapshots.track(directory)
+        turn.first = turn.first or start
         async with self.infra.log.transaction() as tx:
             await self._promote(tx, session, batch)
             await recorder.begin(tx, start)
@@ -233,7 +235,7 @@ class Runner:
         try:
             provider, model = self.infra.registry.resolve(directory, ref)
         except ModelNotFoundError as exc:
-            await self._fail(recorder, turn.inputs, {"name": "UnknownError", "data": {"message": str(exc)}})
+            await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
             return False
         if window is not None:
             request = ChatRequest(
@@ -263,15 +265,15 @@ class Runner:
             outcome = await self.toolcalls.run(session, recorder, calls, parts, turn.tools, signal)
         except Aborted as exc:
             if exc.reason == "abort":
-                await self._fail(recorder, turn.inputs, ABORTED)
+                await self._fail(recorder, turn, ABORTED)
             else:
                 await recorder.save_partial()
             raise
         except ProviderError as exc:
-            await self._fail(recorder, turn.inputs, exc.to_named_error())
+            await self._fail(recorder, turn, exc.to_named_error())
             return False
         except Conflict as exc:
-            await self._fail(recorder, turn.inputs, {"name": "UnknownError", "data": {"message": exc.message}})
+            await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": exc.message}})
             return False
         more = outcome.called and not outcome.blocked and not last_step
         end, changed = await self._step_changes(directory, start, outcome.called)
@@ -288,8 +290,9 @@ class Runner:
                     directory=directory,
                 )
                 tx.publish(Event("session.compacted", {"sessionID": session_id}, session_id, directory))
-        if changed:
-            await self.history.diffs.after_step(await self.sessions.service.get(session_id), answered.id)
+        if changed and end:
+            session = await self.sessions.service.get(session_id)
+            await self.history.diffs.after_step(session, answered.id, turn.first, end)
         if snapshot is None:
             self.titles.schedule(session, _first_user_text(request), provider, model)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
@@ -396,15 +399,16 @@ class Runner:
             if aclose is not None:
                 await aclose()
 
-    async def _fail(self, recorder: AssistantRecorder, input_ids: list[str], error: dict[str, Any]) -> None:
-        """End the step with ``error``; the files its tools changed before it ended are still
-        recorded (an aborted bash may have written half its output), so undo reaches them."""
-        _, changed = await self._step_changes(recorder.directory, recorder.snapshot, recorder.ran_tools())
+    async def _fail(self, recorder: AssistantRecorder, turn: Turn, error: dict[str, Any]) -> None:
+        """End the step with ``error``, settling the turn's inputs; the files its tools changed
+        before it ended are still recorded (an aborted bash may have written half its output),
+        so undo reaches them."""
+        end, changed = await self._step_changes(recorder.directory, recorder.snapshot, recorder.ran_tools())
         async with self.infra.log.transaction() as tx:
             await recorder.add_patch(tx, changed)
             props = {"sessionID": recorder.session_id, "error": error}
             tx.publish(Event("session.error", props, recorder.session_id, recorder.directory))
-            await recorder.complete(tx, input_ids, error)
-        if changed:
+            await recorder.complete(tx, turn.inputs, error)
+        if changed and end:
             session = await self.sessions.service.get(recorder.session_id)
-            await self.history.diffs.after_step(session, recorder.info["parentID"])
+            await self.history.diffs.after_step(session, recorder.info["parentID"], turn.first, end)
