@@ -42,7 +42,12 @@ class Workspace:
 
     def watch(self, directory: str) -> None:
         """Start announcing the changes under ``directory`` (once per directory; idempotent)."""
-        if self._publish is None or directory in self._watchers or not Path(directory).is_dir():
+        if self._publish is None or directory in self._watchers:
+            return
+        try:
+            if not Path(directory).is_dir():
+                return
+        except OSError:  # a name too long for the file system, say: nothing there to watch
             return
         watcher = Watcher(Path(directory).resolve(), self._publish, lambda: self.ignore_patterns(directory))
         self._watchers[directory] = watcher
