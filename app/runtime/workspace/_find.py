@@ -22,8 +22,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from rapidfuzz import fuzz, process
-
 FRESH_S = 5.0
 
 
@@ -109,6 +107,8 @@ class _Column:
             joined = self.joined_paths if "/" in needle else self.joined_names
             candidates = [i for i in joined.subsequence(needle) if i not in seen]
             if candidates:
+                from rapidfuzz import fuzz, process  # on first use: start-up time is tracked
+
                 scored = process.extract(
                     last, [self.names[i] for i in candidates], scorer=fuzz.partial_ratio, limit=limit
                 )

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pathspec import GitIgnoreSpec
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 IGNORE_FILES = (".gitignore", ".ignore")
 
@@ -25,6 +27,8 @@ class IgnoreRules:
 
     def __init__(self, root: Path, folder: str, extra: Sequence[str]) -> None:
         # (the rules' base directory relative to root, its spec), outermost first
+        from pathspec import GitIgnoreSpec  # on first use: start-up time is tracked
+
         self._specs: list[tuple[str, GitIgnoreSpec]] = []
         root_lines = _read(root / ".git" / "info" / "exclude") + list(extra)
         base = ""
