@@ -293,6 +293,8 @@ async def test_v2_answers_and_connect_tickets(pty_server: ThreadServer, http: ht
     assert spent.value.response.status_code == 403
     other = http.get("/api/pty", params={"directory": str(Path(directory).parent)}).json()
     assert other["data"] == []
+    by_location = http.get("/api/pty", params={"location[directory]": str(Path(directory).parent)}).json()
+    assert by_location["data"] == [] and by_location["location"]["directory"] == str(Path(directory).parent)
     assert http.delete(f"/api/pty/{pty_id}").status_code == 204
     assert http.delete(f"/api/pty/{pty_id}").status_code == 404
 

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from app.api import pty_socket
-from app.api.deps import DirectoryDep, PtyIDPath, RuntimeDep
+from app.api.deps import LocationDep, PtyIDPath, RuntimeDep
 from app.api.responses import JSONBody
 from app.api.v2.schemas import PtyCreate, PtyUpdate
 from app.runtime.sessions import project_id
@@ -23,35 +23,35 @@ async def _located(directory: str, data: Any) -> Response:
 
 
 @router.get("/pty", operation_id="v2.pty.list", summary="List PTY sessions, exited ones included")
-async def list_ptys(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def list_ptys(runtime: RuntimeDep, directory: LocationDep) -> Response:
     return await _located(directory, runtime.terminals.in_directory(directory))
 
 
 @router.post("/pty", operation_id="v2.pty.create", summary="Create PTY session")
-async def create_pty(runtime: RuntimeDep, directory: DirectoryDep, body: PtyCreate) -> Response:
+async def create_pty(runtime: RuntimeDep, directory: LocationDep, body: PtyCreate) -> Response:
     info = await runtime.terminals.create(directory, **body.model_dump(), keep_exited=True)
     return await _located(directory, info)
 
 
 @router.get("/pty/{ptyID}", operation_id="v2.pty.get", summary="Get PTY session (with exitCode once exited)")
-async def get_pty(runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
+async def get_pty(runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPath) -> Response:
     return await _located(directory, runtime.terminals.get(directory, ptyID))
 
 
 @router.put("/pty/{ptyID}", operation_id="v2.pty.update", summary="Update PTY session (title, size)")
-async def update_pty(runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath, body: PtyUpdate) -> Response:
+async def update_pty(runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPath, body: PtyUpdate) -> Response:
     size = (body.size.rows, body.size.cols) if body.size else None
     return await _located(directory, runtime.terminals.update(directory, ptyID, title=body.title, size=size))
 
 
 @router.delete("/pty/{ptyID}", operation_id="v2.pty.remove", status_code=204, summary="Remove PTY session")
-async def remove_pty(runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
+async def remove_pty(runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPath) -> Response:
     await runtime.terminals.remove(directory, ptyID)
     return Response(status_code=204)
 
 
 @router.post("/pty/{ptyID}/connect-token", operation_id="v2.pty.connectToken", summary="Create PTY WebSocket token")
-async def connect_token(request: Request, runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
+async def connect_token(request: Request, runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPath) -> Response:
     pty_socket.check_ticket_request(request)
     runtime.terminals.terminal(directory, ptyID)
     return await _located(directory, runtime.terminals.tickets.issue(ptyID, directory))
