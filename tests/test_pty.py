@@ -181,7 +181,9 @@ async def test_the_scrollback_is_bounded(pty_server: ThreadServer, http: httpx.C
     url = ws_url(pty_server, f"/pty/{info['id']}/connect")
     deadline = time.monotonic() + 10
     while True:
-        async with websockets.connect(url) as socket:
+        # max_queue=None: output still arriving must not fill the client's queue, or the close
+        # handshake waits for a reader that stopped reading (websockets' close_timeout, 10 s)
+        async with websockets.connect(url, max_queue=None) as socket:
             reader = Reader(socket)
             replay = await reader.replayed()
         if replay.endswith("END-MARK\r\n") or time.monotonic() > deadline:  # the tty may split a write
