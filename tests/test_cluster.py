@@ -262,6 +262,33 @@ def test_killing_a_replica_behind_nginx_mid_turn_loses_nothing(
     assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
 
 
+def test_questions_are_answered_from_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
+    """Asked on A (whose tool waits), listed and answered on B: the reply is forwarded to A; a
+    second reply, and a dismissal of a later question, go the same way."""
+    a, b = two
+    question = {"question": "Colour?", "header": "Colour", "options": [{"label": "Red", "description": "warm"}]}
+    prompt = "TOOL:question " + json.dumps({"questions": [question]})
+    sid = httpx.post(f"{a.url}/session").json()["id"]
+    with EventCollector(f"{b.url}/event") as on_b:
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(prompt))
+        asked = on_b.wait_for(lambda f: f.type == "question.asked", timeout=15).properties
+        assert [q["id"] for q in httpx.get(f"{b.url}/question").json()] == [asked["id"]]
+        reply = httpx.post(f"{b.url}/question/{asked['id']}/reply", json={"answers": [["Red"]]})
+        assert reply.status_code == 200 and reply.json() is True
+        on_b.wait_for(lambda f: f.type == "question.replied", timeout=15)
+        on_b.wait_idle(sid, timeout=15)
+        again = httpx.post(f"{b.url}/question/{asked['id']}/reply", json={"answers": [["Red"]]})
+        assert again.status_code == 404 and again.json()["_tag"] == "QuestionNotFoundError"
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(prompt))
+        second = on_b.wait_for(lambda f: f.type == "question.asked" and f.properties["id"] != asked["id"], timeout=15)
+        assert httpx.post(f"{b.url}/question/{second.properties['id']}/reject").json() is True
+        on_b.wait_for(lambda f: f.type == "question.rejected", timeout=15)
+    tools = [p for m in httpx.get(f"{a.url}/session/{sid}/message").json() for p in m["parts"] if p["type"] == "tool"]
+    assert tools[0]["state"]["status"] == "completed" and '"Colour?"="Red"' in tools[0]["state"]["output"]
+    assert tools[1]["state"]["error"] == "The user dismissed this question"
+    assert httpx.get(f"{a.url}/question").json() == httpx.get(f"{b.url}/question").json() == []
+
+
 def test_a_large_permission_request_reaches_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
     """An edit's permission request carries the whole diff: far more than one notification holds."""
     a, b = two
