@@ -27,7 +27,8 @@ from app.runtime.workspace import Workspace
 from app.settings import Settings
 
 SETTLE_GRACE_SECONDS = 5.0
-QUESTION_EVENTS = ("question.asked", "question.replied", "question.rejected")
+# What keeps the questions of other processes listed (a failed tool part ends a dead one).
+QUESTION_EVENTS = ("question.asked", "question.replied", "question.rejected", "message.part.updated")
 
 
 class Runtime:

@@ -100,12 +100,20 @@ class Questions:
 
     def observe(self, event: Event) -> None:
         """Follow questions asked on other processes (their relayed events), so that any process
-        of a cluster lists them and takes their answers (``is_local`` tells where to send one)."""
+        of a cluster lists them and takes their answers (``is_local`` tells where to send one).
+        A question lives only while its tool runs: when the process that asked dies, the one
+        taking its sessions over fails the tool part, and that (durable) update drops it here."""
         props = event.properties
         if event.type == "question.asked":
             self._elsewhere[props["id"]] = props
         elif event.type in ("question.replied", "question.rejected"):
             self._elsewhere.pop(props["requestID"], None)
+        elif event.type == "message.part.updated":
+            part = props.get("part") or {}
+            if part.get("type") == "tool" and part.get("state", {}).get("status") in ("completed", "error"):
+                ref = {"messageID": part.get("messageID"), "callID": part.get("callID")}
+                for request_id in [rid for rid, info in self._elsewhere.items() if info.get("tool") == ref]:
+                    del self._elsewhere[request_id]
 
     def is_local(self, request_id: str) -> bool:
         return request_id in self._pending
