@@ -183,3 +183,13 @@ def test_a_restart_leaves_no_question_waiting(settings: Settings) -> None:
         assert _tool_part(client, sid)["state"]["status"] == "error"
         assert client.get("/question").json() == []
         assert client.post(f"/question/{asked['id']}/reply", json={"answers": [["Red"]]}).status_code == 404
+
+
+def test_malformed_questions_go_back_to_the_model(server: ThreadServer, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    bad = {"questions": [{"question": "Colour?", "header": "Colour", "options": ["Red"]}]}
+    client.post(f"/session/{sid}/message", json=text_prompt("TOOL:question " + json.dumps(bad)))
+    state = _tool_part(client, sid)["state"]
+    assert state["status"] == "error" and "options" in state["error"]
+    assert _texts(client, sid)[-1].startswith("Tool result seen: Error:")  # the model heard why
+    assert client.get("/question").json() == []
