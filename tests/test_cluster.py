@@ -262,6 +262,60 @@ def test_killing_a_replica_behind_nginx_mid_turn_loses_nothing(
     assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
 
 
+def test_questions_are_answered_from_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
+    """Asked on A (whose tool waits), listed and answered on B: the reply is forwarded to A; a
+    second reply, and a dismissal of a later question, go the same way."""
+    a, b = two
+    question = {"question": "Colour?", "header": "Colour", "options": [{"label": "Red", "description": "warm"}]}
+    prompt = "TOOL:question " + json.dumps({"questions": [question]})
+    sid = httpx.post(f"{a.url}/session").json()["id"]
+    with EventCollector(f"{b.url}/event") as on_b:
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(prompt))
+        asked = on_b.wait_for(lambda f: f.type == "question.asked", timeout=15).properties
+        assert [q["id"] for q in httpx.get(f"{b.url}/question").json()] == [asked["id"]]
+        reply = httpx.post(f"{b.url}/question/{asked['id']}/reply", json={"answers": [["Red"]]})
+        assert reply.status_code == 200 and reply.json() is True
+        on_b.wait_for(lambda f: f.type == "question.replied", timeout=15)
+        on_b.wait_idle(sid, timeout=15)
+        again = httpx.post(f"{b.url}/question/{asked['id']}/reply", json={"answers": [["Red"]]})
+        assert again.status_code == 404 and again.json()["_tag"] == "QuestionNotFoundError"
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(prompt))
+        second = on_b.wait_for(lambda f: f.type == "question.asked" and f.properties["id"] != asked["id"], timeout=15)
+        assert httpx.post(f"{b.url}/question/{second.properties['id']}/reject").json() is True
+        on_b.wait_for(lambda f: f.type == "question.rejected", timeout=15)
+    tools = [p for m in httpx.get(f"{a.url}/session/{sid}/message").json() for p in m["parts"] if p["type"] == "tool"]
+    assert tools[0]["state"]["status"] == "completed" and '"Colour?"="Red"' in tools[0]["state"]["output"]
+    assert tools[1]["state"]["error"] == "The user dismissed this question"
+    assert httpx.get(f"{a.url}/question").json() == httpx.get(f"{b.url}/question").json() == []
+
+
+def test_a_question_dies_with_the_process_that_asked_it(cluster_url: str, project_dir: Path, config_dir: Path) -> None:
+    """A is killed while its tool waits for an answer: B takes the session over (the tool fails,
+    the prompt is answered again) and no longer lists the question or takes a reply to it."""
+    a = process_server(cluster_url, project_dir, config_dir)
+    b = process_server(cluster_url, project_dir, config_dir)
+    a.start()
+    b.start()
+    question = {"question": "Colour?", "header": "Colour", "options": [{"label": "Red", "description": "warm"}]}
+    try:
+        sid = httpx.post(f"{a.url}/session").json()["id"]
+        with EventCollector(f"{b.url}/event") as on_b:
+            prompt = "TOOL:question " + json.dumps({"questions": [question]})
+            httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(prompt))
+            asked = on_b.wait_for(lambda f: f.type == "question.asked", timeout=15).properties
+            assert [q["id"] for q in httpx.get(f"{b.url}/question").json()] == [asked["id"]]
+            a.kill9()
+            history = _history_when(b.url, sid, _answered(2), timeout=30)
+            listed = httpx.get(f"{b.url}/question").json()
+            late = httpx.post(f"{b.url}/question/{asked['id']}/reply", json={"answers": [["Red"]]})
+    finally:
+        a.stop()
+        b.stop()
+    tool = next(p for m in history for p in m["parts"] if p["type"] == "tool")
+    assert tool["state"]["status"] == "error"
+    assert listed == [] and late.status_code == 404
+
+
 def test_a_large_permission_request_reaches_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
     """An edit's permission request carries the whole diff: far more than one notification holds."""
     a, b = two

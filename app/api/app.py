@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import errors, permissions, share
+from app.api import errors, permissions, questions, share
 from app.api.legacy import events as legacy_events
 from app.api.legacy import files as legacy_files
 from app.api.legacy import meta as legacy_meta
@@ -55,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2_fs.router)
     app.include_router(share.router)
     app.include_router(permissions.router)
+    app.include_router(questions.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)

@@ -28,6 +28,7 @@ from app.runtime.errors import (
     PathNotFound,
     PathOutside,
     PermissionNotFound,
+    QuestionNotFound,
     SearchUnavailable,
     SessionBusy,
     SessionNotFound,
@@ -121,6 +122,10 @@ async def _permission_missing(_request: Request, exc: PermissionNotFound) -> JSO
     return tagged(404, "PermissionNotFoundError", exc.message, requestID=exc.request_id)
 
 
+async def _question_missing(_request: Request, exc: QuestionNotFound) -> JSONBody:
+    return tagged(404, "QuestionNotFoundError", exc.message, requestID=exc.request_id)
+
+
 async def _command_missing(_request: Request, exc: CommandNotFound) -> JSONBody:
     return named(404, "NotFoundError", exc.message)
 
@@ -194,6 +199,7 @@ def install(app: FastAPI) -> None:
         UnencodableValue: _unencodable,
         ShareNotFound: _share_missing,
         PermissionNotFound: _permission_missing,
+        QuestionNotFound: _question_missing,
         CommandNotFound: _command_missing,
         TerminalNotFound: _terminal_missing,
         TerminalForbidden: _terminal_forbidden,

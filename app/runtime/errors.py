@@ -78,6 +78,12 @@ class PermissionNotFound(RuntimeFailure):
         self.request_id = request_id
 
 
+class QuestionNotFound(RuntimeFailure):
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"Question request not found: {request_id}")
+        self.request_id = request_id
+
+
 class CommandNotFound(RuntimeFailure):
     def __init__(self, name: str) -> None:
         super().__init__(f"Command not found: {name}")

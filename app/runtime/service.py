@@ -13,7 +13,7 @@ from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import AgentsDomain
-from app.runtime.errors import PermissionNotFound, SessionNotFound
+from app.runtime.errors import PermissionNotFound, QuestionNotFound, SessionNotFound
 from app.runtime.history import HistoryDomain, MessageWithParts, Window
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
@@ -27,6 +27,8 @@ from app.runtime.workspace import Workspace
 from app.settings import Settings
 
 SETTLE_GRACE_SECONDS = 5.0
+# What keeps the questions of other processes listed (a failed tool part ends a dead one).
+QUESTION_EVENTS = ("question.asked", "question.replied", "question.rejected", "message.part.updated")
 
 
 class Runtime:
@@ -53,7 +55,7 @@ class Runtime:
         self.sessions, self.coordinator = sessions.service, sessions.coordinator
         self.history, self.compactions = history.service, history.snapshots
         self.diffs, self.reverts, self.shares = history.diffs, history.reverts, history.shares
-        self.agents, self.permissions = agents.agents, agents.permissions
+        self.agents, self.permissions, self.questions = agents.agents, agents.permissions, agents.questions
         self.admission, self.waiters = inputs.admission, inputs.waiters
         self.commands = self.turn.commands
         self.terminals = Terminals.build(infra)
@@ -71,15 +73,21 @@ class Runtime:
             self._join_cluster(self._sessions.cluster)
 
     def _join_cluster(self, cluster: Cluster) -> None:
-        """Answer permission requests asked on any process: follow them from the relayed events,
-        and take replies other processes forward here."""
-        watched = self.bus.subscribe(lambda e: e.type in ("permission.asked", "permission.replied"))
+        """Answer permission requests and questions asked on any process: follow them from the
+        relayed events, and take replies other processes forward here."""
+        watched = self.bus.subscribe(
+            lambda e: e.type in ("permission.asked", "permission.replied") or e.type in QUESTION_EVENTS
+        )
 
         async def follow() -> None:
             try:
                 while True:
                     event = await watched.next(3600)
-                    if event is not None:
+                    if event is None:
+                        continue
+                    if event.type in QUESTION_EVENTS:
+                        self.questions.observe(event)
+                    else:
                         self.permissions.observe(event)
             finally:
                 watched.close()
@@ -88,7 +96,12 @@ class Runtime:
             with suppress(PermissionNotFound):
                 await self.reply_permission(message["id"], message["reply"], message.get("message"))
 
+        async def answer_question(message: dict[str, Any]) -> None:
+            with suppress(QuestionNotFound):
+                await self.reply_question(message["id"], message.get("answers"))
+
         cluster.handlers["permission"] = answer
+        cluster.handlers["question"] = answer_question
         self._background.append(asyncio.create_task(follow(), name="cluster:permissions"))
 
     async def stop(self) -> None:
@@ -242,6 +255,25 @@ class Runtime:
             return
         directory = self.sessions.cached_directory(info["sessionID"])
         await self.permissions.reply(request_id, reply, message, directory=directory)
+
+    async def reply_question(
+        self, request_id: str, answers: list[list[str]] | None, *, session_id: str | None = None
+    ) -> None:
+        """Answer a question (``answers``) or dismiss it (``None``). In a cluster the process whose
+        tool waits for it takes the answer, as with permission replies."""
+        info = self.questions.get(request_id, session_id=session_id)
+        cluster = self._sessions.cluster
+        if cluster is not None and not self.questions.is_local(request_id):  # asked on another process
+            owner = (await cluster.owners()).get(info["sessionID"])
+            if owner is None or owner == cluster.origin:
+                raise QuestionNotFound(request_id)  # nobody waits for it any more
+            await cluster.send(owner, "question", info["sessionID"], id=request_id, answers=answers)
+            return
+        directory = self.sessions.cached_directory(info["sessionID"])
+        if answers is None:
+            self.questions.reject(request_id, directory=directory)
+        else:
+            self.questions.reply(request_id, answers, directory=directory)
 
     async def interrupt(self, session_id: str) -> None:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the

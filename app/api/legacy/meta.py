@@ -117,7 +117,6 @@ async def console() -> Response:
 _EMPTY_LISTS = (
     "/lsp",
     "/formatter",
-    "/question",
     "/experimental/resource",
     "/experimental/workspace",
     "/experimental/workspace/status",

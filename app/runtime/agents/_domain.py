@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.runtime.agents._definitions import Agents
 from app.runtime.agents._permissions import Permissions
+from app.runtime.agents._questions import Questions
 from app.runtime.infrastructure import Infrastructure
 
 
@@ -13,8 +14,9 @@ from app.runtime.infrastructure import Infrastructure
 class AgentsDomain:
     agents: Agents
     permissions: Permissions
+    questions: Questions
 
     @classmethod
     def build(cls, infra: Infrastructure) -> AgentsDomain:
         agents = Agents(infra.config)
-        return cls(agents, Permissions(infra.log, infra.config, agents))
+        return cls(agents, Permissions(infra.log, infra.config, agents), Questions(infra.log))

@@ -32,6 +32,13 @@ class ToolResult:
 
 Ask = Callable[[str, list[str], list[str], dict[str, Any]], Awaitable[None]]
 Progress = Callable[[dict[str, Any]], Awaitable[None]]
+# ask_questions(questions): the user's answers, one list of labels per question.
+AskQuestions = Callable[[list[dict[str, Any]]], Awaitable[list[list[str]]]]
+
+
+async def _no_questions(_questions: list[dict[str, Any]]) -> list[list[str]]:
+    """Where nobody can answer (a tool run outside a turn), the question tool fails."""
+    raise ToolError("Questions cannot be asked here")
 
 
 @dataclass
@@ -44,6 +51,8 @@ class ToolContext:
     ask: Ask
     progress: Progress
     services: ToolServices  # the session state a tool may need (todos, files, sub-agents)
+    # Raises QuestionRejected (agents domain) when the user dismisses the questions.
+    ask_questions: AskQuestions = _no_questions
 
     @property
     def directory(self) -> Path:

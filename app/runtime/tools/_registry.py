@@ -7,12 +7,13 @@ from typing import Any
 from app.runtime.tools._base import Tool
 from app.runtime.tools._bash import Bash
 from app.runtime.tools._files import Edit, Glob, Grep, List, Read, Write
+from app.runtime.tools._question import Question
 from app.runtime.tools._task import Task
 from app.runtime.tools._todo import TodoRead, TodoWrite
 
 TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (Read(), Write(), Edit(), List(), Glob(), Grep(), Bash(), TodoWrite(), TodoRead(), Task())
+    for tool in (Read(), Write(), Edit(), List(), Glob(), Grep(), Bash(), TodoWrite(), TodoRead(), Task(), Question())
 }
 
 

@@ -34,5 +34,7 @@ class TurnDomain:
         prompter: Prompter,
     ) -> TurnDomain:
         titles = TitleGenerator(sessions.service)
-        runner = Runner(infra, sessions, inputs, history, ToolCalls(agents.permissions, tools), titles)
+        runner = Runner(
+            infra, sessions, inputs, history, ToolCalls(agents.permissions, agents.questions, tools), titles
+        )
         return cls(runner, Commands(infra, sessions, inputs, history, tools, prompter), titles)

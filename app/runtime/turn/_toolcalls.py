@@ -11,7 +11,7 @@ from typing import Any
 from app.jsonutil import dumps, loads
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.agents import Denied, Permissions, Rejected
+from app.runtime.agents import Denied, Permissions, QuestionRejected, Questions, Rejected
 from app.runtime.tools import TOOLS, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import AssistantRecorder
 
@@ -34,8 +34,9 @@ class StepOutcome:
 
 
 class ToolCalls:
-    def __init__(self, permissions: Permissions, services: ToolServices) -> None:
+    def __init__(self, permissions: Permissions, questions: Questions, services: ToolServices) -> None:
         self.permissions = permissions
+        self.questions = questions
         self.services = services
 
     async def run(
@@ -94,7 +95,12 @@ class ToolCalls:
         async def progress(metadata: dict[str, Any]) -> None:
             await recorder.tool_progress(part, metadata)
 
-        ctx = ToolContext(session, recorder.info["id"], call.call_id, signal, ask, progress, self.services)
+        async def ask_questions(questions: list[dict[str, Any]]) -> list[list[str]]:
+            return await self.questions.ask(session, questions, tool=tool_ref, signal=signal)
+
+        ctx = ToolContext(
+            session, recorder.info["id"], call.call_id, signal, ask, progress, self.services, ask_questions
+        )
         try:
             signature = (call.name, dumps(args))
             turn.calls.append(signature)
@@ -107,7 +113,7 @@ class ToolCalls:
         except ToolError as exc:
             await recorder.tool_failed(part, str(exc))
             return "failed"
-        except Denied as exc:
+        except (Denied, QuestionRejected) as exc:
             await recorder.tool_failed(part, str(exc))
             return "blocked"
         except Rejected as exc:
