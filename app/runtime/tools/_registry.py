@@ -7,13 +7,30 @@ from typing import Any
 from app.runtime.tools._base import Tool
 from app.runtime.tools._bash import Bash
 from app.runtime.tools._files import Edit, Glob, Grep, List, Read, Write
+from app.runtime.tools._invalid import NAME as INVALID
+from app.runtime.tools._invalid import Invalid
 from app.runtime.tools._task import Task
 from app.runtime.tools._todo import TodoRead, TodoWrite
 
 TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (Read(), Write(), Edit(), List(), Glob(), Grep(), Bash(), TodoWrite(), TodoRead(), Task())
+    for tool in (Invalid(), Read(), Write(), Edit(), List(), Glob(), Grep(), Bash(), TodoWrite(), TodoRead(), Task())
 }
+
+# What the model may be offered: everything but ``invalid``, which only repaired calls reach.
+OFFERED = [name for name in TOOLS if name != INVALID]
+
+
+def repair(name: str, error: str | None) -> tuple[str, dict[str, Any] | None]:
+    """OpenCode's repair of a call that failed validation: a mis-cased known name is lowercased;
+    otherwise the call goes to ``invalid`` with ``{tool, error}`` as its input. ``error`` is None
+    when only the name was at fault. Returns the tool to run and, if rewritten, its input."""
+    lower = name.lower()
+    if error is None and lower != name and lower in OFFERED:
+        return lower, None
+    if error is None:
+        error = f"Model tried to call unavailable tool '{name}'. Available tools: {', '.join(OFFERED)}."
+    return INVALID, {"tool": name, "error": error}
 
 
 def function_specs(names: list[str]) -> list[dict[str, Any]]:
