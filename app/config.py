@@ -122,6 +122,11 @@ class ConfigLoader:
         self._user_dir = user_config_directory(user_dir)
         self._cache: dict[str, tuple[tuple[tuple[str, float], ...], OpenCodeConfig]] = {}
 
+    @property
+    def user_dir(self) -> Path:
+        """The user's config directory (where opencode.json, skills... are looked for)."""
+        return self._user_dir
+
     def load(self, directory: str) -> OpenCodeConfig:
         files = _config_files(Path(directory), self._user_dir)
         try:

@@ -40,3 +40,41 @@ def test_unknown_tool_goes_to_invalid_and_miscased_names_are_repaired(client: ht
     assert miscased["tool"] == "read" and "hello" in miscased["state"]["output"]
     assert garbled["tool"] == "invalid" and garbled["state"]["input"]["tool"] == "glob"
     assert "Invalid input for tool glob" in garbled["state"]["output"]
+
+
+def _skill(root: Path, folder: str, name: str, description: str, body: str) -> Path:
+    path = root / folder / "SKILL.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"---\nname: {name}\ndescription: {description}\n---\n{body}")
+    return path
+
+
+def test_skills_are_listed_offered_and_loaded(client: httpx.Client, project_dir: Path, config_dir: Path) -> None:
+    pdf = _skill(project_dir, ".opencode/skill/pdf-tools", "pdf-tools", "Use when working with PDF files.", "\n# PDF\n")
+    (pdf.parent / "scripts").mkdir()
+    (pdf.parent / "scripts" / "merge.sh").write_text("echo merge\n")
+    mine = _skill(config_dir, "skills/nested/mine", "mine", "The user's own skill.", "Do it my way.\n")
+    (project_dir / ".opencode" / "skills" / "broken").mkdir(parents=True)
+    (project_dir / ".opencode" / "skills" / "broken" / "SKILL.md").write_text("---\nname: broken\n---\nno description")
+
+    listed = client.get("/skill").json()
+    assert sorted(listed, key=lambda s: s["name"]) == [
+        {"name": "mine", "description": "The user's own skill.", "location": str(mine), "content": "Do it my way.\n"},
+        {
+            "name": "pdf-tools",
+            "description": "Use when working with PDF files.",
+            "location": str(pdf),
+            "content": "\n# PDF\n",
+        },
+    ]
+    v2 = client.get("/api/skill", params={"location[directory]": str(project_dir)}).json()
+    assert v2["location"]["directory"] == str(project_dir)
+    assert sorted(s["name"] for s in v2["data"]) == ["mine", "pdf-tools"]
+
+    loaded, missing = _run(client, 'TOOL:skill {"name": "pdf-tools"}\nTOOL:skill {"name": "nope"}')
+    output = loaded["state"]["output"]
+    assert loaded["state"]["title"] == "Loaded skill: pdf-tools"
+    assert output.startswith('<skill_content name="pdf-tools">\n# Skill: pdf-tools\n\n# PDF\n\n')
+    assert f"Base directory for this skill: {pdf.parent.as_uri()}\n" in output
+    assert f"<skill_files>\n<file>{pdf.parent / 'scripts' / 'merge.sh'}</file>\n</skill_files>" in output
+    assert missing["state"]["error"] == 'Skill "nope" not found. Available skills: mine, pdf-tools'

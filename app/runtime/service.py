@@ -21,7 +21,7 @@ from app.runtime.payloads import next_event
 from app.runtime.sessions import Cluster, SessionsDomain
 from app.runtime.snapshots import FileSnapshots
 from app.runtime.terminals import Terminals
-from app.runtime.tools import ToolServices
+from app.runtime.tools import Skills, ToolServices
 from app.runtime.turn import TurnDomain
 from app.runtime.workspace import Workspace
 from app.settings import Settings
@@ -45,7 +45,8 @@ class Runtime:
         self.workspace = Workspace(
             infra.config, self._publish_instance_event
         )  # files, search and VCS: the routes and the tools share it
-        self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace)
+        self.skills = Skills(infra.config)
+        self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace, skills=self.skills)
         self.turn = TurnDomain.build(infra, sessions, inputs, history, agents, self.tool_state, prompter=self)
         # What the translators call, by name (each owned by its domain).
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries

@@ -137,6 +137,11 @@ async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody(command_list(runtime.config, directory))
 
 
+@router.get("/skill", operation_id="app.skills", summary="List skills")
+async def skills(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody([skill.as_wire() for skill in runtime.skills.all(directory)])
+
+
 @router.get("/mcp", include_in_schema=False)
 async def mcp() -> Response:
     return JSONBody({})

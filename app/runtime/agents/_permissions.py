@@ -103,6 +103,13 @@ class Permissions:
         rules = await self.rules_for(session, agent)
         return {name for name in names if evaluate(PERMISSION_OF.get(name, name), "*", rules) == "deny"}
 
+    async def denied(
+        self, session: dict[str, Any], agent: str | None, permission: str, patterns: list[str]
+    ) -> set[str]:
+        """The patterns a rule denies ``permission`` for (skills an agent may not load are not listed)."""
+        rules = await self.rules_for(session, agent)
+        return {p for p in patterns if evaluate(permission, p, rules) == "deny"}
+
     async def ask(
         self,
         session: dict[str, Any],

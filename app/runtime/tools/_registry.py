@@ -9,12 +9,26 @@ from app.runtime.tools._bash import Bash
 from app.runtime.tools._files import Edit, Glob, Grep, List, Read, Write
 from app.runtime.tools._invalid import NAME as INVALID
 from app.runtime.tools._invalid import Invalid
+from app.runtime.tools._skills import SkillTool
 from app.runtime.tools._task import Task
 from app.runtime.tools._todo import TodoRead, TodoWrite
 
 TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (Invalid(), Read(), Write(), Edit(), List(), Glob(), Grep(), Bash(), TodoWrite(), TodoRead(), Task())
+    for tool in (
+        Invalid(),
+        Read(),
+        Write(),
+        Edit(),
+        List(),
+        Glob(),
+        Grep(),
+        Bash(),
+        TodoWrite(),
+        TodoRead(),
+        Task(),
+        SkillTool(),
+    )
 }
 
 # What the model may be offered: everything but ``invalid``, which only repaired calls reach.
