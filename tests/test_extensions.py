@@ -3,6 +3,7 @@ unknown tool calls, skills, apply_patch, webfetch, tool listings and ignored plu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import httpx
 import pytest
 
 from tests.helpers import create_session, text_prompt
+from tests.servers import ThreadServer
+from tests.sse import EventCollector
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -78,3 +81,17 @@ def test_skills_are_listed_offered_and_loaded(client: httpx.Client, project_dir:
     assert f"Base directory for this skill: {pdf.parent.as_uri()}\n" in output
     assert f"<skill_files>\n<file>{pdf.parent / 'scripts' / 'merge.sh'}</file>\n</skill_files>" in output
     assert missing["state"]["error"] == 'Skill "nope" not found. Available skills: mine, pdf-tools'
+
+
+def test_apply_patch_through_a_turn_announces_the_edited_file(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    (project_dir / "a.txt").write_text("one\ntwo\n")
+    patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-two\n+TWO\n*** End Patch"
+    with EventCollector(f"{server.url}/event") as events:
+        (part,) = _run(client, "TOOL!:apply_patch " + json.dumps({"patchText": patch}))
+        edited = events.wait_for(lambda f: f.type == "file.edited")
+    assert part["state"]["status"] == "completed", part["state"]
+    assert part["state"]["output"] == "Success. Updated the following files:\nM a.txt"
+    assert edited.properties["file"] == str(project_dir / "a.txt")
+    assert (project_dir / "a.txt").read_text() == "one\nTWO\n"

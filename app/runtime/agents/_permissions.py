@@ -31,7 +31,7 @@ from app.runtime.payloads import next_event
 from app.store import sql
 
 REPLIES = ("once", "always", "reject")
-PERMISSION_OF = {"write": "edit"}  # tools checked under another tool's permission
+PERMISSION_OF = {"write": "edit", "apply_patch": "edit"}  # tools checked under another tool's permission
 
 
 class Denied(Exception):

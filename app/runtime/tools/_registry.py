@@ -9,6 +9,7 @@ from app.runtime.tools._bash import Bash
 from app.runtime.tools._files import Edit, Glob, Grep, List, Read, Write
 from app.runtime.tools._invalid import NAME as INVALID
 from app.runtime.tools._invalid import Invalid
+from app.runtime.tools._patch import ApplyPatch
 from app.runtime.tools._skills import SkillTool
 from app.runtime.tools._task import Task
 from app.runtime.tools._todo import TodoRead, TodoWrite
@@ -28,11 +29,23 @@ TOOLS: dict[str, Tool] = {
         TodoRead(),
         Task(),
         SkillTool(),
+        ApplyPatch(),
     )
 }
 
 # What the model may be offered: everything but ``invalid``, which only repaired calls reach.
 OFFERED = [name for name in TOOLS if name != INVALID]
+
+
+def uses_patch(model_id: str) -> bool:
+    """OpenCode gives GPT-family models (but not gpt-4* or gpt-oss) apply_patch instead of edit/write."""
+    return "gpt-" in model_id and "oss" not in model_id and "gpt-4" not in model_id
+
+
+def offered_for(model_id: str) -> list[str]:
+    """The tools a model is offered (before permissions): apply_patch or edit/write, never both."""
+    hidden = {"edit", "write"} if uses_patch(model_id) else {"apply_patch"}
+    return [name for name in OFFERED if name not in hidden]
 
 
 def repair(name: str, error: str | None) -> tuple[str, dict[str, Any] | None]:

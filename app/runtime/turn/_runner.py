@@ -58,7 +58,7 @@ from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, 
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
-from app.runtime.tools import OFFERED, available_text, function_specs
+from app.runtime.tools import available_text, function_specs, offered_for
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.turn._title import TitleGenerator
@@ -248,7 +248,7 @@ class Runner:
             context = await self.history.snapshots.window(session_id)
             tail = [m for m in context.tail if m["info"]["id"] != info["id"]]
             summary = context.snapshot.summary if context.snapshot else None
-            tools = None if last_step else await self._tool_specs(session, agent)
+            tools = None if last_step else await self._tool_specs(session, agent, model.model_id)
             system = system_prompts(
                 directory, prompt.get("system"), summary, self.inputs.admission.agents.get(directory, agent).prompt
             )
@@ -314,9 +314,10 @@ class Runner:
         end = await self.snapshots.track(directory) or start
         return end, await self.snapshots.changed(directory, start, end)
 
-    async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
-        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, OFFERED)
-        names = [name for name in OFFERED if name not in disabled]
+    async def _tool_specs(self, session: dict[str, Any], agent: str, model_id: str) -> list[dict[str, Any]] | None:
+        offered = offered_for(model_id)
+        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, offered)
+        names = [name for name in offered if name not in disabled]
         return function_specs(names) if names else None
 
     async def _skills_prompt(
