@@ -3,7 +3,12 @@ unknown tool calls, skills, apply_patch, webfetch, tool listings and ignored plu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +100,74 @@ def test_apply_patch_through_a_turn_announces_the_edited_file(
     assert part["state"]["output"] == "Success. Updated the following files:\nM a.txt"
     assert edited.properties["file"] == str(project_dir / "a.txt")
     assert (project_dir / "a.txt").read_text() == "one\nTWO\n"
+
+
+@pytest.fixture
+def web() -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving a few pages."""
+    pages = {
+        "/page": ("text/html; charset=utf-8", HTML.encode()),
+        "/plain": ("text/plain", b"just text"),
+        "/huge": ("text/plain", b"x" * (6 * 1024 * 1024)),
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/slow":
+                time.sleep(3)
+            kind, body = pages.get(self.path, ("text/plain", b"missing"))
+            self.send_response(200 if self.path in pages or self.path == "/slow" else 404)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (a limit)
+                self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+HTML = """<html><head><title>T</title><style>p{color:red}</style><script>alert(1)</script></head>
+<body><h1>Heading</h1><p>Some <b>bold</b> text and a <a href="https://example.com">link</a>.</p>
+<ul><li>one</li><li>two</li></ul></body></html>"""
+
+
+def test_webfetch_converts_html_and_enforces_its_limits(client: httpx.Client, web: str) -> None:
+    calls = [
+        {"url": f"{web}/page"},
+        {"url": f"{web}/page", "format": "text"},
+        {"url": f"{web}/page", "format": "html"},
+        {"url": f"{web}/plain", "format": "markdown"},
+        {"url": f"{web}/nothing"},
+        {"url": f"{web}/huge"},
+        {"url": f"{web}/slow", "timeout": 0.5},
+        {"url": "file:///etc/passwd"},
+    ]
+    markdown, text, html, plain, missing, huge, slow, scheme = _run(
+        client, "\n".join("TOOL:webfetch " + json.dumps(call) for call in calls)
+    )
+    assert markdown["state"]["title"] == f"{web}/page (text/html; charset=utf-8)"
+    output = markdown["state"]["output"]
+    assert "\n# Heading\n" in output and "**bold**" in output and "[link](https://example.com)" in output
+    assert "- one" in output and "alert" not in output and "color:red" not in output
+    assert "Heading" in text["state"]["output"] and "<" not in text["state"]["output"]
+    assert "alert" not in text["state"]["output"]
+    assert html["state"]["output"] == HTML
+    assert plain["state"]["output"] == "just text"
+    assert missing["state"]["error"] == "Request failed with status code: 404"
+    assert huge["state"]["error"] == "Response too large (exceeds 5MB limit)"
+    assert slow["state"]["error"] == "Request timed out after 0.5 seconds"
+    assert scheme["state"]["error"] == "URL must start with http:// or https://"
+
+
+def test_webfetch_asks_the_webfetch_permission(client: httpx.Client, project_dir: Path, web: str) -> None:
+    (project_dir / "opencode.json").write_text(json.dumps({"permission": {"webfetch": "deny"}}))
+    (part,) = _run(client, "TOOL!:webfetch " + json.dumps({"url": f"{web}/page"}))
+    assert part["state"]["status"] == "error" and "rule" in part["state"]["error"]

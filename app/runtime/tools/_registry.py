@@ -13,6 +13,7 @@ from app.runtime.tools._patch import ApplyPatch
 from app.runtime.tools._skills import SkillTool
 from app.runtime.tools._task import Task
 from app.runtime.tools._todo import TodoRead, TodoWrite
+from app.runtime.tools._webfetch import WebFetch
 
 TOOLS: dict[str, Tool] = {
     tool.name: tool
@@ -30,6 +31,7 @@ TOOLS: dict[str, Tool] = {
         Task(),
         SkillTool(),
         ApplyPatch(),
+        WebFetch(),
     )
 }
 
