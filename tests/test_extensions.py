@@ -171,3 +171,90 @@ def test_webfetch_asks_the_webfetch_permission(client: httpx.Client, project_dir
     (project_dir / "opencode.json").write_text(json.dumps({"permission": {"webfetch": "deny"}}))
     (part,) = _run(client, "TOOL!:webfetch " + json.dumps({"url": f"{web}/page"}))
     assert part["state"]["status"] == "error" and "rule" in part["state"]["error"]
+
+
+def test_tool_listings_follow_the_model(client: httpx.Client) -> None:
+    ids = client.get("/experimental/tool/ids").json()
+    assert {"invalid", "bash", "read", "edit", "write", "apply_patch", "webfetch", "skill", "task"} <= set(ids)
+    echo = client.get("/experimental/tool", params={"provider": "opensession", "model": "echo"}).json()
+    gpt = client.get("/experimental/tool", params={"provider": "openai", "model": "gpt-5"}).json()
+    assert echo[0]["id"] == "invalid" and echo[0]["description"] == "Do not use"
+    assert {"edit", "write"} <= {t["id"] for t in echo} and "apply_patch" not in {t["id"] for t in echo}
+    assert "apply_patch" in {t["id"] for t in gpt} and not {"edit", "write"} & {t["id"] for t in gpt}
+    fetch = next(t for t in gpt if t["id"] == "webfetch")["parameters"]
+    assert fetch["$schema"] == "https://json-schema.org/draft/2020-12/schema" and fetch["required"] == ["url"]
+    assert fetch["properties"]["format"]["enum"] == ["text", "markdown", "html"]
+    assert client.get("/experimental/tool", params={"provider": "openai"}).status_code == 400
+
+
+def test_v2_metadata_lists_agents_commands_models_providers_and_references(
+    client: httpx.Client, project_dir: Path
+) -> None:
+    config = {
+        "model": "local/coder",
+        "provider": {
+            "local": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Local",
+                "options": {"baseURL": "http://127.0.0.1:9/v1", "apiKey": "secret"},
+                "models": {"coder": {"name": "Coder", "limit": {"context": 1000, "output": 100}}},
+            }
+        },
+        "command": {"hi": {"template": "Say hi $ARGUMENTS", "model": "local/coder", "subtask": True}},
+        "references": {"docs": {"path": "../docs", "description": "The docs"}, "sdk": "owner/sdk"},
+    }
+    (project_dir / "opencode.json").write_text(json.dumps(config))
+    where = {"location[directory]": str(project_dir)}
+
+    def data(path: str) -> Any:
+        body = client.get(path, params=where).json()
+        assert body["location"]["directory"] == str(project_dir), body
+        return body["data"]
+
+    agents = {a["id"]: a for a in data("/api/agent")}
+    assert agents["build"]["mode"] == "primary" and agents["build"]["hidden"] is False
+    assert agents["build"]["request"] == {"headers": {}, "body": {}}
+    assert {"action": "edit", "resource": "*", "effect": "deny"} in agents["plan"]["permissions"]
+    commands = {c["name"]: c for c in data("/api/command")}
+    assert commands["init"]["template"] and commands["init"]["description"] == "guided AGENTS.md setup"
+    assert "source" not in commands["init"] and "hints" not in commands["init"]
+    assert commands["hi"] == {
+        "name": "hi",
+        "template": "Say hi $ARGUMENTS",
+        "subtask": True,
+        "model": {"id": "coder", "providerID": "local"},
+    }
+    coder = next(m for m in data("/api/model") if m["id"] == "coder")
+    assert coder["providerID"] == "local" and coder["limit"] == {"context": 1000, "output": 100}
+    assert coder["api"] == {
+        "id": "coder",
+        "type": "aisdk",
+        "package": "@ai-sdk/openai-compatible",
+        "url": "http://127.0.0.1:9/v1",
+    }
+    assert coder["cost"] == [{"input": 0, "output": 0, "cache": {"read": 0, "write": 0}}]
+    providers = {p["id"]: p for p in data("/api/provider")}
+    assert providers["local"] == {
+        "id": "local",
+        "name": "Local",
+        "api": {"type": "aisdk", "package": "@ai-sdk/openai-compatible", "url": "http://127.0.0.1:9/v1"},
+        "request": {"headers": {}, "body": {}},
+    }
+    assert "secret" not in json.dumps(providers)
+    assert data("/api/provider/local") == providers["local"]
+    missing = client.get("/api/provider/nope", params=where)
+    assert missing.status_code == 404
+    assert missing.json() == {
+        "_tag": "ProviderNotFoundError",
+        "message": "Provider not found: nope",
+        "providerID": "nope",
+    }
+    assert data("/api/reference") == [
+        {
+            "name": "docs",
+            "path": str(project_dir.parent / "docs"),
+            "description": "The docs",
+            "source": {"type": "local", "path": "../docs", "description": "The docs"},
+        },
+        {"name": "sdk", "path": "owner/sdk", "source": {"type": "git", "repository": "owner/sdk"}},
+    ]

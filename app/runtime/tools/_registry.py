@@ -62,6 +62,20 @@ def repair(name: str, error: str | None) -> tuple[str, dict[str, Any] | None]:
     return INVALID, {"tool": name, "error": error}
 
 
+def listing(model_id: str) -> list[dict[str, Any]]:
+    """``GET /experimental/tool``: what a model gets (``invalid`` included, as OpenCode lists it),
+    each with its JSON schema."""
+    names = [INVALID, *offered_for(model_id)]
+    return [
+        {
+            "id": n,
+            "description": TOOLS[n].description,
+            "parameters": {"$schema": "https://json-schema.org/draft/2020-12/schema", **TOOLS[n].parameters},
+        }
+        for n in names
+    ]
+
+
 def function_specs(names: list[str]) -> list[dict[str, Any]]:
     return [
         {
