@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.settings import Settings
 from tests.helpers import create_session, text_prompt
-from tests.servers import ThreadServer
+from tests.servers import ThreadServer, thread_server
 from tests.sse import EventCollector
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -258,3 +260,19 @@ def test_v2_metadata_lists_agents_commands_models_providers_and_references(
         },
         {"name": "sdk", "path": "owner/sdk", "source": {"type": "git", "repository": "owner/sdk"}},
     ]
+
+
+def test_plugins_are_named_as_ignored_at_start_and_never_fail(
+    settings: Settings, project_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plugins = ["opencode-gemini-auth", "./local-plugin.ts", ["opencode-bar", {"option": "value"}]]
+    (project_dir / "opencode.json").write_text(json.dumps({"plugin": plugins}))
+    with caplog.at_level(logging.WARNING, logger="opensession.config"), thread_server(settings) as handle:
+        warnings = [r.getMessage() for r in caplog.records if "plugin" in r.getMessage()]
+        assert len(warnings) == 1
+        assert "opencode-gemini-auth, ./local-plugin.ts, opencode-bar" in warnings[0]
+        assert "JavaScript plugins cannot run" in warnings[0]
+        with httpx.Client(base_url=handle.url) as client:
+            assert client.get("/config").json()["plugin"] == plugins
+            assert create_session(client)["id"]
+    assert len([r for r in caplog.records if "plugin" in r.getMessage()]) == 1  # said once

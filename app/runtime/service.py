@@ -9,6 +9,7 @@ from contextlib import suppress
 from typing import Any
 
 from app import ids
+from app.config import ConfigError
 from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
@@ -67,6 +68,8 @@ class Runtime:
     async def start(self) -> None:
         await self.db.open()
         await self.log.start()
+        with suppress(ConfigError):  # read now so ignored plugins are named at start;
+            self.config.load(self.settings.directory)  # a broken file is reported where it is used
         await self._sessions.start(self.infra, self.files.changed_since)
         if self._sessions.cluster is not None:
             self._join_cluster(self._sessions.cluster)
