@@ -18,7 +18,7 @@ import pytest
 
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
-from tests.servers import ThreadServer, thread_server
+from tests.servers import ThreadServer, openai_stub, thread_server
 from tests.sse import EventCollector
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -276,3 +276,29 @@ def test_plugins_are_named_as_ignored_at_start_and_never_fail(
             assert client.get("/config").json()["plugin"] == plugins
             assert create_session(client)["id"]
     assert len([r for r in caplog.records if "plugin" in r.getMessage()]) == 1  # said once
+
+
+def test_a_gpt_model_is_offered_apply_patch_and_told_its_skills(client: httpx.Client, project_dir: Path) -> None:
+    skill = _skill(project_dir, ".opencode/skills/pdf", "pdf", "Use for PDFs.", "Body\n")
+    _skill(project_dir, ".opencode/skills/secret", "secret", "Not for this agent.", "Hidden\n")
+    with openai_stub() as stub:
+        config = {
+            "model": "stub/gpt-5",
+            "provider": {
+                "stub": {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": stub.url}, "models": {"gpt-5": {}}}
+            },
+            "permission": {"skill": {"secret": "deny"}},
+        }
+        (project_dir / "opencode.json").write_text(json.dumps(config))
+        sid = create_session(client)["id"]
+        assert client.post(f"/session/{sid}/message", json=text_prompt("hello")).status_code == 200
+        (turn,) = [r for r in stub.requests if "title generator" not in r["messages"][0]["content"]]
+    offered = {t["function"]["name"] for t in turn["tools"]}
+    assert {"apply_patch", "skill", "webfetch"} <= offered and not {"edit", "write", "invalid"} & offered
+    system = "\n".join(m["content"] for m in turn["messages"] if m["role"] == "system")
+    assert "Use the skill tool to load a skill when a task matches its description." in system
+    assert (
+        f"  <skill>\n    <name>pdf</name>\n    <description>Use for PDFs.</description>\n"
+        f"    <location>{skill.as_uri()}</location>\n  </skill>"
+    ) in system
+    assert "secret" not in system
