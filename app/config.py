@@ -8,6 +8,7 @@ kept so ``GET /config`` can echo it back to clients.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from platformdirs import user_config_dir
+
+log = logging.getLogger("opensession.config")
 
 CONFIG_NAMES = ("opencode.json", "opencode.jsonc")
 _COMMENT = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.S)
@@ -115,12 +118,39 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+def plugin_names(raw: dict[str, Any]) -> list[str]:
+    """The ``plugin`` entries of a config (``"name"`` or ``["name", {options}]``), by name."""
+    entries = raw.get("plugin")
+    names = []
+    for entry in entries if isinstance(entries, list) else []:
+        name = entry[0] if isinstance(entry, list) and entry else entry
+        names.append(name if isinstance(name, str) else json.dumps(name))
+    return names
+
+
 class ConfigLoader:
     """Reads and caches configuration per directory; a changed file (mtime) is re-read."""
 
     def __init__(self, user_dir: str | None = None) -> None:
         self._user_dir = user_config_directory(user_dir)
         self._cache: dict[str, tuple[tuple[tuple[str, float], ...], OpenCodeConfig]] = {}
+        self._warned: set[tuple[str, ...]] = set()
+
+    def _warn_plugins(self, directory: str, raw: dict[str, Any]) -> None:
+        """OpenCode plugins are JavaScript, which cannot run here: say once which are ignored."""
+        names = tuple(plugin_names(raw))
+        if names and names not in self._warned:
+            self._warned.add(names)
+            log.warning(
+                "ignoring opencode.json plugin entries for %s (JavaScript plugins cannot run in opensession): %s",
+                directory,
+                ", ".join(names),
+            )
+
+    @property
+    def user_dir(self) -> Path:
+        """The user's config directory (where opencode.json, skills... are looked for)."""
+        return self._user_dir
 
     def load(self, directory: str) -> OpenCodeConfig:
         files = _config_files(Path(directory), self._user_dir)
@@ -135,5 +165,6 @@ class ConfigLoader:
         for path in files:
             raw = _merge(raw, _read(path))
         config = OpenCodeConfig(raw=raw, providers=_providers(raw), model=raw.get("model"))
+        self._warn_plugins(directory, raw)
         self._cache[directory] = (stamp, config)
         return config

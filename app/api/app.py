@@ -16,6 +16,7 @@ from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
 from app.api.middleware import BasicAuth, BodyLimit
 from app.api.v2 import fs as v2_fs
+from app.api.v2 import meta as v2_meta
 from app.api.v2 import pty as v2_pty
 from app.api.v2 import sessions as v2_sessions
 from app.runtime.service import Runtime
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2_sessions.router)
     app.include_router(legacy_pty.router)
     app.include_router(v2_pty.router)
+    app.include_router(v2_meta.router)
     app.include_router(v2_fs.router)
     app.include_router(share.router)
     app.include_router(permissions.router)

@@ -12,7 +12,8 @@ no network. Directives anywhere in the last user text change its behaviour:
   a JSON object, or shorthand for the tool's main argument (``TOOL:bash ls``,
   ``TOOL:read notes.txt``). Calls happen only when the request offers the tool.
 - ``THEN:<name> <args>`` the same, in the turn's second step (after the first calls' results), so
-  a turn can run tools in a later step. When a step has no calls left and the last message is a
+  a turn can run tools in a later step. ``TOOL!:``/``THEN!:`` call the tool even when it is not
+  offered (a model inventing or mis-casing a tool name). When a step has no calls left and the last message is a
   tool result, the model answers ``Tool result seen: <start of the result>`` (``SLOW`` applies).
 """
 
@@ -45,8 +46,8 @@ _SLOW = re.compile(r"SLOW:(\d+(?:\.\d+)?)")
 _FAIL = re.compile(r"FAIL:(retry|fatal|auth)(?::(\d+))?")
 _TITLE_SYSTEM_MARK = "title generator"
 _CALLS_BY_STEP = (  # the directive whose calls a step makes, by the number of tool steps before it
-    re.compile(r"^\s*TOOL:([a-z_]+)(?:[ \t]+(.*))?$", re.M),
-    re.compile(r"^\s*THEN:([a-z_]+)(?:[ \t]+(.*))?$", re.M),
+    re.compile(r"^\s*TOOL(!?):([A-Za-z_]+)(?:[ \t]+(.*))?$", re.M),
+    re.compile(r"^\s*THEN(!?):([A-Za-z_]+)(?:[ \t]+(.*))?$", re.M),
 )
 # The argument a shorthand directive fills for each tool (``TOOL:bash ls`` -> {"command": "ls"}).
 _SHORTHAND = {
@@ -92,8 +93,8 @@ def _tool_calls(prompt: str, request: ChatRequest) -> list[ToolCall]:
         return []
     calls = []
     for index, match in enumerate(_CALLS_BY_STEP[step].finditer(prompt)):
-        name, rest = match.group(1), (match.group(2) or "").strip()
-        if not request.offers(name):
+        forced, name, rest = match.group(1), match.group(2), (match.group(3) or "").strip()
+        if not forced and not request.offers(name):
             continue
         if rest.startswith("{"):
             arguments = rest

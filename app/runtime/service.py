@@ -9,6 +9,7 @@ from contextlib import suppress
 from typing import Any
 
 from app import ids
+from app.config import ConfigError
 from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
@@ -21,7 +22,7 @@ from app.runtime.payloads import next_event
 from app.runtime.sessions import Cluster, SessionsDomain
 from app.runtime.snapshots import FileSnapshots
 from app.runtime.terminals import Terminals
-from app.runtime.tools import ToolServices
+from app.runtime.tools import Skills, ToolServices
 from app.runtime.turn import TurnDomain
 from app.runtime.workspace import Workspace
 from app.settings import Settings
@@ -47,7 +48,8 @@ class Runtime:
         self.workspace = Workspace(
             infra.config, self._publish_instance_event
         )  # files, search and VCS: the routes and the tools share it
-        self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace)
+        self.skills = Skills(infra.config)
+        self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace, skills=self.skills)
         self.turn = TurnDomain.build(infra, sessions, inputs, history, agents, self.tool_state, prompter=self)
         # What the translators call, by name (each owned by its domain).
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
@@ -68,6 +70,8 @@ class Runtime:
     async def start(self) -> None:
         await self.db.open()
         await self.log.start()
+        with suppress(ConfigError):  # read now so ignored plugins are named at start;
+            self.config.load(self.settings.directory)  # a broken file is reported where it is used
         await self._sessions.start(self.infra, self.files.changed_since)
         if self._sessions.cluster is not None:
             self._join_cluster(self._sessions.cluster)

@@ -14,6 +14,7 @@ from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
 from app.runtime.sessions import project_id
+from app.runtime.tools import TOOLS, listing
 from app.runtime.turn import command_list
 
 router = APIRouter(tags=["instance"])
@@ -134,6 +135,22 @@ for _path in _EMPTY_LISTS:
 @router.get("/command", operation_id="command.list", summary="The project's commands (opencode.json)")
 async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody(command_list(runtime.config, directory))
+
+
+@router.get("/experimental/tool/ids", operation_id="tool.ids", summary="List tool IDs")
+async def tool_ids() -> Response:
+    return JSONBody(list(TOOLS))
+
+
+@router.get("/experimental/tool", operation_id="tool.list", summary="List tools")
+async def tool_list(provider: str, model: str) -> Response:
+    """The tools ``model`` is offered, with their JSON schemas (the provider does not change them)."""
+    return JSONBody(listing(model))
+
+
+@router.get("/skill", operation_id="app.skills", summary="List skills")
+async def skills(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody([skill.as_wire() for skill in runtime.skills.all(directory)])
 
 
 @router.get("/mcp", include_in_schema=False)

@@ -17,31 +17,31 @@ from app.runtime.sessions import project_id
 router = APIRouter(prefix="/api", tags=["pty"])
 
 
-async def _located(directory: str, data: Any) -> Response:
+async def located(directory: str, data: Any) -> Response:
     location = {"directory": directory, "project": {"id": await project_id(directory), "directory": directory}}
     return JSONBody({"location": location, "data": data})
 
 
 @router.get("/pty", operation_id="v2.pty.list", summary="List PTY sessions, exited ones included")
 async def list_ptys(runtime: RuntimeDep, directory: LocationDep) -> Response:
-    return await _located(directory, runtime.terminals.in_directory(directory))
+    return await located(directory, runtime.terminals.in_directory(directory))
 
 
 @router.post("/pty", operation_id="v2.pty.create", summary="Create PTY session")
 async def create_pty(runtime: RuntimeDep, directory: LocationDep, body: PtyCreate) -> Response:
     info = await runtime.terminals.create(directory, **body.model_dump(), keep_exited=True)
-    return await _located(directory, info)
+    return await located(directory, info)
 
 
 @router.get("/pty/{ptyID}", operation_id="v2.pty.get", summary="Get PTY session (with exitCode once exited)")
 async def get_pty(runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPath) -> Response:
-    return await _located(directory, runtime.terminals.get(directory, ptyID))
+    return await located(directory, runtime.terminals.get(directory, ptyID))
 
 
 @router.put("/pty/{ptyID}", operation_id="v2.pty.update", summary="Update PTY session (title, size)")
 async def update_pty(runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPath, body: PtyUpdate) -> Response:
     size = (body.size.rows, body.size.cols) if body.size else None
-    return await _located(directory, runtime.terminals.update(directory, ptyID, title=body.title, size=size))
+    return await located(directory, runtime.terminals.update(directory, ptyID, title=body.title, size=size))
 
 
 @router.delete("/pty/{ptyID}", operation_id="v2.pty.remove", status_code=204, summary="Remove PTY session")
@@ -54,7 +54,7 @@ async def remove_pty(runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPa
 async def connect_token(request: Request, runtime: RuntimeDep, directory: LocationDep, ptyID: PtyIDPath) -> Response:
     pty_socket.check_ticket_request(request)
     runtime.terminals.terminal(directory, ptyID)
-    return await _located(directory, runtime.terminals.tickets.issue(ptyID, directory))
+    return await located(directory, runtime.terminals.tickets.issue(ptyID, directory))
 
 
 pty_socket.add_connect_routes(router, operation_id="v2.pty.connect")

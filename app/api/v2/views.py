@@ -4,6 +4,7 @@ legacy API serves, so a session is one thing whichever protocol reads it."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from app.events.model import Event
@@ -122,3 +123,95 @@ def snapshot(snapshot: Snapshot) -> dict[str, Any]:
         "summary": snapshot.summary,
         "recent": "",
     }
+
+
+def _model_ref(value: Any) -> dict[str, str] | None:
+    """``"provider/model"`` (config) or ``{providerID, modelID}`` (legacy wire) as a V2 ModelRef."""
+    if isinstance(value, str) and "/" in value:
+        provider_id, model_id = value.split("/", 1)
+        return {"id": model_id, "providerID": provider_id}
+    if isinstance(value, dict) and value.get("providerID") and value.get("modelID"):
+        return {"id": value["modelID"], "providerID": value["providerID"]}
+    return None
+
+
+def agent(wire: dict[str, Any]) -> dict[str, Any]:
+    """``AgentV2Info`` from the legacy Agent shape; rules become ``{action, resource, effect}``."""
+    view: dict[str, Any] = {"id": wire["name"], "request": {"headers": {}, "body": {}}}
+    if wire.get("prompt"):
+        view["system"] = wire["prompt"]
+    if wire.get("description"):
+        view["description"] = wire["description"]
+    view |= {"mode": wire["mode"], "hidden": bool(wire.get("hidden", False))}
+    if model := _model_ref(wire.get("model")):
+        view["model"] = model
+    view["permissions"] = [
+        {"action": r["permission"], "resource": r["pattern"], "effect": r["action"]} for r in wire["permission"]
+    ]
+    return view
+
+
+def command(wire: dict[str, Any]) -> dict[str, Any]:
+    """``CommandV2Info``: name and template, and what else the command declares."""
+    view: dict[str, Any] = {k: wire[k] for k in ("name", "template", "description", "agent", "subtask") if k in wire}
+    if model := _model_ref(wire.get("model")):
+        view["model"] = model
+    return view
+
+
+def provider(entry: dict[str, Any]) -> dict[str, Any]:
+    """``ProviderV2Info`` from a catalog entry (credentials are never listed)."""
+    url = next((m["api"]["url"] for m in entry["models"].values() if m["api"].get("url")), "")
+    api: dict[str, Any] = {"type": "aisdk", "package": "@ai-sdk/openai-compatible"}
+    if url:
+        api["url"] = url
+    return {"id": entry["id"], "name": entry["name"], "api": api, "request": {"headers": {}, "body": {}}}
+
+
+def models(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """``ModelV2Info`` for each model of a catalog entry."""
+    result = []
+    for model in entry["models"].values():
+        api: dict[str, Any] = {"id": model["api"]["id"], "type": "aisdk", "package": "@ai-sdk/openai-compatible"}
+        if model["api"].get("url"):
+            api["url"] = model["api"]["url"]
+        cost = model["cost"]
+        result.append(
+            {
+                "id": model["id"],
+                "providerID": model["providerID"],
+                "name": model["name"],
+                "api": api,
+                "capabilities": {"tools": True, "input": ["text"], "output": ["text"]},
+                "request": {"headers": {}, "body": {}},
+                "variants": [],
+                "time": {"released": 0},
+                "cost": [{"input": cost["input"], "output": cost["output"], "cache": dict(cost["cache"])}],
+                "status": model["status"],
+                "enabled": True,
+                "limit": dict(model["limit"]),
+            }
+        )
+    return result
+
+
+def references(raw: Any, directory: str) -> list[dict[str, Any]]:
+    """``ReferenceInfo`` for each ``references`` entry of opencode.json: a local ``path`` or a
+    git ``repository`` (a string is shorthand for either, as in OpenCode); a local path is resolved
+    against the project directory."""
+    result = []
+    for name, spec in (raw or {}).items() if isinstance(raw, dict) else ():
+        if isinstance(spec, str):
+            local = spec.startswith((".", "/", "~"))
+            spec = {"path": spec} if local else {"repository": spec}
+        if not isinstance(spec, dict) or not isinstance(spec.get("path") or spec.get("repository"), str):
+            continue
+        extra = {k: spec[k] for k in ("description", "hidden") if k in spec}
+        if isinstance(spec.get("path"), str):
+            source = {"type": "local", "path": spec["path"], **extra}
+        else:
+            source = {"type": "git", "repository": spec["repository"], **extra}
+            source |= {"branch": spec["branch"]} if isinstance(spec.get("branch"), str) else {}
+        path = os.path.normpath(os.path.join(directory, os.path.expanduser(spec["path"]))) if "path" in spec else None
+        result.append({"name": name, "path": path or spec["repository"], **extra, "source": source})
+    return result

@@ -31,7 +31,7 @@ from app.runtime.payloads import next_event
 from app.store import sql
 
 REPLIES = ("once", "always", "reject")
-PERMISSION_OF = {"write": "edit"}  # tools checked under another tool's permission
+PERMISSION_OF = {"write": "edit", "apply_patch": "edit"}  # tools checked under another tool's permission
 
 
 class Denied(Exception):
@@ -102,6 +102,13 @@ class Permissions:
         ``edit`` both fall under the ``edit`` permission, as in OpenCode)."""
         rules = await self.rules_for(session, agent)
         return {name for name in names if evaluate(PERMISSION_OF.get(name, name), "*", rules) == "deny"}
+
+    async def denied(
+        self, session: dict[str, Any], agent: str | None, permission: str, patterns: list[str]
+    ) -> set[str]:
+        """The patterns a rule denies ``permission`` for (skills an agent may not load are not listed)."""
+        rules = await self.rules_for(session, agent)
+        return {p for p in patterns if evaluate(permission, p, rules) == "deny"}
 
     async def ask(
         self,

@@ -8,7 +8,23 @@ Invariant: a tool acts inside the session's directory only; an escape needs a pe
 
 from app.runtime.tools._base import ToolContext, ToolError
 from app.runtime.tools._bash import Bash
-from app.runtime.tools._registry import TOOLS, function_specs
+from app.runtime.tools._registry import OFFERED, TOOLS, function_specs, listing, offered_for, repair
+from app.runtime.tools._skills import Skills, available_text
 from app.runtime.tools._state import FileEdits, TodoStore, ToolServices
 
-__all__ = ["TOOLS", "Bash", "FileEdits", "TodoStore", "ToolContext", "ToolError", "ToolServices", "function_specs"]
+__all__ = [
+    "OFFERED",
+    "TOOLS",
+    "Bash",
+    "FileEdits",
+    "Skills",
+    "TodoStore",
+    "ToolContext",
+    "ToolError",
+    "ToolServices",
+    "available_text",
+    "function_specs",
+    "listing",
+    "offered_for",
+    "repair",
+]

@@ -21,7 +21,7 @@ MAX_LINE_CHARS = 2000
 MAX_RESULTS = 100
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
     data = path.read_bytes()
     if b"\0" in data[:8192]:
         raise ToolError(f"Cannot read binary file: {path}")
@@ -51,7 +51,7 @@ class Read:
             )
         if not path.exists():
             raise ToolError(f"File not found: {path}")
-        lines = (await asyncio.to_thread(_read_text, path)).splitlines()
+        lines = (await asyncio.to_thread(read_text, path)).splitlines()
         offset = max(1, int(args.get("offset") or 1))
         limit = max(1, int(args.get("limit") or DEFAULT_READ_LINES))
         chosen = lines[offset - 1 : offset - 1 + limit]
@@ -120,7 +120,7 @@ class Write:
         if path.is_dir():
             raise ToolError(f"Path is a directory: {path}")
         existed = path.exists()
-        before = await asyncio.to_thread(_read_text, path) if existed else ""
+        before = await asyncio.to_thread(read_text, path) if existed else ""
         rel, _patch = await _ask_edit(ctx, path, before, content)
         path.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(path.write_text, content, encoding="utf-8")
@@ -151,7 +151,7 @@ class Edit:
         path = await resolve(ctx, require(args, "filePath"))
         if not path.is_file():
             raise ToolError(f"File not found: {path}")
-        text = await asyncio.to_thread(_read_text, path)
+        text = await asyncio.to_thread(read_text, path)
         count = text.count(old) if old else 0
         if count == 0:
             raise ToolError("oldString not found in content")

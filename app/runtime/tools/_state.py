@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.events.log import EventLog
 from app.events.model import Event
@@ -12,6 +12,9 @@ from app.jsonutil import dumps, loads
 from app.runtime.abort import AbortSignal
 from app.runtime.workspace import Workspace
 from app.store import sql
+
+if TYPE_CHECKING:  # _skills needs _base, which needs this module
+    from app.runtime.tools._skills import Skills
 
 
 class Subagents(Protocol):
@@ -30,10 +33,11 @@ class ToolServices:
     files: FileEdits
     tasks: Subagents
     workspace: Workspace = field(default_factory=Workspace)  # the search engine list/glob/grep share
+    skills: Skills | None = None  # None: no skills (direct tool tests)
 
     @classmethod
-    def build(cls, log: EventLog, tasks: Subagents, workspace: Workspace) -> ToolServices:
-        return cls(todos=TodoStore(log), files=FileEdits(log), tasks=tasks, workspace=workspace)
+    def build(cls, log: EventLog, tasks: Subagents, workspace: Workspace, skills: Skills) -> ToolServices:
+        return cls(todos=TodoStore(log), files=FileEdits(log), tasks=tasks, workspace=workspace, skills=skills)
 
 
 class TodoStore:

@@ -58,7 +58,7 @@ from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, 
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
-from app.runtime.tools import TOOLS, function_specs
+from app.runtime.tools import available_text, function_specs, offered_for
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.turn._title import TitleGenerator
@@ -248,16 +248,18 @@ class Runner:
             context = await self.history.snapshots.window(session_id)
             tail = [m for m in context.tail if m["info"]["id"] != info["id"]]
             summary = context.snapshot.summary if context.snapshot else None
+            tools = None if last_step else await self._tool_specs(session, agent, model.model_id)
+            system = system_prompts(
+                directory, prompt.get("system"), summary, self.inputs.admission.agents.get(directory, agent).prompt
+            )
             request = ChatRequest(
                 model=model,
-                system=system_prompts(
-                    directory, prompt.get("system"), summary, self.inputs.admission.agents.get(directory, agent).prompt
-                ),
+                system=system + await self._skills_prompt(session, agent, tools),
                 # Prompts admitted but still waiting (read now: more may have arrived) are not
                 # shown to the model yet.
                 messages=chat_messages(tail, await self.infra.queries.waiting_user_ids(session_id)),
                 session_id=session_id,
-                tools=None if last_step else await self._tool_specs(session, agent),
+                tools=tools,
             )
         try:
             finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
@@ -312,10 +314,26 @@ class Runner:
         end = await self.snapshots.track(directory) or start
         return end, await self.snapshots.changed(directory, start, end)
 
-    async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
-        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, list(TOOLS))
-        names = [name for name in TOOLS if name not in disabled]
+    async def _tool_specs(self, session: dict[str, Any], agent: str, model_id: str) -> list[dict[str, Any]] | None:
+        offered = offered_for(model_id)
+        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, offered)
+        names = [name for name in offered if name not in disabled]
         return function_specs(names) if names else None
+
+    async def _skills_prompt(
+        self, session: dict[str, Any], agent: str, tools: list[dict[str, Any]] | None
+    ) -> list[str]:
+        """OpenCode lists the skills an agent may load in the system prompt, when it offers ``skill``."""
+        skills = self.toolcalls.services.skills
+        if skills is None or not any(t["function"]["name"] == "skill" for t in tools or []):
+            return []
+        found = skills.all(session["directory"])
+        denied = await self.toolcalls.permissions.denied(session, agent, "skill", [s.name for s in found])
+        listing = available_text([s for s in found if s.name not in denied])
+        return [
+            "Skills provide specialized instructions and workflows for specific tasks.\n"
+            f"Use the skill tool to load a skill when a task matches its description.\n{listing}"
+        ]
 
     async def _store_summary(
         self, session_id: str, window: Window, recorder: AssistantRecorder, reason: str

@@ -12,7 +12,7 @@ from app.jsonutil import dumps, loads
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Denied, Permissions, QuestionRejected, Questions, Rejected
-from app.runtime.tools import TOOLS, ToolContext, ToolError, ToolServices
+from app.runtime.tools import TOOLS, ToolContext, ToolError, ToolServices, repair
 from app.runtime.turn._recorder import AssistantRecorder
 
 log = logging.getLogger("opensession.tools")
@@ -65,19 +65,20 @@ class ToolCalls:
         turn: TurnTools,
         signal: AbortSignal,
     ) -> str:
+        name, args = call.name, None
         try:
-            args = loads(call.arguments or "{}")
-            if not isinstance(args, dict):
+            parsed = loads(call.arguments or "{}")
+            if not isinstance(parsed, dict):
                 raise ValueError("arguments must be a JSON object")
+            args = parsed
         except ValueError as exc:
-            await recorder.tool_running(part, {}, call.arguments)
-            await recorder.tool_failed(part, f"Invalid arguments for {call.name}: {exc}")
-            return "failed"
-        await recorder.tool_running(part, args, call.arguments)
-        tool = TOOLS.get(call.name)
-        if tool is None:
-            await recorder.tool_failed(part, f"Unknown tool: {call.name}. Available tools: {', '.join(TOOLS)}")
-            return "failed"
+            name, args = repair(call.name, f"Invalid input for tool {call.name}: {exc}")
+        if name not in TOOLS:
+            name, rewritten = repair(name, None)
+            args = rewritten or args
+        part["tool"] = name
+        await recorder.tool_running(part, args or {}, call.arguments)
+        tool = TOOLS[name]
         tool_ref = {"messageID": recorder.info["id"], "callID": call.call_id}
 
         async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
@@ -102,11 +103,11 @@ class ToolCalls:
             session, recorder.info["id"], call.call_id, signal, ask, progress, self.services, ask_questions
         )
         try:
-            signature = (call.name, dumps(args))
+            signature = (name, dumps(args))
             turn.calls.append(signature)
             if turn.calls[-DOOM_LOOP_REPEATS:] == [signature] * DOOM_LOOP_REPEATS:
-                await ask("doom_loop", [call.name], [call.name], {"tool": call.name, "input": args})
-            result = await tool.run(ctx, args)
+                await ask("doom_loop", [name], [name], {"tool": name, "input": args})
+            result = await tool.run(ctx, args or {})
         except Aborted:
             await recorder.tool_failed(part, "Tool execution aborted", {"interrupted": True})
             raise
@@ -120,8 +121,8 @@ class ToolCalls:
             await recorder.tool_failed(part, str(exc))
             return "failed" if exc.feedback else "blocked"
         except Exception as exc:  # a tool bug must not take the session down
-            log.exception("tool %s failed", call.name)
-            await recorder.tool_failed(part, f"{call.name} failed: {exc}")
+            log.exception("tool %s failed", name)
+            await recorder.tool_failed(part, f"{name} failed: {exc}")
             return "failed"
         await recorder.tool_completed(part, result.output, result.title, result.metadata)
         return "ok"
