@@ -24,6 +24,7 @@ from app.runtime.errors import (
     DatabaseUnavailable,
     InvalidCursor,
     InvalidInput,
+    McpServerNotFound,
     MessageNotFound,
     PathNotFound,
     PathOutside,
@@ -125,6 +126,10 @@ async def _command_missing(_request: Request, exc: CommandNotFound) -> JSONBody:
     return named(404, "NotFoundError", exc.message)
 
 
+async def _mcp_missing(_request: Request, exc: McpServerNotFound) -> JSONBody:
+    return tagged(404, "McpServerNotFoundError", exc.message, name=exc.name)
+
+
 async def _terminal_missing(_request: Request, exc: TerminalNotFound) -> JSONBody:
     return tagged(404, "PtyNotFoundError", exc.message, ptyID=exc.pty_id)
 
@@ -196,6 +201,7 @@ def install(app: FastAPI) -> None:
         PermissionNotFound: _permission_missing,
         CommandNotFound: _command_missing,
         TerminalNotFound: _terminal_missing,
+        McpServerNotFound: _mcp_missing,
         TerminalForbidden: _terminal_forbidden,
         InvalidCursor: _invalid_cursor,
         Conflict: _conflict,

@@ -111,3 +111,9 @@ class PathNotFound(RuntimeFailure):
 
 class SearchUnavailable(RuntimeFailure):
     """The search engine (ripgrep) is missing or failed; the message says which and why."""
+
+
+class McpServerNotFound(RuntimeFailure):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"MCP server not found: {name}")
+        self.name = name

@@ -14,6 +14,7 @@ from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import AgentsDomain
 from app.runtime.errors import PermissionNotFound, SessionNotFound
+from app.runtime.extensions import Extensions
 from app.runtime.history import HistoryDomain, MessageWithParts, Window
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
@@ -46,7 +47,10 @@ class Runtime:
             infra.config, self._publish_instance_event
         )  # files, search and VCS: the routes and the tools share it
         self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace)
-        self.turn = TurnDomain.build(infra, sessions, inputs, history, agents, self.tool_state, prompter=self)
+        self.extensions = Extensions(infra.config)  # MCP servers, per directory
+        self.turn = TurnDomain.build(
+            infra, sessions, inputs, history, agents, self.tool_state, self.extensions, prompter=self
+        )
         # What the translators call, by name (each owned by its domain).
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
         self.config, self.registry = infra.config, infra.registry
@@ -93,6 +97,7 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.terminals.stop()
+        await self.extensions.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -123,6 +128,7 @@ class Runtime:
         directory = self.sessions.cached_directory(session_id)
         if directory is not None:
             self.workspace.watch(directory)
+            self.extensions.warm(directory)  # MCP servers connect meanwhile; admission never waits
         if resume and not request.no_reply:
             self.coordinator.wake(session_id)
         return admitted

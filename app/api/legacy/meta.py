@@ -137,11 +137,6 @@ async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody(command_list(runtime.config, directory))
 
 
-@router.get("/mcp", include_in_schema=False)
-async def mcp() -> Response:
-    return JSONBody({})
-
-
 @router.post("/instance/dispose", operation_id="instance.dispose")
 async def instance_dispose() -> Response:
     return JSONBody(True)

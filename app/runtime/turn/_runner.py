@@ -58,7 +58,7 @@ from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, 
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
-from app.runtime.tools import TOOLS, function_specs
+from app.runtime.tools import TOOLS, Tool, function_specs
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.turn._title import TitleGenerator
@@ -313,9 +313,12 @@ class Runner:
         return end, await self.snapshots.changed(directory, start, end)
 
     async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
-        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, list(TOOLS))
-        names = [name for name in TOOLS if name not in disabled]
-        return function_specs(names) if names else None
+        """The built-in tools, then the MCP servers' (waiting for servers still connecting)."""
+        mcp = await self.toolcalls.extensions.tools(session["directory"])
+        offered: dict[str, Tool] = {**mcp, **TOOLS}
+        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, list(offered))
+        tools = [tool for name, tool in offered.items() if name not in disabled]
+        return function_specs(tools) if tools else None
 
     async def _store_summary(
         self, session_id: str, window: Window, recorder: AssistantRecorder, reason: str

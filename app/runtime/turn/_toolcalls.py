@@ -12,6 +12,7 @@ from app.jsonutil import dumps, loads
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Denied, Permissions, Rejected
+from app.runtime.extensions import Extensions
 from app.runtime.tools import TOOLS, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import AssistantRecorder
 
@@ -34,9 +35,10 @@ class StepOutcome:
 
 
 class ToolCalls:
-    def __init__(self, permissions: Permissions, services: ToolServices) -> None:
+    def __init__(self, permissions: Permissions, services: ToolServices, extensions: Extensions) -> None:
         self.permissions = permissions
         self.services = services
+        self.extensions = extensions  # MCP tools, found by name after the built-in ones
 
     async def run(
         self,
@@ -73,7 +75,7 @@ class ToolCalls:
             await recorder.tool_failed(part, f"Invalid arguments for {call.name}: {exc}")
             return "failed"
         await recorder.tool_running(part, args, call.arguments)
-        tool = TOOLS.get(call.name)
+        tool = TOOLS.get(call.name) or self.extensions.tool(session["directory"], call.name)
         if tool is None:
             await recorder.tool_failed(part, f"Unknown tool: {call.name}. Available tools: {', '.join(TOOLS)}")
             return "failed"
@@ -117,5 +119,5 @@ class ToolCalls:
             log.exception("tool %s failed", call.name)
             await recorder.tool_failed(part, f"{call.name} failed: {exc}")
             return "failed"
-        await recorder.tool_completed(part, result.output, result.title, result.metadata)
+        await recorder.tool_completed(part, result.output, result.title, result.metadata, result.attachments)
         return "ok"
