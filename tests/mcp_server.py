@@ -23,6 +23,11 @@ PIXEL = bytes.fromhex(
 )
 
 
+@server.resource("notes://readme", name="read me", description="The project notes", mime_type="text/plain")
+def readme() -> str:
+    return "hello from a resource"
+
+
 @server.tool(description="Add two integers")
 def add(a: int, b: int) -> str:
     return f"sum={a + b}"

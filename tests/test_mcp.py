@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,12 @@ def run_tools(client: httpx.Client, text: str, **session: Any) -> list[dict[str,
     return tool_parts(client, sid)
 
 
-@pytest.fixture
-def http_mcp() -> Iterator[str]:
-    """The test server over streamable HTTP on loopback, as its own process."""
+@contextmanager
+def mcp_process(transport: str) -> Iterator[str]:
+    """The test server over streamable HTTP (``/mcp``) or SSE only (``/sse``) on loopback."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, SCRIPT, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, SCRIPT, transport, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 20
@@ -77,7 +78,7 @@ def http_mcp() -> Iterator[str]:
             except OSError:
                 assert time.monotonic() < deadline and process.poll() is None, "the MCP server did not start"
                 time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
     finally:
         process.terminate()
         process.wait(10)
@@ -136,11 +137,24 @@ def test_a_denied_server_is_not_offered(client: httpx.Client, project_dir: Path,
     assert run_tools(client, 'TOOL:local_add {"a": 1, "b": 1}') == []  # the echo model only calls offered tools
 
 
-def test_remote_streamable_http(client: httpx.Client, project_dir: Path, http_mcp: str) -> None:
-    write_config(project_dir, {"remote": {"type": "remote", "url": http_mcp, "headers": {"X-Test": "1"}}})
-    assert client.get("/mcp").json() == {"remote": {"status": "connected"}}
-    [part] = run_tools(client, 'TOOL:remote_add {"a": 40, "b": 2}')
-    assert part["state"]["status"] == "completed" and part["state"]["output"] == "sum=42"
+@pytest.mark.parametrize("transport", ["http", "sse"])
+def test_remote_servers(client: httpx.Client, project_dir: Path, transport: str) -> None:
+    """Streamable HTTP first; a server that only speaks SSE is reached on the fallback."""
+    with mcp_process(transport) as url:
+        write_config(project_dir, {"remote": {"type": "remote", "url": url, "headers": {"X-Test": "1"}}})
+        assert client.get("/mcp").json() == {"remote": {"status": "connected"}}
+        [part] = run_tools(client, 'TOOL:remote_add {"a": 40, "b": 2}')
+        assert part["state"]["status"] == "completed" and part["state"]["output"] == "sum=42"
+        resources = client.get("/experimental/resource").json()
+        assert resources == {
+            "remote:read_me": {
+                "name": "read me",
+                "uri": "notes://readme",
+                "description": "The project notes",
+                "mimeType": "text/plain",
+                "client": "remote",
+            }
+        }
 
 
 def test_crash_fails_the_call_and_the_server_then_reconnects(

@@ -97,11 +97,11 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.terminals.stop()
-        await self.extensions.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self._sessions.stop()
+        await self.extensions.stop()  # after the drains: a shutdown must not fail calls in flight
         await self.turn.titles.stop()
         await self.workspace.close()
         await self.registry.aclose()

@@ -1,5 +1,6 @@
-"""MCP server routes (``/mcp``): statuses, adding a server at run time, connect and disconnect.
-The servers themselves live in the runtime's extensions domain, per project directory."""
+"""MCP server routes (``/mcp``): statuses, adding a server at run time, connect and disconnect,
+and the servers' resources (``/experimental/resource``). The servers themselves live in the
+runtime's extensions domain, per project directory."""
 
 from __future__ import annotations
 
@@ -39,3 +40,13 @@ async def connect(name: str, runtime: RuntimeDep, directory: DirectoryDep) -> Re
 async def disconnect(name: str, runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     await runtime.extensions.disconnect(directory, name)
     return JSONBody(True)
+
+
+@router.get(
+    "/experimental/resource",
+    operation_id="experimental.resource.list",
+    tags=["experimental"],
+    summary="Get MCP resources",
+)
+async def resources(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await runtime.extensions.resources(directory))

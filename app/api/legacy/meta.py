@@ -118,7 +118,6 @@ _EMPTY_LISTS = (
     "/lsp",
     "/formatter",
     "/question",
-    "/experimental/resource",
     "/experimental/workspace",
     "/experimental/workspace/status",
 )

@@ -156,6 +156,18 @@ class Connection:
 
         return tuple(await stack.enter_async_context(sse_client(self.spec.url, headers=self.spec.headers)))
 
+    async def resources(self) -> list[Any]:
+        """The server's resources; none if it has none, fails or is slow (as OpenCode: logged)."""
+        session = self._session
+        if session is None:
+            return []
+        try:
+            listed = await asyncio.wait_for(session.list_resources(), self.spec.list_seconds)
+        except Exception as exc:
+            log.info("MCP server %s lists no resources: %s", self.spec.name, describe(exc))
+            return []
+        return list(listed.resources)
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
         """Call ``tool``; a protocol-level failure raises CallFailed and fails the server."""
         from mcp import MCPError

@@ -9,7 +9,7 @@ from typing import Any
 from app.config import ConfigError, ConfigLoader
 from app.runtime.errors import McpServerNotFound
 from app.runtime.extensions._connection import Connection
-from app.runtime.extensions._spec import CALL_SECONDS, ServerSpec, parse
+from app.runtime.extensions._spec import CALL_SECONDS, ServerSpec, parse, sanitize
 from app.runtime.extensions._tools import McpTool
 
 
@@ -77,6 +77,21 @@ class Extensions:
                     tool = McpTool(connection, definition)
                     tools.setdefault(tool.name, tool)
         return tools
+
+    async def resources(self, directory: str) -> dict[str, dict[str, Any]]:
+        """Connected servers' resources keyed ``<server>:<resource name>`` (sanitized), as OpenCode."""
+        connected = [c for c in (await self._settled(directory)).values() if c.status["status"] == "connected"]
+        listed = await asyncio.gather(*(c.resources() for c in connected))
+        found: dict[str, dict[str, Any]] = {}
+        for connection, resources in zip(connected, listed, strict=True):
+            for resource in resources:
+                entry = {"name": resource.name, "uri": str(resource.uri), "client": connection.spec.name}
+                if resource.description:
+                    entry["description"] = resource.description
+                if resource.mime_type:
+                    entry["mimeType"] = resource.mime_type
+                found[f"{sanitize(connection.spec.name)}:{sanitize(resource.name)}"] = entry
+        return found
 
     def tool(self, directory: str, name: str) -> McpTool | None:
         """A connected server's tool by its model-facing name (no waiting: a turn lists first)."""
