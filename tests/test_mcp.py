@@ -9,9 +9,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +86,17 @@ def mcp_process(transport: str) -> Iterator[str]:
         process.wait(10)
 
 
-def test_stdio_statuses_and_tool_results(project_dir: Path, tmp_path: Path, settings: Settings) -> None:
+def test_stdio_statuses_and_tool_results(
+    project_dir: Path, tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     servers = {
-        "local": local(tmp_path, environment={"MCP_TEST_VALUE": "from-config"}),
+        "local": local(tmp_path, environment={"MCP_TEST_VALUE": "from-{env:MCP_TEST_SOURCE}"}),
         "off": local(tmp_path, enabled=False),
         "missing": {"type": "local", "command": [str(tmp_path / "no-such-server")]},
         "bad": {"type": "local"},
     }
     write_config(project_dir, servers)
+    monkeypatch.setenv("MCP_TEST_SOURCE", "config")
     with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         statuses = client.get("/mcp").json()
         assert statuses["local"] == {"status": "connected"} and statuses["off"] == {"status": "disabled"}
@@ -155,6 +160,34 @@ def test_remote_servers(client: httpx.Client, project_dir: Path, transport: str)
                 "client": "remote",
             }
         }
+
+
+class _Unauthorized(BaseHTTPRequestHandler):
+    def _deny(self) -> None:
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = do_DELETE = _deny
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+def test_a_server_asking_for_credentials(client: httpx.Client, project_dir: Path) -> None:
+    denier = HTTPServer(("127.0.0.1", 0), _Unauthorized)
+    threading.Thread(target=denier.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{denier.server_port}/mcp"
+    try:
+        write_config(
+            project_dir,
+            {"oauth": {"type": "remote", "url": url}, "plain": {"type": "remote", "url": url, "oauth": False}},
+        )
+        statuses = client.get("/mcp").json()
+    finally:
+        denier.shutdown()
+    assert statuses["oauth"] == {"status": "needs_auth"}
+    assert statuses["plain"] == {"status": "failed", "error": f"{url} requires authentication (401 Unauthorized)"}
 
 
 def test_crash_fails_the_call_and_the_server_then_reconnects(

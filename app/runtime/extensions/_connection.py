@@ -26,9 +26,29 @@ log = logging.getLogger("opensession.mcp")
 STOP_SECONDS = 5.0
 
 
+class NeedsAuth(Exception):
+    """A remote server answered 401: OpenCode reports ``needs_auth`` (its OAuth flow is not
+    hosted here, so the server stays unusable until its headers carry credentials)."""
+
+
 class CallFailed(Exception):
     """The server could not answer the call (timeout, crash, closed connection); ``str`` is for
     the model and the user."""
+
+
+def _http_status(exc: BaseException | None) -> int | None:
+    """The HTTP status behind an error, looking through exception groups and causes."""
+    seen = 0
+    while exc is not None and seen < 20:
+        seen += 1
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+            continue
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(status, int):
+            return status
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def describe(exc: BaseException) -> str:
@@ -92,6 +112,8 @@ class Connection:
                 self.status = {"status": "connected"}
                 self._ready.set()
                 await self._stop.wait()
+        except NeedsAuth:
+            self.status = {"status": "needs_auth"}
         except Exception as exc:
             if not self._stop.is_set():
                 error = "Failed to get tools" if isinstance(exc, TimeoutError) else describe(exc)
@@ -113,8 +135,12 @@ class Connection:
             try:
                 session = await self._initialize(attempt, await transport(attempt))
             except Exception as exc:
-                last = exc
                 await attempt.aclose()
+                if _http_status(exc) == 401:
+                    if self.spec.oauth:
+                        raise NeedsAuth() from exc
+                    raise ConnectionError(f"{self.spec.url} requires authentication (401 Unauthorized)") from exc
+                last = exc
                 continue
             stack.push_async_callback(attempt.aclose)
             return session

@@ -1,12 +1,15 @@
 """One MCP server's configuration (opencode.json's ``mcp.<name>``, or a ``POST /mcp`` body), read
-into what connecting needs. Reading never raises past ``parse``: a bad entry becomes a
-``failed`` status naming the problem, like a server that cannot start."""
+into what connecting needs, with ``{env:NAME}`` resolved in its strings as OpenCode does. ``parse``
+raises ValueError naming the field; the caller turns that into a ``failed`` status, like a server
+that cannot start."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from app.config import expand_env
 
 LIST_TOOLS_SECONDS = 5.0  # OpenCode's default ``timeout`` (ms 5000): listing the tools at connect
 CALL_SECONDS = 60.0  # the MCP SDK's default request timeout, which OpenCode's tool calls keep
@@ -30,6 +33,7 @@ class ServerSpec:
     cwd: str | None = None
     url: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    oauth: bool = True  # remote: OAuth is assumed unless the config says ``"oauth": false``
     timeout: float | None = None  # seconds; None: the defaults above
 
     @property
@@ -42,7 +46,7 @@ def _strings(value: Any, what: str) -> dict[str, str]:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ValueError(f"{what} must be an object of strings")
-    return dict(value)
+    return {key: expand_env(text) for key, text in value.items()}
 
 
 def parse(name: str, raw: Any) -> ServerSpec:
@@ -67,11 +71,13 @@ def parse(name: str, raw: Any) -> ServerSpec:
         if cwd is not None and not isinstance(cwd, str):
             raise ValueError("cwd must be a string")
         environment = _strings(raw.get("environment"), "environment")
-        return ServerSpec(name, kind, enabled, list(command), environment=environment, cwd=cwd, timeout=seconds)
+        command = [expand_env(part) for part in command]
+        return ServerSpec(name, kind, enabled, command, environment=environment, cwd=cwd, timeout=seconds)
     if kind == "remote":
-        url = raw.get("url")
+        url = expand_env(raw.get("url"))
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http(s) URL")
         headers = _strings(raw.get("headers"), "headers")
-        return ServerSpec(name, kind, enabled, url=url, headers=headers, timeout=seconds)
+        oauth = raw.get("oauth") is not False
+        return ServerSpec(name, kind, enabled, url=url, headers=headers, oauth=oauth, timeout=seconds)
     raise ValueError('type must be "local" or "remote"')
