@@ -53,6 +53,12 @@ def broken() -> str:
     raise ValueError("broken on purpose")
 
 
+@server.tool(description="Add a tool to this server")
+def grow() -> str:
+    server.add_tool(lambda: "grown here", name="grown", description="Added at run time")
+    return "added grown"
+
+
 @server.tool(description="Exit the process in the middle of the call")
 def crash() -> str:
     os._exit(3)

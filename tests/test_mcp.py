@@ -123,6 +123,15 @@ def test_stdio_statuses_and_tool_results(
     assert processes_of(tmp_path) == []  # stopped with the server
 
 
+def test_tools_are_listed_again_for_each_step(client: httpx.Client, project_dir: Path, tmp_path: Path) -> None:
+    write_config(project_dir, {"local": local(tmp_path)})
+    parts = run_tools(client, "TOOL:local_grow {}\nTHEN:local_grown {}")
+    assert [(p["tool"], p["state"]["output"]) for p in parts] == [
+        ("local_grow", "added grown"),
+        ("local_grown", "grown here"),
+    ]
+
+
 def test_a_rule_on_the_tool_name_asks(
     server: ThreadServer, client: httpx.Client, project_dir: Path, tmp_path: Path
 ) -> None:

@@ -182,6 +182,20 @@ class Connection:
 
         return tuple(await stack.enter_async_context(sse_client(self.spec.url, headers=self.spec.headers)))
 
+    async def refresh(self) -> None:
+        """List the tools again (as OpenCode does for every step, so a server whose tools change
+        is seen without notifications); a server that cannot list them is ``failed``."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            listed = await asyncio.wait_for(session.list_tools(), self.spec.list_seconds)
+        except Exception as exc:
+            error = "Failed to get tools" if isinstance(exc, TimeoutError) else describe(exc)
+            await self.stop({"status": "failed", "error": error})
+            return
+        self.tools = list(listed.tools)
+
     async def resources(self) -> list[Any]:
         """The server's resources; none if it has none, fails or is slow (as OpenCode: logged)."""
         session = self._session

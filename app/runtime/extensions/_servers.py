@@ -69,9 +69,12 @@ class Extensions:
         return {name: dict(c.status) for name, c in (await self._settled(directory)).items()}
 
     async def tools(self, directory: str) -> dict[str, McpTool]:
-        """The tools of the directory's connected servers (waiting for those still connecting)."""
+        """The tools of the directory's connected servers (waiting for those still connecting),
+        listed afresh."""
+        servers = await self._settled(directory)
+        await asyncio.gather(*(c.refresh() for c in servers.values() if c.status["status"] == "connected"))
         tools: dict[str, McpTool] = {}
-        for connection in (await self._settled(directory)).values():
+        for connection in servers.values():
             if connection.status["status"] == "connected":
                 for definition in connection.tools:
                     tool = McpTool(connection, definition)
