@@ -236,6 +236,12 @@ def test_add_connect_disconnect(client: httpx.Client, tmp_path: Path) -> None:
     assert client.post("/mcp/extra/connect").json() is True
     [part] = run_tools(client, 'TOOL:extra_add {"a": 1, "b": 2}')
     assert part["state"]["output"] == "sum=3"
+    refused = client.post("/mcp/extra/auth")
+    assert refused.status_code == 400 and "not supported" in refused.json()["error"]
+    assert client.post("/mcp/extra/auth/callback", json={"code": "x"}).status_code == 400
+    assert client.post("/mcp/extra/auth/callback", json={}).status_code == 400
+    assert client.delete("/mcp/extra/auth").json() == {"success": True}
+    assert client.post("/mcp/nope/auth").status_code == 404
     missing = client.post("/mcp/nope/connect")
     assert missing.status_code == 404
     assert missing.json() == {"_tag": "McpServerNotFoundError", "message": "MCP server not found: nope", "name": "nope"}

@@ -24,6 +24,7 @@ from app.runtime.errors import (
     DatabaseUnavailable,
     InvalidCursor,
     InvalidInput,
+    McpOAuthUnsupported,
     McpServerNotFound,
     MessageNotFound,
     PathNotFound,
@@ -130,6 +131,10 @@ async def _mcp_missing(_request: Request, exc: McpServerNotFound) -> JSONBody:
     return tagged(404, "McpServerNotFoundError", exc.message, name=exc.name)
 
 
+async def _mcp_oauth(_request: Request, exc: McpOAuthUnsupported) -> JSONBody:
+    return JSONBody({"error": exc.message}, status_code=400)  # OpenCode's McpUnsupportedOAuthError
+
+
 async def _terminal_missing(_request: Request, exc: TerminalNotFound) -> JSONBody:
     return tagged(404, "PtyNotFoundError", exc.message, ptyID=exc.pty_id)
 
@@ -202,6 +207,7 @@ def install(app: FastAPI) -> None:
         CommandNotFound: _command_missing,
         TerminalNotFound: _terminal_missing,
         McpServerNotFound: _mcp_missing,
+        McpOAuthUnsupported: _mcp_oauth,
         TerminalForbidden: _terminal_forbidden,
         InvalidCursor: _invalid_cursor,
         Conflict: _conflict,

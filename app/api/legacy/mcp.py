@@ -1,5 +1,6 @@
 """MCP server routes (``/mcp``): statuses, adding a server at run time, connect and disconnect,
-and the servers' resources (``/experimental/resource``). The servers themselves live in the
+the servers' resources (``/experimental/resource``), and the OAuth routes (refused: no OAuth
+flow is hosted). The servers themselves live in the
 runtime's extensions domain, per project directory."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from app.api.deps import DirectoryDep, RuntimeDep
-from app.api.legacy.schemas import McpAdd
+from app.api.legacy.schemas import McpAdd, McpAuthCallback
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["mcp"])
@@ -50,3 +51,34 @@ async def disconnect(name: str, runtime: RuntimeDep, directory: DirectoryDep) ->
 )
 async def resources(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody(await runtime.extensions.resources(directory))
+
+
+_AUTH: dict[int | str, dict[str, Any]] = {**_NOT_FOUND, 400: {"description": "McpUnsupportedOAuthError"}}
+
+
+@router.post("/mcp/{name}/auth", operation_id="mcp.auth.start", summary="Start MCP OAuth", responses=_AUTH)
+async def auth_start(name: str, runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    runtime.extensions.start_auth(directory, name)
+
+
+@router.post(
+    "/mcp/{name}/auth/callback", operation_id="mcp.auth.callback", summary="Complete MCP OAuth", responses=_AUTH
+)
+async def auth_callback(name: str, body: McpAuthCallback, runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    runtime.extensions.start_auth(directory, name)
+
+
+@router.post(
+    "/mcp/{name}/auth/authenticate",
+    operation_id="mcp.auth.authenticate",
+    summary="Authenticate MCP OAuth",
+    responses=_AUTH,
+)
+async def auth_authenticate(name: str, runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    runtime.extensions.start_auth(directory, name)
+
+
+@router.delete("/mcp/{name}/auth", operation_id="mcp.auth.remove", summary="Remove MCP OAuth", responses=_NOT_FOUND)
+async def auth_remove(name: str, runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    runtime.extensions.remove_auth(directory, name)
+    return JSONBody({"success": True})

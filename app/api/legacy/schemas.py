@@ -217,3 +217,7 @@ class McpRemoteConfig(_McpConfig):
 class McpAdd(_Body):
     name: str = Field(min_length=1)
     config: Annotated[McpLocalConfig | McpRemoteConfig, Field(discriminator="type")]
+
+
+class McpAuthCallback(_Body):
+    code: str

@@ -65,16 +65,12 @@ class Connection:
         self.directory = directory
         self.call_seconds = call_seconds
         self.status: dict[str, Any] = {"status": "disabled"}
-        self.tools: list[Any] = []  # mcp Tool definitions, as listed at connect
+        self.tools: list[Any] = []  # mcp Tool definitions, as last listed
         self._session: Any = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
         self._ready.set()
-
-    @property
-    def connecting(self) -> bool:
-        return not self._ready.is_set()
 
     def start(self) -> None:
         """Connect in the background (no-op while connected or connecting)."""
@@ -153,7 +149,10 @@ class Connection:
         read, write = streams[0], streams[1]
         info = Implementation(name="opensession", version=__version__)
         session = await stack.enter_async_context(ClientSession(read, write, client_info=info))
-        await asyncio.wait_for(session.initialize(), CONNECT_SECONDS)
+        try:
+            await asyncio.wait_for(session.initialize(), CONNECT_SECONDS)
+        except TimeoutError as exc:  # not "Failed to get tools": that names the listing's timeout
+            raise ConnectionError(f"no answer to initialize within {CONNECT_SECONDS:g}s") from exc
         return session
 
     async def _stdio(self, stack: AsyncExitStack) -> tuple[Any, ...]:

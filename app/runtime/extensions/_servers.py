@@ -4,10 +4,10 @@ the first time the directory is used, plus those added at run time (``POST /mcp`
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, NoReturn
 
 from app.config import ConfigError, ConfigLoader
-from app.runtime.errors import McpServerNotFound
+from app.runtime.errors import McpOAuthUnsupported, McpServerNotFound
 from app.runtime.extensions._connection import Connection
 from app.runtime.extensions._spec import CALL_SECONDS, ServerSpec, parse, sanitize
 from app.runtime.extensions._tools import McpTool
@@ -125,6 +125,15 @@ class Extensions:
 
     async def disconnect(self, directory: str, name: str) -> None:
         await self._find(directory, name).stop({"status": "disabled"})
+
+    def start_auth(self, directory: str, name: str) -> NoReturn:
+        """OAuth flows (start, callback, authenticate) are refused for a known server."""
+        self._find(directory, name)
+        raise McpOAuthUnsupported(name)
+
+    def remove_auth(self, directory: str, name: str) -> None:
+        """Nothing is stored for a server's OAuth, so there is nothing to remove."""
+        self._find(directory, name)
 
     def _find(self, directory: str, name: str) -> Connection:
         connection = self.warm(directory).get(name)
