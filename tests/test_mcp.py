@@ -226,6 +226,26 @@ def test_a_hung_call_is_bounded_by_the_timeout(client: httpx.Client, project_dir
     assert processes_of(tmp_path) == []  # the hung server was ended
 
 
+def test_abort_ends_a_hung_call_and_the_server_stays_up(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, tmp_path: Path
+) -> None:
+    write_config(project_dir, {"local": local(tmp_path)})
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("TOOL:local_hang {}"))
+        events.wait_for(
+            lambda f: (
+                f.type == "message.part.updated" and f.properties["part"].get("state", {}).get("status") == "running"
+            )
+        )
+        assert client.post(f"/session/{sid}/abort").json() is True
+        events.wait_idle(sid)
+    assert tool_parts(client, sid)[0]["state"]["error"] == "Tool execution aborted"
+    assert client.get("/mcp").json()["local"] == {"status": "connected"}  # the user stopped it, not the server
+    [part] = run_tools(client, 'TOOL:local_add {"a": 1, "b": 2}')
+    assert part["state"]["output"] == "sum=3"
+
+
 def test_add_connect_disconnect(client: httpx.Client, tmp_path: Path) -> None:
     added = client.post("/mcp", json={"name": "extra", "config": local(tmp_path)})
     assert added.status_code == 200 and added.json() == {"extra": {"status": "connected"}}
