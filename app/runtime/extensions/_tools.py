@@ -30,6 +30,14 @@ class McpTool:
         self.parameters = {**schema, "type": "object", "properties": schema.get("properties") or {}}
         self.parameters["additionalProperties"] = False
 
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI function-tool description the model is offered."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         await ctx.ask(self.name, ["*"], ["*"], {})
         try:

@@ -6,7 +6,7 @@ domains: what they need (asking permission, running a sub-agent) arrives through
 Invariant: a tool acts inside the session's directory only; an escape needs a permission.
 """
 
-from app.runtime.tools._base import Tool, ToolContext, ToolError, ToolResult, truncate
+from app.runtime.tools._base import ToolContext, ToolError, ToolResult, truncate
 from app.runtime.tools._bash import Bash
 from app.runtime.tools._registry import TOOLS, function_specs
 from app.runtime.tools._state import FileEdits, TodoStore, ToolServices
@@ -16,7 +16,6 @@ __all__ = [
     "Bash",
     "FileEdits",
     "TodoStore",
-    "Tool",
     "ToolContext",
     "ToolError",
     "ToolResult",

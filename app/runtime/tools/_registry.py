@@ -16,8 +16,11 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-def function_specs(tools: list[Tool]) -> list[dict[str, Any]]:
+def function_specs(names: list[str]) -> list[dict[str, Any]]:
     return [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-        for t in tools
+        {
+            "type": "function",
+            "function": {"name": n, "description": TOOLS[n].description, "parameters": TOOLS[n].parameters},
+        }
+        for n in names
     ]

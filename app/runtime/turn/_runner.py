@@ -58,7 +58,7 @@ from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, 
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
-from app.runtime.tools import TOOLS, Tool, function_specs
+from app.runtime.tools import TOOLS, function_specs
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.turn._title import TitleGenerator
@@ -314,11 +314,11 @@ class Runner:
 
     async def _tool_specs(self, session: dict[str, Any], agent: str) -> list[dict[str, Any]] | None:
         """The built-in tools, then the MCP servers' (waiting for servers still connecting)."""
-        mcp = await self.toolcalls.extensions.tools(session["directory"])
-        offered: dict[str, Tool] = {**mcp, **TOOLS}
-        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, list(offered))
-        tools = [tool for name, tool in offered.items() if name not in disabled]
-        return function_specs(tools) if tools else None
+        mcp = {n: t for n, t in (await self.toolcalls.extensions.tools(session["directory"])).items() if n not in TOOLS}
+        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, [*TOOLS, *mcp])
+        names = [name for name in TOOLS if name not in disabled]
+        specs = function_specs(names) + [tool.spec for name, tool in mcp.items() if name not in disabled]
+        return specs or None
 
     async def _store_summary(
         self, session_id: str, window: Window, recorder: AssistantRecorder, reason: str
