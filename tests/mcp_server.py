@@ -28,6 +28,11 @@ def readme() -> str:
     return "hello from a resource"
 
 
+@server.prompt(description="Review a file")
+def review(path: str, focus: str) -> str:
+    return f"Review {path}, looking at {focus}."
+
+
 @server.tool(description="Add two integers")
 def add(a: int, b: int) -> str:
     return f"sum={a + b}"

@@ -132,6 +132,23 @@ def test_tools_are_listed_again_for_each_step(client: httpx.Client, project_dir:
     ]
 
 
+def test_prompts_are_commands(client: httpx.Client, project_dir: Path, tmp_path: Path) -> None:
+    write_config(project_dir, {"local": local(tmp_path)})
+    commands = {c["name"]: c for c in client.get("/command").json()}
+    assert commands["local:review"] == {
+        "name": "local:review",
+        "source": "mcp",
+        "description": "Review a file",
+        "template": "Review $1, looking at $2.",
+        "hints": ["$1", "$2"],
+    }
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/command", json={"command": "local:review", "arguments": "app.py naming"})
+    assert reply.status_code == 200, reply.text
+    users = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"]
+    assert users[0]["parts"][0]["text"] == "Review app.py, looking at naming."
+
+
 def test_a_rule_on_the_tool_name_asks(
     server: ThreadServer, client: httpx.Client, project_dir: Path, tmp_path: Path
 ) -> None:

@@ -14,7 +14,6 @@ from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
 from app.runtime.sessions import project_id
-from app.runtime.turn import command_list
 
 router = APIRouter(tags=["instance"])
 
@@ -133,7 +132,7 @@ for _path in _EMPTY_LISTS:
 
 @router.get("/command", operation_id="command.list", summary="The project's commands (opencode.json)")
 async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(command_list(runtime.config, directory))
+    return JSONBody(await runtime.commands.all(directory))
 
 
 @router.post("/instance/dispose", operation_id="instance.dispose")

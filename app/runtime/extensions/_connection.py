@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -197,15 +198,29 @@ class Connection:
 
     async def resources(self) -> list[Any]:
         """The server's resources; none if it has none, fails or is slow (as OpenCode: logged)."""
+        listed = await self._optional("resources/list", lambda s: s.list_resources())
+        return list(listed.resources) if listed is not None else []
+
+    async def prompts(self) -> list[Any]:
+        """The server's prompts; none if it has none, fails or is slow (as OpenCode: logged)."""
+        listed = await self._optional("prompts/list", lambda s: s.list_prompts())
+        return list(listed.prompts) if listed is not None else []
+
+    async def prompt_text(self, name: str, arguments: dict[str, str]) -> str:
+        """A prompt's text messages, one per line (empty if the server cannot give it)."""
+        got = await self._optional("prompts/get", lambda s: s.get_prompt(name, arguments))
+        messages = got.messages if got is not None else []
+        return "\n".join(m.content.text if m.content.type == "text" else "" for m in messages)
+
+    async def _optional(self, what: str, request: Callable[[Any], Awaitable[Any]]) -> Any:
         session = self._session
         if session is None:
-            return []
+            return None
         try:
-            listed = await asyncio.wait_for(session.list_resources(), self.spec.list_seconds)
+            return await asyncio.wait_for(request(session), self.spec.list_seconds)
         except Exception as exc:
-            log.info("MCP server %s lists no resources: %s", self.spec.name, describe(exc))
-            return []
-        return list(listed.resources)
+            log.info("MCP server %s: no answer to %s: %s", self.spec.name, what, describe(exc))
+            return None
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
         """Call ``tool``; a protocol-level failure raises CallFailed and fails the server."""

@@ -96,6 +96,26 @@ class Extensions:
                 found[f"{sanitize(connection.spec.name)}:{sanitize(resource.name)}"] = entry
         return found
 
+    async def commands(self, directory: str) -> list[dict[str, Any]]:
+        """Connected servers' prompts as commands named ``<server>:<prompt>`` (sanitized), as
+        OpenCode lists them: the template is the prompt's text with its arguments as ``$1``,
+        ``$2``... so the usual command expansion fills them in."""
+        connected = [c for c in (await self._settled(directory)).values() if c.status["status"] == "connected"]
+        listed = await asyncio.gather(*(c.prompts() for c in connected))
+        pending = [
+            (c, p, {a.name: f"${i + 1}" for i, a in enumerate(p.arguments or [])})
+            for c, prompts in zip(connected, listed, strict=True)
+            for p in prompts
+        ]
+        texts = await asyncio.gather(*(c.prompt_text(p.name, holders) for c, p, holders in pending))
+        commands = []
+        for (connection, prompt, holders), text in zip(pending, texts, strict=True):
+            command = {"name": f"{sanitize(connection.spec.name)}:{sanitize(prompt.name)}", "source": "mcp"}
+            if prompt.description:
+                command["description"] = prompt.description
+            commands.append(command | {"template": text, "hints": list(holders.values())})
+        return commands
+
     def tool(self, directory: str, name: str) -> McpTool | None:
         """A connected server's tool by its model-facing name (no waiting: a turn lists first)."""
         for connection in self._servers.get(directory, {}).values():

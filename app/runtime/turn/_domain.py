@@ -38,4 +38,4 @@ class TurnDomain:
         titles = TitleGenerator(sessions.service)
         toolcalls = ToolCalls(agents.permissions, tools, extensions)
         runner = Runner(infra, sessions, inputs, history, toolcalls, titles)
-        return cls(runner, Commands(infra, sessions, inputs, history, tools, prompter), titles)
+        return cls(runner, Commands(infra, sessions, inputs, history, tools, prompter, extensions), titles)
