@@ -31,7 +31,7 @@ class McpTool:
         self.parameters["additionalProperties"] = False
 
     @property
-    def spec(self) -> dict[str, Any]:
+    def function_spec(self) -> dict[str, Any]:
         """The OpenAI function-tool description the model is offered."""
         return {
             "type": "function",

@@ -317,7 +317,7 @@ class Runner:
         mcp = {n: t for n, t in (await self.toolcalls.extensions.tools(session["directory"])).items() if n not in TOOLS}
         disabled = await self.toolcalls.permissions.disabled_tools(session, agent, [*TOOLS, *mcp])
         names = [name for name in TOOLS if name not in disabled]
-        specs = function_specs(names) + [tool.spec for name, tool in mcp.items() if name not in disabled]
+        specs = function_specs(names) + [tool.function_spec for name, tool in mcp.items() if name not in disabled]
         return specs or None
 
     async def _store_summary(
