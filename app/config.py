@@ -71,8 +71,9 @@ class OpenCodeConfig:
     model: str | None
 
 
-def _expand_env(value: Any) -> Any:
-    """OpenCode allows ``{env:NAME}`` in option strings; resolve it the same way."""
+def expand_env(value: Any) -> Any:
+    """OpenCode allows ``{env:NAME}`` in option strings (provider options, MCP servers); resolve
+    it the same way (an unset variable is empty)."""
     if isinstance(value, str):
         return re.sub(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ.get(m.group(1), ""), value)
     return value
@@ -89,9 +90,9 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             id=provider_id,
             npm=spec.get("npm"),
             name=spec.get("name") or provider_id,
-            base_url=_expand_env(options.get("baseURL") or spec.get("api")),
-            api_key=_expand_env(options.get("apiKey")),
-            headers={k: str(_expand_env(v)) for k, v in (options.get("headers") or {}).items()},
+            base_url=expand_env(options.get("baseURL") or spec.get("api")),
+            api_key=expand_env(options.get("apiKey")),
+            headers={k: str(expand_env(v)) for k, v in (options.get("headers") or {}).items()},
             models=models,
         )
     return result

@@ -11,6 +11,7 @@ from app import __version__
 from app.api import errors, permissions, questions, share
 from app.api.legacy import events as legacy_events
 from app.api.legacy import files as legacy_files
+from app.api.legacy import mcp as legacy_mcp
 from app.api.legacy import meta as legacy_meta
 from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.runtime = runtime
     errors.install(app)
     app.include_router(legacy_meta.router)
+    app.include_router(legacy_mcp.router)
     app.include_router(legacy_sessions.router)
     app.include_router(legacy_events.router)
     app.include_router(legacy_files.router)

@@ -24,6 +24,8 @@ from app.runtime.errors import (
     DatabaseUnavailable,
     InvalidCursor,
     InvalidInput,
+    McpOAuthUnsupported,
+    McpServerNotFound,
     MessageNotFound,
     PathNotFound,
     PathOutside,
@@ -130,6 +132,14 @@ async def _command_missing(_request: Request, exc: CommandNotFound) -> JSONBody:
     return named(404, "NotFoundError", exc.message)
 
 
+async def _mcp_missing(_request: Request, exc: McpServerNotFound) -> JSONBody:
+    return tagged(404, "McpServerNotFoundError", exc.message, name=exc.name)
+
+
+async def _mcp_oauth(_request: Request, exc: McpOAuthUnsupported) -> JSONBody:
+    return JSONBody({"error": exc.message}, status_code=400)  # OpenCode's McpUnsupportedOAuthError
+
+
 async def _terminal_missing(_request: Request, exc: TerminalNotFound) -> JSONBody:
     return tagged(404, "PtyNotFoundError", exc.message, ptyID=exc.pty_id)
 
@@ -202,6 +212,8 @@ def install(app: FastAPI) -> None:
         QuestionNotFound: _question_missing,
         CommandNotFound: _command_missing,
         TerminalNotFound: _terminal_missing,
+        McpServerNotFound: _mcp_missing,
+        McpOAuthUnsupported: _mcp_oauth,
         TerminalForbidden: _terminal_forbidden,
         InvalidCursor: _invalid_cursor,
         Conflict: _conflict,

@@ -117,3 +117,18 @@ class PathNotFound(RuntimeFailure):
 
 class SearchUnavailable(RuntimeFailure):
     """The search engine (ripgrep) is missing or failed; the message says which and why."""
+
+
+class McpServerNotFound(RuntimeFailure):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"MCP server not found: {name}")
+        self.name = name
+
+
+class McpOAuthUnsupported(RuntimeFailure):
+    """OpenCode runs an OAuth flow for remote MCP servers; this server does not host one."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"OAuth for MCP server {name} is not supported here: put its credentials in the server's headers"
+        )

@@ -15,6 +15,7 @@ from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import AgentsDomain
 from app.runtime.errors import PermissionNotFound, QuestionNotFound, SessionNotFound
+from app.runtime.extensions import Extensions
 from app.runtime.history import HistoryDomain, MessageWithParts, Window
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
@@ -50,7 +51,10 @@ class Runtime:
         )  # files, search and VCS: the routes and the tools share it
         self.skills = Skills(infra.config)
         self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace, skills=self.skills)
-        self.turn = TurnDomain.build(infra, sessions, inputs, history, agents, self.tool_state, prompter=self)
+        self.extensions = Extensions(infra.config)  # MCP servers, per directory
+        self.turn = TurnDomain.build(
+            infra, sessions, inputs, history, agents, self.tool_state, self.extensions, prompter=self
+        )
         # What the translators call, by name (each owned by its domain).
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
         self.config, self.registry = infra.config, infra.registry
@@ -114,6 +118,7 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self._sessions.stop()
+        await self.extensions.stop()  # after the drains: a shutdown must not fail calls in flight
         await self.turn.titles.stop()
         await self.workspace.close()
         await self.registry.aclose()
@@ -140,6 +145,7 @@ class Runtime:
         directory = self.sessions.cached_directory(session_id)
         if directory is not None:
             self.workspace.watch(directory)
+            self.extensions.warm(directory)  # MCP servers connect meanwhile; admission never waits
         if resume and not request.no_reply:
             self.coordinator.wake(session_id)
         return admitted

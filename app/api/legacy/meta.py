@@ -15,7 +15,6 @@ from app.api.responses import JSONBody
 from app.config import user_config_directory
 from app.runtime.sessions import project_id
 from app.runtime.tools import TOOLS, listing
-from app.runtime.turn import command_list
 
 router = APIRouter(tags=["instance"])
 
@@ -118,7 +117,6 @@ async def console() -> Response:
 _EMPTY_LISTS = (
     "/lsp",
     "/formatter",
-    "/experimental/resource",
     "/experimental/workspace",
     "/experimental/workspace/status",
 )
@@ -134,7 +132,7 @@ for _path in _EMPTY_LISTS:
 
 @router.get("/command", operation_id="command.list", summary="The project's commands (opencode.json)")
 async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(command_list(runtime.config, directory))
+    return JSONBody(await runtime.commands.all(directory))
 
 
 @router.get("/experimental/tool/ids", operation_id="tool.ids", summary="List tool IDs")
@@ -151,11 +149,6 @@ async def tool_list(provider: str, model: str) -> Response:
 @router.get("/skill", operation_id="app.skills", summary="List skills")
 async def skills(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody([skill.as_wire() for skill in runtime.skills.all(directory)])
-
-
-@router.get("/mcp", include_in_schema=False)
-async def mcp() -> Response:
-    return JSONBody({})
 
 
 @router.post("/instance/dispose", operation_id="instance.dispose")

@@ -189,3 +189,35 @@ class PtySize(_Body):
 class PtyUpdate(_Body):
     title: str | None = None
     size: PtySize | None = None
+
+
+class _McpConfig(BaseModel):
+    """OpenCode's MCP server configs are strict (``additionalProperties: false``): a misspelt
+    key is a 400 naming it rather than a server that silently ignores it."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool | None = None
+    timeout: int | None = Field(default=None, gt=0, description="Milliseconds")
+
+
+class McpLocalConfig(_McpConfig):
+    type: Literal["local"]
+    command: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    cwd: str | None = None
+    environment: dict[str, str] | None = None
+
+
+class McpRemoteConfig(_McpConfig):
+    type: Literal["remote"]
+    url: str = Field(pattern=r"^https?://")
+    headers: dict[str, str] | None = None
+    oauth: dict[str, Any] | Literal[False] | None = None
+
+
+class McpAdd(_Body):
+    name: str = Field(min_length=1)
+    config: Annotated[McpLocalConfig | McpRemoteConfig, Field(discriminator="type")]
+
+
+class McpAuthCallback(_Body):
+    code: str

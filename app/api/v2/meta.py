@@ -10,7 +10,6 @@ from app.api import errors
 from app.api.deps import LocationDep, RuntimeDep
 from app.api.v2 import views
 from app.api.v2.pty import located
-from app.runtime.turn import command_list
 
 router = APIRouter(prefix="/api", tags=["v2"])
 
@@ -22,7 +21,7 @@ async def agents(runtime: RuntimeDep, directory: LocationDep) -> Response:
 
 @router.get("/command", operation_id="v2.command.list", summary="List commands")
 async def commands(runtime: RuntimeDep, directory: LocationDep) -> Response:
-    return await located(directory, [views.command(c) for c in command_list(runtime.config, directory)])
+    return await located(directory, [views.command(c) for c in await runtime.commands.all(directory)])
 
 
 @router.get("/model", operation_id="v2.model.list", summary="List models")

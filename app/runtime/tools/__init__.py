@@ -6,7 +6,7 @@ domains: what they need (asking permission, running a sub-agent) arrives through
 Invariant: a tool acts inside the session's directory only; an escape needs a permission.
 """
 
-from app.runtime.tools._base import ToolContext, ToolError
+from app.runtime.tools._base import ToolContext, ToolError, ToolResult, truncate
 from app.runtime.tools._bash import Bash
 from app.runtime.tools._registry import OFFERED, TOOLS, function_specs, listing, offered_for, repair
 from app.runtime.tools._skills import Skills, available_text
@@ -21,10 +21,12 @@ __all__ = [
     "TodoStore",
     "ToolContext",
     "ToolError",
+    "ToolResult",
     "ToolServices",
     "available_text",
     "function_specs",
     "listing",
     "offered_for",
     "repair",
+    "truncate",
 ]

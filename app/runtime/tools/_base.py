@@ -28,6 +28,8 @@ class ToolResult:
     output: str
     title: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Files for the part's ``attachments`` ({type: "file", mime, url, filename?}), e.g. MCP images.
+    attachments: list[dict[str, Any]] = field(default_factory=list)
 
 
 Ask = Callable[[str, list[str], list[str], dict[str, Any]], Awaitable[None]]

@@ -10,8 +10,7 @@ Invariant: an input is settled in the same transaction as the last step of the t
 it, so a stop in any step leaves it open for recovery.
 """
 
-from app.runtime.turn._commands import command_list
 from app.runtime.turn._domain import TurnDomain
 from app.runtime.turn._recorder import tokens_of
 
-__all__ = ["TurnDomain", "command_list", "tokens_of"]
+__all__ = ["TurnDomain", "tokens_of"]

@@ -1,6 +1,6 @@
 """User-run operations that are not prompts to the model: ``shell`` (a command the user runs,
 recorded as a user message plus an assistant message holding a completed ``bash`` part) and
-project ``command`` templates from opencode.json (expanded into a prompt)."""
+project ``command`` templates from opencode.json and MCP servers' prompts (expanded into a prompt)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import CommandNotFound, InvalidInput
+from app.runtime.extensions import Extensions
 from app.runtime.history import HistoryDomain, MessageWithParts
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import DEFAULT_AGENT, InputsDomain, PromptRequest, user_message_info
@@ -93,8 +94,13 @@ class Commands:
     history: HistoryDomain
     tools: ToolServices
     prompter: Prompter
+    extensions: Extensions
 
-    def prompt_for(
+    async def all(self, directory: str) -> list[dict[str, Any]]:
+        """``GET /command``: the built-in and project commands, then the MCP servers' prompts."""
+        return command_list(self.infra.config, directory) + await self.extensions.commands(directory)
+
+    async def prompt_for(
         self,
         session: dict[str, Any],
         name: str,
@@ -104,7 +110,7 @@ class Commands:
         model: str | None,
         message_id: str | None,
     ) -> PromptRequest:
-        spec = next((c for c in command_list(self.infra.config, session["directory"]) if c["name"] == name), None)
+        spec = next((c for c in await self.all(session["directory"]) if c["name"] == name), None)
         if spec is None:
             raise CommandNotFound(name)
         chosen = model or spec.get("model")
@@ -131,7 +137,7 @@ class Commands:
         message_id: str | None = None,
     ) -> MessageWithParts:
         session = await self.sessions.service.get(session_id)
-        request = self.prompt_for(session, name, arguments, agent=agent, model=model, message_id=message_id)
+        request = await self.prompt_for(session, name, arguments, agent=agent, model=model, message_id=message_id)
         reply = await self.prompter.prompt_and_wait(session_id, request)
         props = {"name": name, "sessionID": session_id, "arguments": arguments, "messageID": reply["info"]["id"]}
         self.infra.log.publish(Event("command.executed", props, session_id, session["directory"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.runtime.agents import AgentsDomain
+from app.runtime.extensions import Extensions
 from app.runtime.history import HistoryDomain
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import InputsDomain
@@ -31,10 +32,10 @@ class TurnDomain:
         history: HistoryDomain,
         agents: AgentsDomain,
         tools: ToolServices,
+        extensions: Extensions,
         prompter: Prompter,
     ) -> TurnDomain:
         titles = TitleGenerator(sessions.service)
-        runner = Runner(
-            infra, sessions, inputs, history, ToolCalls(agents.permissions, agents.questions, tools), titles
-        )
-        return cls(runner, Commands(infra, sessions, inputs, history, tools, prompter), titles)
+        toolcalls = ToolCalls(agents.permissions, agents.questions, tools, extensions)
+        runner = Runner(infra, sessions, inputs, history, toolcalls, titles)
+        return cls(runner, Commands(infra, sessions, inputs, history, tools, prompter, extensions), titles)

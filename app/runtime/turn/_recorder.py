@@ -214,8 +214,15 @@ class AssistantRecorder:
         state = {**part["state"], "metadata": metadata}
         await self._tool_state(part, state, "tool.progress", structured=metadata, content=[])
 
-    async def tool_completed(self, part: dict[str, Any], output: str, title: str, metadata: dict[str, Any]) -> None:
-        state = {
+    async def tool_completed(
+        self,
+        part: dict[str, Any],
+        output: str,
+        title: str,
+        metadata: dict[str, Any],
+        attachments: list[dict[str, Any]] | None = None,
+    ) -> None:
+        state: dict[str, Any] = {
             "status": "completed",
             "input": part["state"]["input"],
             "output": output,
@@ -223,6 +230,9 @@ class AssistantRecorder:
             "metadata": metadata,
             "time": {"start": self._started.pop(part["callID"], now_ms()), "end": now_ms()},
         }
+        if attachments:  # file parts of this message, as OpenCode records them
+            owner = {"sessionID": self.info["sessionID"], "messageID": self.info["id"]}
+            state["attachments"] = [{"id": ids.part_id(), **owner, **a} for a in attachments]
         await self._tool_state(
             part,
             state,

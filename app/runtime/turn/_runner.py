@@ -58,7 +58,7 @@ from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, 
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
-from app.runtime.tools import available_text, function_specs, offered_for
+from app.runtime.tools import TOOLS, available_text, function_specs, offered_for
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.turn._title import TitleGenerator
@@ -315,10 +315,14 @@ class Runner:
         return end, await self.snapshots.changed(directory, start, end)
 
     async def _tool_specs(self, session: dict[str, Any], agent: str, model_id: str) -> list[dict[str, Any]] | None:
+        """The built-in tools ``model_id`` is offered, then the MCP servers' (waiting for servers
+        still connecting)."""
         offered = offered_for(model_id)
-        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, offered)
+        mcp = {n: t for n, t in (await self.toolcalls.extensions.tools(session["directory"])).items() if n not in TOOLS}
+        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, [*offered, *mcp])
         names = [name for name in offered if name not in disabled]
-        return function_specs(names) if names else None
+        specs = function_specs(names) + [tool.function_spec for name, tool in mcp.items() if name not in disabled]
+        return specs or None
 
     async def _skills_prompt(
         self, session: dict[str, Any], agent: str, tools: list[dict[str, Any]] | None

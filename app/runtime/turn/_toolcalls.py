@@ -12,6 +12,7 @@ from app.jsonutil import dumps, loads
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Denied, Permissions, QuestionRejected, Questions, Rejected
+from app.runtime.extensions import Extensions
 from app.runtime.tools import TOOLS, ToolContext, ToolError, ToolServices, repair
 from app.runtime.turn._recorder import AssistantRecorder
 
@@ -34,10 +35,13 @@ class StepOutcome:
 
 
 class ToolCalls:
-    def __init__(self, permissions: Permissions, questions: Questions, services: ToolServices) -> None:
+    def __init__(
+        self, permissions: Permissions, questions: Questions, services: ToolServices, extensions: Extensions
+    ) -> None:
         self.permissions = permissions
         self.questions = questions
         self.services = services
+        self.extensions = extensions  # MCP tools, found by name after the built-in ones
 
     async def run(
         self,
@@ -73,12 +77,13 @@ class ToolCalls:
             args = parsed
         except ValueError as exc:
             name, args = repair(call.name, f"Invalid input for tool {call.name}: {exc}")
-        if name not in TOOLS:
+        mcp_tool = None if name in TOOLS else self.extensions.tool(session["directory"], name)
+        if name not in TOOLS and mcp_tool is None:  # OpenCode's ``invalid`` tool answers it
             name, rewritten = repair(name, None)
             args = rewritten or args
         part["tool"] = name
         await recorder.tool_running(part, args or {}, call.arguments)
-        tool = TOOLS[name]
+        tool = mcp_tool or TOOLS[name]
         tool_ref = {"messageID": recorder.info["id"], "callID": call.call_id}
 
         async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
@@ -124,5 +129,5 @@ class ToolCalls:
             log.exception("tool %s failed", name)
             await recorder.tool_failed(part, f"{name} failed: {exc}")
             return "failed"
-        await recorder.tool_completed(part, result.output, result.title, result.metadata)
+        await recorder.tool_completed(part, result.output, result.title, result.metadata, result.attachments)
         return "ok"
