@@ -105,8 +105,6 @@ class Skills:
 
 def available_text(skills: list[Skill]) -> str:
     """The system prompt's listing of the skills the agent may load (OpenCode's verbose form)."""
-    if not skills:
-        return "No skills are currently available."
     lines = ["<available_skills>"]
     for skill in sorted(skills, key=lambda s: s.name):
         lines += [

@@ -327,13 +327,17 @@ class Runner:
     async def _skills_prompt(
         self, session: dict[str, Any], agent: str, tools: list[dict[str, Any]] | None
     ) -> list[str]:
-        """OpenCode lists the skills an agent may load in the system prompt, when it offers ``skill``."""
+        """OpenCode lists the skills an agent may load in the system prompt, when it offers ``skill``
+        (with none to load, nothing is added: the request stays as it was without skills)."""
         skills = self.toolcalls.services.skills
         if skills is None or not any(t["function"]["name"] == "skill" for t in tools or []):
             return []
         found = skills.all(session["directory"])
         denied = await self.toolcalls.permissions.denied(session, agent, "skill", [s.name for s in found])
-        listing = available_text([s for s in found if s.name not in denied])
+        allowed = [s for s in found if s.name not in denied]
+        if not allowed:
+            return []
+        listing = available_text(allowed)
         return [
             "Skills provide specialized instructions and workflows for specific tasks.\n"
             f"Use the skill tool to load a skill when a task matches its description.\n{listing}"
