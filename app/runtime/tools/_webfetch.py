@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
-
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
 
 MAX_BYTES = 5 * 1024 * 1024
@@ -97,8 +95,6 @@ class WebFetch:
             body, content_type = await ctx.signal.race(asyncio.wait_for(_fetch(url, fmt), seconds))
         except TimeoutError:
             raise ToolError(f"Request timed out after {seconds:g} seconds") from None
-        except httpx.HTTPError as exc:
-            raise ToolError(f"Request failed: {exc}") from None
         title = f"{url} ({content_type})"
         mime = content_type.split(";")[0].strip().lower()
         if mime.startswith("image/") and mime != "image/svg+xml":
@@ -115,19 +111,24 @@ class WebFetch:
 
 async def _fetch(url: str, fmt: str) -> tuple[bytes, str]:
     """The body (at most MAX_BYTES) and Content-Type of a 2xx answer; redirects are followed."""
+    import httpx  # on first use: start-up time is tracked
+
     headers = {"Accept": _ACCEPT[fmt], "Accept-Language": "en-US,en;q=0.9", "User-Agent": "opensession-webfetch"}
-    async with (
-        httpx.AsyncClient(follow_redirects=True, max_redirects=10) as client,
-        client.stream("GET", url, headers=headers) as response,
-    ):
-        if not response.is_success:
-            raise ToolError(f"Request failed with status code: {response.status_code}")
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BYTES:
-            raise ToolError("Response too large (exceeds 5MB limit)")
-        body = bytearray()
-        async for piece in response.aiter_bytes():
-            body += piece
-            if len(body) > MAX_BYTES:
+    try:
+        async with (
+            httpx.AsyncClient(follow_redirects=True, max_redirects=10) as client,
+            client.stream("GET", url, headers=headers) as response,
+        ):
+            if not response.is_success:
+                raise ToolError(f"Request failed with status code: {response.status_code}")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_BYTES:
                 raise ToolError("Response too large (exceeds 5MB limit)")
-        return bytes(body), response.headers.get("content-type", "")
+            body = bytearray()
+            async for piece in response.aiter_bytes():
+                body += piece
+                if len(body) > MAX_BYTES:
+                    raise ToolError("Response too large (exceeds 5MB limit)")
+            return bytes(body), response.headers.get("content-type", "")
+    except httpx.HTTPError as exc:
+        raise ToolError(f"Request failed: {exc}") from None
