@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from app.config import ConfigLoader
+from app.config import ConfigLoader, OpenCodeConfig
 
 Rule = dict[str, str]
 
@@ -102,9 +102,23 @@ def tools_rules(tools: dict[str, bool]) -> list[Rule]:
 class Agents:
     def __init__(self, config: ConfigLoader) -> None:
         self.config = config
+        # Per directory: the configuration the agents were built from, and the agents. A step
+        # asks for them several times; they are rebuilt only when opencode.json changed.
+        self._built: dict[str, tuple[OpenCodeConfig, dict[str, Agent]]] = {}
 
     def all(self, directory: str) -> dict[str, Agent]:
-        raw = self.config.load(directory).raw.get("agent")
+        """The directory's agents by name (shared: callers must not change the mapping)."""
+        loaded = self.config.load(directory)
+        built = self._built.get(directory)
+        if built is not None and built[0] is loaded:
+            return built[1]
+        agents = self._build(loaded)
+        self._built[directory] = (loaded, agents)
+        return agents
+
+    @staticmethod
+    def _build(loaded: OpenCodeConfig) -> dict[str, Agent]:
+        raw = loaded.raw.get("agent")
         declared: dict[str, Any] = raw if isinstance(raw, dict) else {}  # a malformed section declares nothing
         names = list(BUILT_IN) + [n for n in declared if n not in BUILT_IN]
         agents = {}
