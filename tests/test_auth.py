@@ -98,6 +98,8 @@ def test_put_and_delete_round_trip(client: httpx.Client, settings: Settings) -> 
         ({"type": "oauth", "refresh": "r", "access": "a", "expires": -1}, "expires"),
         ({"type": "wellknown", "key": "k"}, "token"),
         ({"type": "api", "key": "k", "extra": 1}, "extra"),
+        ({"type": "api", "key": "k", "metadata": None}, "metadata"),
+        ({"type": "oauth", "refresh": "r", "access": "a", "expires": 1, "accountId": None}, "accountId"),
         ({"type": "bogus", "key": "k"}, "bogus"),
         ({"key": "k"}, "type"),
         ([], ""),

@@ -5,10 +5,11 @@ logged or announced: these routes only ever return booleans and method labels.""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
@@ -17,13 +18,23 @@ router = APIRouter(tags=["control"])
 
 
 class _Strict(BaseModel):
+    """Unknown fields are refused and an optional field may be left out but not be null, as
+    OpenCode's schemas say."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("metadata", "accountId", "enterpriseUrl", mode="before", check_fields=False)
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("Expected a value, got null")
+        return value
 
 
 class ApiAuth(_Strict):
     type: Literal["api"]
     key: str
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, str] | SkipJsonSchema[None] = None
 
 
 class OAuth(_Strict):
@@ -31,8 +42,8 @@ class OAuth(_Strict):
     refresh: str
     access: str
     expires: int = Field(ge=0)
-    accountId: str | None = None
-    enterpriseUrl: str | None = None
+    accountId: str | SkipJsonSchema[None] = None
+    enterpriseUrl: str | SkipJsonSchema[None] = None
 
 
 class WellKnownAuth(_Strict):
