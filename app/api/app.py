@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api import errors, permissions, questions, share
+from app.api.legacy import auth as legacy_auth
 from app.api.legacy import events as legacy_events
 from app.api.legacy import files as legacy_files
 from app.api.legacy import mcp as legacy_mcp
@@ -48,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.runtime = runtime
     errors.install(app)
     app.include_router(legacy_meta.router)
+    app.include_router(legacy_auth.router)
     app.include_router(legacy_mcp.router)
     app.include_router(legacy_sessions.router)
     app.include_router(legacy_events.router)

@@ -5,11 +5,14 @@ reused across turns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.config import ConfigLoader, ProviderConfig
 from app.providers.base import ModelInfo, Provider
+from app.providers.credentials import Credentials
 from app.providers.echo import ECHO_MODEL, EchoProvider
+from app.settings import default_data_dir
 
 OPENAI_COMPATIBLE_PACKAGES = {"@ai-sdk/openai-compatible", "@ai-sdk/openai", None}
 
@@ -72,8 +75,11 @@ def _model_entry(info: ModelInfo, url: str | None) -> dict[str, Any]:
 
 
 class ProviderRegistry:
-    def __init__(self, config: ConfigLoader) -> None:
+    def __init__(self, config: ConfigLoader, credentials: Credentials | None = None) -> None:
         self._config = config
+        # -- credentials (PUT /auth/{providerID}): begin --
+        self.credentials = credentials or Credentials(Path(default_data_dir()) / "auth.json")
+        # -- credentials: end --
         self._echo = EchoProvider()
         self._clients: dict[tuple[Any, ...], Provider] = {}
 
@@ -94,7 +100,11 @@ class ProviderRegistry:
         provider = self._configured(directory).get(ref.provider_id)
         if provider is None or ref.model_id not in provider.models:
             raise ModelNotFoundError(ref.provider_id, ref.model_id)
-        key = (provider.id, provider.base_url, provider.api_key, tuple(sorted(provider.headers.items())))
+        # -- credentials: begin -- opencode.json apiKey, else the saved key, else the environment;
+        # read per resolve, so a key saved with PUT /auth is used from the next turn on.
+        api_key = self.credentials.key_for(provider.id, provider.api_key, self._env_vars(directory, provider.id))
+        # -- credentials: end --
+        key = (provider.id, provider.base_url, api_key, tuple(sorted(provider.headers.items())))
         client = self._clients.get(key)
         if client is None:
             assert provider.base_url is not None
@@ -102,9 +112,19 @@ class ProviderRegistry:
             from app.providers.openai_compat import OpenAICompatibleProvider
 
             client = self._clients[key] = OpenAICompatibleProvider(
-                provider.id, provider.base_url, provider.api_key, provider.headers
+                provider.id, provider.base_url, api_key, provider.headers
             )
         return client, _model_info(provider, ref.model_id)
+
+    # -- credentials: begin --
+    def _env_vars(self, directory: str, provider_id: str) -> list[str]:
+        """The environment variables a provider's key may come from: ``provider.<id>.env`` in
+        opencode.json (as in OpenCode's provider schema)."""
+        spec = (self._config.load(directory).raw.get("provider") or {}).get(provider_id) or {}
+        env = spec.get("env") if isinstance(spec, dict) else None
+        return [name for name in env if isinstance(name, str)] if isinstance(env, list) else []
+
+    # -- credentials: end --
 
     def catalog(self, directory: str) -> list[dict[str, Any]]:
         """Every usable provider with its models, in OpenCode's ``Provider`` shape."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from app.config import ConfigLoader
 from app.events.bus import EventBus
 from app.events.log import EventLog
+from app.providers.credentials import Credentials
 from app.providers.registry import ProviderRegistry
 from app.settings import Settings
 from app.store.database import Database, open_database
@@ -31,4 +32,5 @@ class Infrastructure:
         db = open_database(settings.database_url)
         bus = EventBus(settings.subscriber_queue_size)
         config = ConfigLoader(settings.config_dir)
-        return cls(settings, db, bus, EventLog(db, bus), Queries(db), config, ProviderRegistry(config))
+        registry = ProviderRegistry(config, Credentials(settings.data_path / "auth.json"))
+        return cls(settings, db, bus, EventLog(db, bus), Queries(db), config, registry)

@@ -66,11 +66,6 @@ async def providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     )
 
 
-@router.get("/provider/auth", operation_id="provider.auth")
-async def provider_auth() -> Response:
-    return JSONBody({})
-
-
 @router.get("/agent", operation_id="app.agents")
 async def agents(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody([agent.as_wire() for agent in runtime.agents.all(directory).values()])
