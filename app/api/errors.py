@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import JSONBody
+from app.config import ConfigError
 from app.jsonutil import UnencodableValue
 from app.runtime.errors import (
     CommandNotFound,
@@ -198,6 +199,15 @@ async def _search_unavailable(request: Request, exc: SearchUnavailable) -> JSONB
     return named(503, "SearchUnavailableError", exc.message)
 
 
+async def _config_invalid(request: Request, exc: ConfigError) -> JSONBody:
+    """opencode.json cannot be used for this request (e.g. a malformed model entry): OpenCode's
+    ``ConfigInvalidError``, naming the file or key; the server keeps serving."""
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    if _is_v2(request):
+        return tagged(400, "ConfigInvalidError", str(exc))
+    return named(400, "ConfigInvalidError", str(exc))
+
+
 def install(app: FastAPI) -> None:
     handlers: dict[type[Exception], Any] = {
         RequestValidationError: _validation,
@@ -206,6 +216,7 @@ def install(app: FastAPI) -> None:
         SessionNotFound: _session_missing,
         MessageNotFound: _message_missing,
         InvalidInput: _invalid,
+        ConfigError: _config_invalid,
         UnencodableValue: _unencodable,
         ShareNotFound: _share_missing,
         PermissionNotFound: _permission_missing,

@@ -13,6 +13,16 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class Prices:
+    """USD per million tokens, as models.dev and opencode.json express them."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     provider_id: str
     model_id: str
@@ -21,6 +31,23 @@ class ModelInfo:
     output_limit: int = 4_096
     cost_input: float = 0.0  # USD per million tokens, as models.dev and opencode.json express it
     cost_output: float = 0.0
+    cost_cache_read: float = 0.0
+    cost_cache_write: float = 0.0
+    # models.dev's ``context_over_200k``: the prices when a request's input exceeds 200k tokens.
+    cost_over_200k: Prices | None = None
+    family: str = ""
+    release_date: str = ""
+    status: str = "active"
+    temperature: bool = True
+    reasoning: bool = True
+    attachment: bool = False
+    toolcall: bool = True
+    modalities_input: tuple[str, ...] = ("text",)
+    modalities_output: tuple[str, ...] = ("text",)
+
+    @property
+    def prices(self) -> Prices:
+        return Prices(self.cost_input, self.cost_output, self.cost_cache_read, self.cost_cache_write)
 
 
 @dataclass(slots=True)

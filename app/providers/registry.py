@@ -4,17 +4,22 @@ reused across turns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from app.config import ConfigLoader, ProviderConfig
+from app.providers import catalog
 from app.providers.base import ModelInfo, Provider
 from app.providers.credentials import Credentials
 from app.providers.echo import ECHO_MODEL, EchoProvider
+from app.providers.models import model_entry, model_info
 from app.settings import default_data_dir
 
 OPENAI_COMPATIBLE_PACKAGES = {"@ai-sdk/openai-compatible", "@ai-sdk/openai", None}
+# Catalog providers speaking OpenAI's API whose models.dev entry names no URL.
+DEFAULT_URLS = {"openai": "https://api.openai.com/v1"}
 
 
 class ModelNotFoundError(LookupError):
@@ -33,45 +38,40 @@ class ModelRef:
         return f"{self.provider_id}/{self.model_id}"
 
 
+# --- model catalog: limits, prices, capabilities (app/providers/models.py) ---
 def _model_info(provider: ProviderConfig, model_id: str) -> ModelInfo:
-    spec = provider.models.get(model_id, {})
-    limit = spec.get("limit") or {}
-    cost = spec.get("cost") or {}
-    return ModelInfo(
-        provider_id=provider.id,
-        model_id=spec.get("id", model_id) if isinstance(spec.get("id"), str) else model_id,
-        name=spec.get("name") or model_id,
-        context_limit=int(limit.get("context") or 128_000),
-        output_limit=int(limit.get("output") or 4_096),
-        cost_input=float(cost.get("input") or 0),
-        cost_output=float(cost.get("output") or 0),
+    """The catalog's description of the model refined by its opencode.json entry; a malformed
+    entry raises ``ConfigError``."""
+    return model_info(provider.id, model_id, provider.models.get(model_id))
+
+
+def _with_catalog(provider: ProviderConfig) -> ProviderConfig:
+    """A configured provider completed from the catalog: its API package and URL when not
+    configured (e.g. openrouter, deepseek, lmstudio), the key from its env var when not set."""
+    known = catalog.providers().get(provider.id)
+    if known is None:
+        return provider
+    key = provider.api_key or next((os.environ[e] for e in known.get("env", []) if os.environ.get(e)), None)
+    return replace(
+        provider,
+        npm=provider.npm or known.get("npm"),
+        base_url=provider.base_url or known.get("api") or DEFAULT_URLS.get(provider.id),
+        api_key=key,
+        name=provider.name if provider.name != provider.id else known.get("name", provider.id),
     )
 
 
-def _model_entry(info: ModelInfo, url: str | None) -> dict[str, Any]:
-    """A model as ``GET /config/providers`` describes it (the fields OpenCode clients read)."""
-    return {
-        "id": info.model_id,
-        "providerID": info.provider_id,
-        "api": {"id": info.model_id, "url": url or "", "npm": "@ai-sdk/openai-compatible"},
-        "name": info.name,
-        "capabilities": {
-            "temperature": True,
-            "reasoning": True,
-            "attachment": False,
-            "toolcall": True,
-            "input": {"text": True, "audio": False, "image": False, "video": False, "pdf": False},
-            "output": {"text": True, "audio": False, "image": False, "video": False, "pdf": False},
-            "interleaved": False,
-        },
-        "cost": {"input": info.cost_input, "output": info.cost_output, "cache": {"read": 0, "write": 0}},
-        "limit": {"context": info.context_limit, "output": info.output_limit},
-        "status": "active",
-        "options": {},
-        "headers": {},
-        "release_date": "2026-01-01",
-        "variants": {},
-    }
+def _catalog_models(provider_id: str) -> list[str]:
+    return list((catalog.providers().get(provider_id) or {}).get("models", {}))
+
+
+def env_connected(provider_id: str) -> bool:
+    """A catalog provider whose API key variable is set (OpenCode's ``source: "env"``)."""
+    known = catalog.providers().get(provider_id) or {}
+    return any(os.environ.get(name) for name in known.get("env", []))
+
+
+# --- end model catalog ---
 
 
 class ProviderRegistry:
@@ -83,9 +83,24 @@ class ProviderRegistry:
         self._echo = EchoProvider()
         self._clients: dict[tuple[Any, ...], Provider] = {}
 
+    def _connected(self, directory: str) -> dict[str, tuple[ProviderConfig, str]]:
+        """Connected providers with their source: configured in opencode.json (``config``), or a
+        catalog provider whose API key variable is set (``env``), completed from the catalog."""
+        result: dict[str, tuple[ProviderConfig, str]] = {}
+        for pid in catalog.providers():
+            if env_connected(pid):
+                result[pid] = (_with_catalog(ProviderConfig(pid, None, pid, None, None, {})), "env")
+        for pid, provider in self._config.load(directory).providers.items():
+            result[pid] = (_with_catalog(provider), "config")
+        return result
+
     def _configured(self, directory: str) -> dict[str, ProviderConfig]:
-        providers = self._config.load(directory).providers
-        return {pid: p for pid, p in providers.items() if p.npm in OPENAI_COMPATIBLE_PACKAGES and p.base_url}
+        """The connected providers this server can call (OpenAI's API at a known URL)."""
+        return {
+            pid: p
+            for pid, (p, _source) in self._connected(directory).items()
+            if p.npm in OPENAI_COMPATIBLE_PACKAGES and p.base_url
+        }
 
     def default_model(self, directory: str) -> ModelRef:
         configured = self._config.load(directory).model
@@ -98,7 +113,7 @@ class ProviderRegistry:
         if (ref.provider_id, ref.model_id) == (ECHO_MODEL.provider_id, ECHO_MODEL.model_id):
             return self._echo, ECHO_MODEL
         provider = self._configured(directory).get(ref.provider_id)
-        if provider is None or ref.model_id not in provider.models:
+        if provider is None or (ref.model_id not in provider.models and not catalog.model(provider.id, ref.model_id)):
             raise ModelNotFoundError(ref.provider_id, ref.model_id)
         # -- credentials: begin -- opencode.json apiKey, else the saved key, else the environment;
         # read per resolve, so a key saved with PUT /auth is used from the next turn on.
@@ -119,37 +134,50 @@ class ProviderRegistry:
     # -- credentials: begin --
     def _env_vars(self, directory: str, provider_id: str) -> list[str]:
         """The environment variables a provider's key may come from: ``provider.<id>.env`` in
-        opencode.json (as in OpenCode's provider schema)."""
+        opencode.json (as in OpenCode's provider schema), then the catalog's for that provider."""
         spec = (self._config.load(directory).raw.get("provider") or {}).get(provider_id) or {}
         env = spec.get("env") if isinstance(spec, dict) else None
-        return [name for name in env if isinstance(name, str)] if isinstance(env, list) else []
+        configured = [name for name in env if isinstance(name, str)] if isinstance(env, list) else []
+        known = (catalog.providers().get(provider_id) or {}).get("env", [])
+        return configured + [name for name in known if isinstance(name, str) and name not in configured]
 
     # -- credentials: end --
 
-    def catalog(self, directory: str) -> list[dict[str, Any]]:
-        """Every usable provider with its models, in OpenCode's ``Provider`` shape."""
-        echo = {
+    def _echo_entry(self) -> dict[str, Any]:
+        return {
             "id": ECHO_MODEL.provider_id,
             "name": "opensession",
             "source": "custom",
             "env": [],
             "options": {},
-            "models": {ECHO_MODEL.model_id: _model_entry(ECHO_MODEL, None)},
+            "models": {ECHO_MODEL.model_id: model_entry(ECHO_MODEL, None, None)},
         }
-        result = [echo]
-        for provider in self._configured(directory).values():
-            models = {mid: _model_entry(_model_info(provider, mid), provider.base_url) for mid in provider.models}
-            result.append(
-                {
-                    "id": provider.id,
-                    "name": provider.name,
-                    "source": "config",
-                    "env": [],
-                    "options": {},
-                    "models": models,
-                }
-            )
-        return result
+
+    def _entry(self, provider: ProviderConfig, source: str) -> dict[str, Any]:
+        """A provider in OpenCode's ``Provider`` shape: its catalog models, then models only
+        opencode.json declares, each merged with its opencode.json entry."""
+        known = _catalog_models(provider.id)
+        ids = known + [m for m in provider.models if m not in set(known)]
+        models = {mid: model_entry(_model_info(provider, mid), provider.base_url, provider.npm, mid) for mid in ids}
+        env = (catalog.providers().get(provider.id) or {}).get("env", [])
+        return {"id": provider.id, "name": provider.name, "source": source, "env": env, "options": {}, "models": models}
+
+    def catalog(self, directory: str) -> list[dict[str, Any]]:
+        """Every connected provider with its models (``GET /config/providers``); a malformed model
+        entry in opencode.json raises ``ConfigError``."""
+        return [self._echo_entry()] + [self._entry(p, source) for p, source in self._connected(directory).values()]
+
+    def all_providers(self, directory: str) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every known provider (connected ones and the rest of the catalog) and the connected ids
+        (``GET /provider``)."""
+        connected = self.catalog(directory)
+        ids = {p["id"] for p in connected}
+        rest = [
+            self._entry(_with_catalog(ProviderConfig(pid, None, pid, None, None, {})), "custom")
+            for pid in catalog.providers()
+            if pid not in ids
+        ]
+        return connected + rest, [p["id"] for p in connected]
 
     async def aclose(self) -> None:
         for client in self._clients.values():

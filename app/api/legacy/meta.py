@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
@@ -19,9 +20,22 @@ from app.runtime.tools import TOOLS, listing
 router = APIRouter(tags=["instance"])
 
 
-def _default_choice(runtime: RuntimeDep, directory: str) -> dict[str, str]:
+# OpenCode's preference when choosing a provider's default model (its ``sort``): the first of
+# these found in a model id, else the provider's first model.
+_PREFERRED = ("gpt-5", "claude-sonnet-4", "big-pickle", "gemini-3-pro")
+
+
+def _best(models: dict[str, dict[str, object]]) -> str:
+    for wanted in _PREFERRED:
+        matches = sorted((m for m in models if wanted in m), reverse=True)
+        if matches:
+            return matches[0]
+    return next(iter(models), "")
+
+
+def _default_choice(runtime: RuntimeDep, directory: str, listed: list[dict[str, Any]]) -> dict[str, str]:
     ref = runtime.registry.default_model(directory)
-    defaults = {p["id"]: next(iter(p["models"]), "") for p in runtime.registry.catalog(directory)}
+    defaults = {p["id"]: _best(p["models"]) for p in listed}
     defaults[ref.provider_id] = ref.model_id
     return defaults
 
@@ -55,15 +69,15 @@ async def config(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
 
 @router.get("/config/providers", operation_id="config.providers")
 async def config_providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody({"providers": runtime.registry.catalog(directory), "default": _default_choice(runtime, directory)})
+    listed = runtime.registry.catalog(directory)
+    return JSONBody({"providers": listed, "default": _default_choice(runtime, directory, listed)})
 
 
 @router.get("/provider", operation_id="provider.list")
 async def providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    catalog = runtime.registry.catalog(directory)
-    return JSONBody(
-        {"all": catalog, "default": _default_choice(runtime, directory), "connected": [p["id"] for p in catalog]}
-    )
+    everything, connected = runtime.registry.all_providers(directory)
+    listed = [p for p in everything if p["id"] in connected]
+    return JSONBody({"all": everything, "default": _default_choice(runtime, directory, listed), "connected": connected})
 
 
 @router.get("/agent", operation_id="app.agents")

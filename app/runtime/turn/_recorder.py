@@ -20,6 +20,7 @@ from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.events.model import Event
 from app.providers.base import Finish, ModelInfo, Usage
+from app.providers.models import step_cost
 from app.runtime.payloads import next_event
 from app.store import sql
 from app.store.projectors import part_row
@@ -40,7 +41,7 @@ def tokens_of(usage: Usage) -> dict[str, Any]:
 
 
 def cost_of(model: ModelInfo, usage: Usage) -> float:
-    return (usage.input * model.cost_input + (usage.output + usage.reasoning) * model.cost_output) / 1_000_000
+    return step_cost(model, usage)
 
 
 def _snapshot(snapshot: str | None) -> dict[str, str]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
+from app.config import ConfigError
 from app.events.log import Transaction
 from app.events.model import Event
 from app.jsonutil import loads
@@ -234,7 +235,7 @@ class Runner:
                 )
         try:
             provider, model = self.infra.registry.resolve(directory, ref)
-        except ModelNotFoundError as exc:
+        except (ModelNotFoundError, ConfigError) as exc:  # a config error: opencode.json changed since admission
             await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
             return False
         if window is not None:
