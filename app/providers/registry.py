@@ -4,6 +4,7 @@ reused across turns."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,8 @@ from app.config import ConfigLoader, ProviderConfig
 from app.providers.base import ModelInfo, Provider
 from app.providers.echo import ECHO_MODEL, EchoProvider
 
+ANTHROPIC_PROVIDER_ID = "anthropic"
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
 OPENAI_COMPATIBLE_PACKAGES = {"@ai-sdk/openai-compatible", "@ai-sdk/openai", None}
 
 
@@ -91,6 +94,9 @@ class ProviderRegistry:
     def resolve(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo]:
         if (ref.provider_id, ref.model_id) == (ECHO_MODEL.provider_id, ECHO_MODEL.model_id):
             return self._echo, ECHO_MODEL
+        native = self._resolve_native_anthropic(directory, ref)
+        if native is not None:
+            return native
         provider = self._configured(directory).get(ref.provider_id)
         if provider is None or ref.model_id not in provider.models:
             raise ModelNotFoundError(ref.provider_id, ref.model_id)
@@ -105,6 +111,34 @@ class ProviderRegistry:
                 provider.id, provider.base_url, provider.api_key, provider.headers
             )
         return client, _model_info(provider, ref.model_id)
+
+    # -- native Anthropic (built in: no provider block needed) ------------------------------------
+
+    def _resolve_native_anthropic(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo] | None:
+        """``anthropic/<model>`` through the Anthropic SDK, unless opencode.json declares an
+        ``anthropic`` block for another package. Key: ``options.apiKey``, else ANTHROPIC_API_KEY
+        (a missing key fails the turn with a ProviderAuthError naming it); ``options.baseURL``,
+        else the SDK's own ANTHROPIC_BASE_URL handling. Limits and prices are placeholders unless
+        the block's model entry gives them."""
+        if ref.provider_id != ANTHROPIC_PROVIDER_ID:
+            return None
+        block = self._config.load(directory).providers.get(ANTHROPIC_PROVIDER_ID)
+        if block is not None and block.npm not in (None, "@ai-sdk/anthropic"):
+            return None
+        api_key = (block.api_key if block else None) or os.environ.get(ANTHROPIC_KEY_ENV) or None
+        base_url = block.base_url if block else None
+        headers = block.headers if block else {}
+        key = (ANTHROPIC_PROVIDER_ID, "native", base_url, api_key, tuple(sorted(headers.items())))
+        client = self._clients.get(key)
+        if client is None:
+            from app.providers.anthropic import AnthropicProvider  # the SDK loads on first request
+
+            client = self._clients[key] = AnthropicProvider(ANTHROPIC_PROVIDER_ID, api_key, base_url, headers)
+        if block is not None and ref.model_id in block.models:
+            info = _model_info(block, ref.model_id)
+        else:
+            info = ModelInfo(ANTHROPIC_PROVIDER_ID, ref.model_id, ref.model_id, 200_000, 32_000)
+        return client, info
 
     def catalog(self, directory: str) -> list[dict[str, Any]]:
         """Every usable provider with its models, in OpenCode's ``Provider`` shape."""

@@ -1,0 +1,174 @@
+"""The built-in Anthropic provider (``anthropic/<model>`` with no provider block), against a local
+stub on 127.0.0.1 speaking the Messages API's SSE events."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import assistant_text, create_session, text_prompt
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+MODEL_ID = "claude-stub-1"
+
+
+@dataclass
+class Answer:
+    """SSE events to stream, or an HTTP error ``status`` with a JSON ``body``."""
+
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    status: int = 200
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class AnthropicStub:
+    url: str = ""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    answer: Callable[[dict[str, Any]], Answer] = lambda _body: Answer(message(text(0, "Hello", " there")))
+
+    def chat(self) -> list[dict[str, Any]]:
+        """The turn's requests (not the title generator's)."""
+        return [r for r in self.requests if "title generator" not in json.dumps(r.get("system", ""))]
+
+
+def message(*blocks: list[tuple[str, dict[str, Any]]], stop: str = "end_turn") -> list[tuple[str, dict[str, Any]]]:
+    usage = {"input_tokens": 21, "output_tokens": 1, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 7}
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_stub",
+            "type": "message",
+            "role": "assistant",
+            "model": MODEL_ID,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        },
+    }
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", start), ("ping", {"type": "ping"})]
+    for block in blocks:
+        events += block
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 9},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    events = [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})]
+    events += [("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
+    return [*events, ("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def text(index: int, *pieces: str) -> list[tuple[str, dict[str, Any]]]:
+    return _block(index, {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in pieces])
+
+
+def thinking(index: int, *pieces: str) -> list[tuple[str, dict[str, Any]]]:
+    deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces]
+    deltas.append({"type": "signature_delta", "signature": "sig-123"})
+    return _block(index, {"type": "thinking", "thinking": "", "signature": ""}, deltas)
+
+
+def tool_use(index: int, call_id: str, name: str, arguments: str) -> list[tuple[str, dict[str, Any]]]:
+    half = len(arguments) // 2
+    deltas = [{"type": "input_json_delta", "partial_json": p} for p in ("", arguments[:half], arguments[half:])]
+    return _block(index, {"type": "tool_use", "id": call_id, "name": name, "input": {}}, deltas)
+
+
+def _serve(stub: AnthropicStub) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
+            stub.requests.append(body)
+            stub.headers.append({k.lower(): v for k, v in self.headers.items()})
+            answer = stub.answer(body)
+            if answer.status != 200:
+                payload = json.dumps(answer.body or {}).encode()
+                self.send_response(answer.status)
+                for key, value in {"content-type": "application/json", **answer.headers}.items():
+                    self.send_header(key, value)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for event, data in answer.events:
+                self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+            self.close_connection = True
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+
+def _title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str, Any]], Answer]:
+    def reply(body: dict[str, Any]) -> Answer:
+        if "title generator" in json.dumps(body.get("system", "")):
+            return Answer(message(text(0, "A title")))
+        return answer(body)
+
+    return reply
+
+
+@pytest.fixture
+def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+    handle = AnthropicStub()
+    httpd = _serve(handle)
+    httpd.daemon_threads = True
+    handle.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", handle.url)
+    (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
+    try:
+        yield handle
+    finally:
+        httpd.shutdown()
+
+
+def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("hi there")).json()
+    assert "error" not in reply["info"], reply["info"]
+    assert reply["info"]["providerID"] == "anthropic" and reply["info"]["modelID"] == MODEL_ID
+    assert assistant_text(reply) == "Hello there"
+    finish = reply["parts"][-1]
+    assert finish["type"] == "step-finish" and finish["reason"] == "stop"
+    assert finish["tokens"]["input"] == 21 and finish["tokens"]["output"] == 9
+    assert finish["tokens"]["cache"] == {"read": 5, "write": 7}
+    request = stub.chat()[0]
+    assert request["model"] == MODEL_ID and request["stream"] is True and request["max_tokens"] > 0
+    assert request["system"][0]["type"] == "text" and "opensession" in request["system"][0]["text"]
+    assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]
+    sent = stub.headers[0]
+    assert sent.get("x-api-key") == "sk-ant-test" or sent.get("authorization") == "Bearer sk-ant-test"
