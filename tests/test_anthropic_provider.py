@@ -172,3 +172,58 @@ def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client
     assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]
     sent = stub.headers[0]
     assert sent.get("x-api-key") == "sk-ant-test" or sent.get("authorization") == "Bearer sk-ant-test"
+
+
+def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
+    stub: AnthropicStub, client: httpx.Client, project_dir: Path
+) -> None:
+    (project_dir / "hello.txt").write_text("hello from file\n")
+
+    def answer(body: dict[str, Any]) -> Answer:
+        last = body["messages"][-1]["content"]
+        if any(block["type"] == "tool_result" for block in last):
+            return Answer(message(text(0, "The file says hello.")))
+        return Answer(
+            message(
+                thinking(0, "I should read ", "the file."),
+                text(1, "Reading it."),
+                tool_use(2, "toolu_1", "read", json.dumps({"filePath": "hello.txt"})),
+                stop="tool_use",
+            )
+        )
+
+    stub.answer = _title_or(answer)
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("what does hello.txt say?")).json()
+    assert assistant_text(reply) == "The file says hello."
+    first, second = stub.chat()
+    assert {t["name"] for t in first["tools"]} >= {"read", "write", "bash"}
+    read = next(t for t in first["tools"] if t["name"] == "read")
+    assert read["input_schema"]["type"] == "object" and read["description"]
+    assistant, results = second["messages"][-2:]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"] == [
+        {"type": "thinking", "thinking": "I should read the file.", "signature": "sig-123"},
+        {"type": "text", "text": "Reading it."},
+        {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"filePath": "hello.txt"}},
+    ]
+    assert results["role"] == "user" and len(results["content"]) == 1
+    result = results["content"][0]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_1"
+    assert "1: hello from file" in result["content"]
+    history = client.get(f"/session/{sid}/message").json()
+    assert [m["info"].get("finish") for m in history[1:]] == ["tool-calls", "stop"]
+    first_step = history[1]["parts"]
+    reasoning = [p for p in first_step if p["type"] == "reasoning"]
+    assert [p["text"] for p in reasoning] == ["I should read the file."]
+    tool = next(p for p in first_step if p["type"] == "tool")
+    assert tool["callID"] == "toolu_1" and tool["state"]["status"] == "completed"
+
+
+def test_thinking_becomes_reasoning_parts(stub: AnthropicStub, client: httpx.Client) -> None:
+    stub.answer = _title_or(lambda _body: Answer(message(thinking(0, "Let me ", "think."), text(1, "Done."))))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("think")).json()
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "reasoning", "text", "step-finish"]
+    assert reply["parts"][1]["text"] == "Let me think."
+    assert assistant_text(reply) == "Done."

@@ -41,6 +41,7 @@ _FINISH = {
 _OVERFLOW = re.compile(r"prompt is too long|context window|context length|too many tokens", re.I)
 _HEADERS_KEPT = ("retry-after", "retry-after-ms", "request-id", "x-request-id")
 _RETRYABLE_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
+_THINKING_KEPT = 1024
 _DATA_URL = re.compile(r"^data:([^;,]+);base64,(.*)$", re.S)
 
 
@@ -197,6 +198,11 @@ class AnthropicProvider:
         # call (the API requires them when thinking is on; our history keeps reasoning as text only).
         self._thinking: dict[str, list[dict[str, Any]]] = {}
 
+    def _remember_thinking(self, call_id: str, blocks: list[dict[str, Any]]) -> None:
+        self._thinking[call_id] = blocks
+        while len(self._thinking) > _THINKING_KEPT:  # oldest first: only recent turns are continued
+            del self._thinking[next(iter(self._thinking))]
+
     def _sdk(self) -> Any:
         if self._client is None:
             from anthropic import AsyncAnthropic  # first use only: start-up time
@@ -281,7 +287,7 @@ class AnthropicProvider:
                         thinking.append(current)
                     elif current["type"] == "tool_use":
                         if thinking:
-                            self._thinking[current["id"]] = thinking
+                            self._remember_thinking(current["id"], thinking)
                         yield ToolCall(current["id"], current["name"], current["json"] or "{}")
                 elif kind == "message_delta":
                     if event.delta.stop_reason:
