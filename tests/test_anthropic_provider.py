@@ -121,6 +121,8 @@ def _serve(stub: AnthropicStub) -> ThreadingHTTPServer:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("connection", "close")
+            for key, value in answer.headers.items():
+                self.send_header(key, value)
             self.end_headers()
             for event, data in answer.events:
                 self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
@@ -227,3 +229,84 @@ def test_thinking_becomes_reasoning_parts(stub: AnthropicStub, client: httpx.Cli
     assert [p["type"] for p in reply["parts"]] == ["step-start", "reasoning", "text", "step-finish"]
     assert reply["parts"][1]["text"] == "Let me think."
     assert assistant_text(reply) == "Done."
+
+
+def _turn_calls(answer: Callable[[int], Answer]) -> tuple[Callable[[dict[str, Any]], Answer], dict[str, int]]:
+    calls = {"n": 0}
+
+    def reply(_body: dict[str, Any]) -> Answer:
+        calls["n"] += 1
+        return answer(calls["n"])
+
+    return _title_or(reply), calls
+
+
+def test_overloaded_529_is_retried_then_answered(stub: AnthropicStub, client: httpx.Client) -> None:
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    stub.answer, calls = _turn_calls(
+        lambda n: (
+            Answer(status=529, body=overloaded, headers={"retry-after-ms": "5"})
+            if n == 1
+            else Answer(message(text(0, "recovered")))
+        )
+    )
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("please")).json()
+    assert "error" not in reply["info"], reply["info"]
+    assert assistant_text(reply) == "recovered"
+    assert calls["n"] == 2
+
+
+def test_overloaded_error_event_mid_stream_is_retried(stub: AnthropicStub, client: httpx.Client) -> None:
+    error = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    stub.answer, calls = _turn_calls(
+        lambda n: (
+            Answer([*message(text(0, "par"))[:2], error], headers={"retry-after-ms": "5"})
+            if n == 1
+            else Answer(message(text(0, "whole")))
+        )
+    )
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("please")).json()
+    assert "error" not in reply["info"], reply["info"]
+    assert assistant_text(reply) == "whole"
+    assert calls["n"] == 2
+
+
+def test_unauthorized_is_a_provider_auth_error(stub: AnthropicStub, client: httpx.Client) -> None:
+    body = {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+    stub.answer, calls = _turn_calls(lambda _n: Answer(status=401, body=body))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("x")).json()
+    assert reply["info"]["error"] == {
+        "name": "ProviderAuthError",
+        "data": {"providerID": "anthropic", "message": "invalid x-api-key"},
+    }
+    assert calls["n"] == 1
+
+
+def test_missing_key_names_the_environment_variable(
+    stub: AnthropicStub, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("x")).json()
+    error = reply["info"]["error"]
+    assert error["name"] == "ProviderAuthError" and error["data"]["providerID"] == "anthropic"
+    assert "ANTHROPIC_API_KEY" in error["data"]["message"]
+    assert stub.chat() == []
+
+
+def test_provider_block_sets_key_and_base_url(
+    stub: AnthropicStub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL")
+    options = {"apiKey": "sk-ant-config", "baseURL": stub.url}
+    config = {"model": f"anthropic/{MODEL_ID}", "provider": {"anthropic": {"options": options}}}
+    (project_dir / "opencode.json").write_text(json.dumps(config))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("hi")).json()
+    assert assistant_text(reply) == "Hello there"
+    sent = stub.headers[0]
+    assert sent.get("x-api-key") == "sk-ant-config" or sent.get("authorization") == "Bearer sk-ant-config"
