@@ -310,3 +310,52 @@ def test_provider_block_sets_key_and_base_url(
     assert assistant_text(reply) == "Hello there"
     sent = stub.headers[0]
     assert sent.get("x-api-key") == "sk-ant-config" or sent.get("authorization") == "Bearer sk-ant-config"
+
+
+def test_max_tokens_stop_is_length(stub: AnthropicStub, client: httpx.Client) -> None:
+    stub.answer = _title_or(lambda _body: Answer(message(text(0, "cut"), stop="max_tokens")))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("long")).json()
+    assert reply["parts"][-1]["reason"] == "length"
+
+
+def test_chat_messages_become_content_blocks(database_url: str) -> None:
+    # (no server: ``database_url`` is only here because the module's parametrization names it)
+    from app.providers.anthropic import anthropic_messages
+
+    png = "data:image/png;base64,iVBORw0KGgo="
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": png}}],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
+        {"role": "user", "content": "and now?"},
+    ]
+    assert anthropic_messages(messages) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "ls"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"},
+                {"type": "text", "text": "and now?"},
+            ],
+        },
+    ]
