@@ -17,6 +17,8 @@ from app.providers.echo import ECHO_MODEL, EchoProvider
 from app.providers.models import model_entry, model_info
 from app.settings import default_data_dir
 
+ANTHROPIC_PROVIDER_ID = "anthropic"
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
 OPENAI_COMPATIBLE_PACKAGES = {"@ai-sdk/openai-compatible", "@ai-sdk/openai", None}
 # Catalog providers speaking OpenAI's API whose models.dev entry names no URL.
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1"}
@@ -112,6 +114,9 @@ class ProviderRegistry:
     def resolve(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo]:
         if (ref.provider_id, ref.model_id) == (ECHO_MODEL.provider_id, ECHO_MODEL.model_id):
             return self._echo, ECHO_MODEL
+        native = self._resolve_native_anthropic(directory, ref)
+        if native is not None:
+            return native
         provider = self._configured(directory).get(ref.provider_id)
         if provider is None or (ref.model_id not in provider.models and not catalog.model(provider.id, ref.model_id)):
             raise ModelNotFoundError(ref.provider_id, ref.model_id)
@@ -142,6 +147,32 @@ class ProviderRegistry:
         return configured + [name for name in known if isinstance(name, str) and name not in configured]
 
     # -- credentials: end --
+
+    # -- native Anthropic (built in: no provider block needed) ------------------------------------
+
+    def _resolve_native_anthropic(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo] | None:
+        """``anthropic/<model>`` through the Anthropic SDK, unless opencode.json declares an
+        ``anthropic`` block for another package. Key: ``options.apiKey``, else a stored one, else
+        ANTHROPIC_API_KEY (a missing key fails the turn with a ProviderAuthError naming it);
+        ``options.baseURL``, else the SDK's own ANTHROPIC_BASE_URL handling. Limits and prices
+        come from the catalog, refined by the block's model entry."""
+        if ref.provider_id != ANTHROPIC_PROVIDER_ID:
+            return None
+        block = self._config.load(directory).providers.get(ANTHROPIC_PROVIDER_ID)
+        if block is not None and block.npm not in (None, "@ai-sdk/anthropic"):
+            return None
+        env_vars = [*self._env_vars(directory, ANTHROPIC_PROVIDER_ID), ANTHROPIC_KEY_ENV]
+        api_key = self.credentials.key_for(ANTHROPIC_PROVIDER_ID, block.api_key if block else None, env_vars)
+        base_url = block.base_url if block else None
+        headers = block.headers if block else {}
+        key = (ANTHROPIC_PROVIDER_ID, "native", base_url, api_key, tuple(sorted(headers.items())))
+        client = self._clients.get(key)
+        if client is None:
+            from app.providers.anthropic import AnthropicProvider  # the SDK loads on first request
+
+            client = self._clients[key] = AnthropicProvider(ANTHROPIC_PROVIDER_ID, api_key, base_url, headers)
+        entry = block.models.get(ref.model_id) if block else None
+        return client, model_info(ANTHROPIC_PROVIDER_ID, ref.model_id, entry)
 
     def _echo_entry(self) -> dict[str, Any]:
         return {

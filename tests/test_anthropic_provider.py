@@ -1,0 +1,361 @@
+"""The built-in Anthropic provider (``anthropic/<model>`` with no provider block), against a local
+stub on 127.0.0.1 speaking the Messages API's SSE events."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import assistant_text, create_session, text_prompt
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+MODEL_ID = "claude-stub-1"
+
+
+@dataclass
+class Answer:
+    """SSE events to stream, or an HTTP error ``status`` with a JSON ``body``."""
+
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    status: int = 200
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class AnthropicStub:
+    url: str = ""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    answer: Callable[[dict[str, Any]], Answer] = lambda _body: Answer(message(text(0, "Hello", " there")))
+
+    def chat(self) -> list[dict[str, Any]]:
+        """The turn's requests (not the title generator's)."""
+        return [r for r in self.requests if "title generator" not in json.dumps(r.get("system", ""))]
+
+
+def message(*blocks: list[tuple[str, dict[str, Any]]], stop: str = "end_turn") -> list[tuple[str, dict[str, Any]]]:
+    usage = {"input_tokens": 21, "output_tokens": 1, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 7}
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_stub",
+            "type": "message",
+            "role": "assistant",
+            "model": MODEL_ID,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        },
+    }
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", start), ("ping", {"type": "ping"})]
+    for block in blocks:
+        events += block
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 9},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    events = [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})]
+    events += [("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
+    return [*events, ("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def text(index: int, *pieces: str) -> list[tuple[str, dict[str, Any]]]:
+    return _block(index, {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in pieces])
+
+
+def thinking(index: int, *pieces: str) -> list[tuple[str, dict[str, Any]]]:
+    deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces]
+    deltas.append({"type": "signature_delta", "signature": "sig-123"})
+    return _block(index, {"type": "thinking", "thinking": "", "signature": ""}, deltas)
+
+
+def tool_use(index: int, call_id: str, name: str, arguments: str) -> list[tuple[str, dict[str, Any]]]:
+    half = len(arguments) // 2
+    deltas = [{"type": "input_json_delta", "partial_json": p} for p in ("", arguments[:half], arguments[half:])]
+    return _block(index, {"type": "tool_use", "id": call_id, "name": name, "input": {}}, deltas)
+
+
+def _serve(stub: AnthropicStub) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
+            stub.requests.append(body)
+            stub.headers.append({k.lower(): v for k, v in self.headers.items()})
+            answer = stub.answer(body)
+            if answer.status != 200:
+                payload = json.dumps(answer.body or {}).encode()
+                self.send_response(answer.status)
+                for key, value in {"content-type": "application/json", **answer.headers}.items():
+                    self.send_header(key, value)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            for key, value in answer.headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            for event, data in answer.events:
+                self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+            self.close_connection = True
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+
+def _title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str, Any]], Answer]:
+    def reply(body: dict[str, Any]) -> Answer:
+        if "title generator" in json.dumps(body.get("system", "")):
+            return Answer(message(text(0, "A title")))
+        return answer(body)
+
+    return reply
+
+
+@pytest.fixture
+def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+    handle = AnthropicStub()
+    httpd = _serve(handle)
+    httpd.daemon_threads = True
+    handle.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", handle.url)
+    (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
+    try:
+        yield handle
+    finally:
+        httpd.shutdown()
+
+
+def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("hi there")).json()
+    assert "error" not in reply["info"], reply["info"]
+    assert reply["info"]["providerID"] == "anthropic" and reply["info"]["modelID"] == MODEL_ID
+    assert assistant_text(reply) == "Hello there"
+    finish = reply["parts"][-1]
+    assert finish["type"] == "step-finish" and finish["reason"] == "stop"
+    assert finish["tokens"]["input"] == 21 and finish["tokens"]["output"] == 9
+    assert finish["tokens"]["cache"] == {"read": 5, "write": 7}
+    request = stub.chat()[0]
+    assert request["model"] == MODEL_ID and request["stream"] is True and request["max_tokens"] > 0
+    assert request["system"][0]["type"] == "text" and "opensession" in request["system"][0]["text"]
+    assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]
+    sent = stub.headers[0]
+    assert sent.get("x-api-key") == "sk-ant-test" or sent.get("authorization") == "Bearer sk-ant-test"
+
+
+def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
+    stub: AnthropicStub, client: httpx.Client, project_dir: Path
+) -> None:
+    (project_dir / "hello.txt").write_text("hello from file\n")
+
+    def answer(body: dict[str, Any]) -> Answer:
+        last = body["messages"][-1]["content"]
+        if any(block["type"] == "tool_result" for block in last):
+            return Answer(message(text(0, "The file says hello.")))
+        return Answer(
+            message(
+                thinking(0, "I should read ", "the file."),
+                text(1, "Reading it."),
+                tool_use(2, "toolu_1", "read", json.dumps({"filePath": "hello.txt"})),
+                stop="tool_use",
+            )
+        )
+
+    stub.answer = _title_or(answer)
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("what does hello.txt say?")).json()
+    assert assistant_text(reply) == "The file says hello."
+    first, second = stub.chat()
+    assert {t["name"] for t in first["tools"]} >= {"read", "write", "bash"}
+    read = next(t for t in first["tools"] if t["name"] == "read")
+    assert read["input_schema"]["type"] == "object" and read["description"]
+    assistant, results = second["messages"][-2:]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"] == [
+        {"type": "thinking", "thinking": "I should read the file.", "signature": "sig-123"},
+        {"type": "text", "text": "Reading it."},
+        {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"filePath": "hello.txt"}},
+    ]
+    assert results["role"] == "user" and len(results["content"]) == 1
+    result = results["content"][0]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_1"
+    assert "1: hello from file" in result["content"]
+    history = client.get(f"/session/{sid}/message").json()
+    assert [m["info"].get("finish") for m in history[1:]] == ["tool-calls", "stop"]
+    first_step = history[1]["parts"]
+    reasoning = [p for p in first_step if p["type"] == "reasoning"]
+    assert [p["text"] for p in reasoning] == ["I should read the file."]
+    tool = next(p for p in first_step if p["type"] == "tool")
+    assert tool["callID"] == "toolu_1" and tool["state"]["status"] == "completed"
+
+
+def test_thinking_becomes_reasoning_parts(stub: AnthropicStub, client: httpx.Client) -> None:
+    stub.answer = _title_or(lambda _body: Answer(message(thinking(0, "Let me ", "think."), text(1, "Done."))))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("think")).json()
+    assert [p["type"] for p in reply["parts"]] == ["step-start", "reasoning", "text", "step-finish"]
+    assert reply["parts"][1]["text"] == "Let me think."
+    assert assistant_text(reply) == "Done."
+
+
+def _turn_calls(answer: Callable[[int], Answer]) -> tuple[Callable[[dict[str, Any]], Answer], dict[str, int]]:
+    calls = {"n": 0}
+
+    def reply(_body: dict[str, Any]) -> Answer:
+        calls["n"] += 1
+        return answer(calls["n"])
+
+    return _title_or(reply), calls
+
+
+def test_overloaded_529_is_retried_then_answered(stub: AnthropicStub, client: httpx.Client) -> None:
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    stub.answer, calls = _turn_calls(
+        lambda n: (
+            Answer(status=529, body=overloaded, headers={"retry-after-ms": "5"})
+            if n == 1
+            else Answer(message(text(0, "recovered")))
+        )
+    )
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("please")).json()
+    assert "error" not in reply["info"], reply["info"]
+    assert assistant_text(reply) == "recovered"
+    assert calls["n"] == 2
+
+
+def test_overloaded_error_event_mid_stream_is_retried(stub: AnthropicStub, client: httpx.Client) -> None:
+    error = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    stub.answer, calls = _turn_calls(
+        lambda n: (
+            Answer([*message(text(0, "par"))[:2], error], headers={"retry-after-ms": "5"})
+            if n == 1
+            else Answer(message(text(0, "whole")))
+        )
+    )
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("please")).json()
+    assert "error" not in reply["info"], reply["info"]
+    assert assistant_text(reply) == "whole"
+    assert calls["n"] == 2
+
+
+def test_unauthorized_is_a_provider_auth_error(stub: AnthropicStub, client: httpx.Client) -> None:
+    body = {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+    stub.answer, calls = _turn_calls(lambda _n: Answer(status=401, body=body))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("x")).json()
+    assert reply["info"]["error"] == {
+        "name": "ProviderAuthError",
+        "data": {"providerID": "anthropic", "message": "invalid x-api-key"},
+    }
+    assert calls["n"] == 1
+
+
+def test_missing_key_names_the_environment_variable(
+    stub: AnthropicStub, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("x")).json()
+    error = reply["info"]["error"]
+    assert error["name"] == "ProviderAuthError" and error["data"]["providerID"] == "anthropic"
+    assert "ANTHROPIC_API_KEY" in error["data"]["message"]
+    assert stub.chat() == []
+
+
+def test_provider_block_sets_key_and_base_url(
+    stub: AnthropicStub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL")
+    options = {"apiKey": "sk-ant-config", "baseURL": stub.url}
+    config = {"model": f"anthropic/{MODEL_ID}", "provider": {"anthropic": {"options": options}}}
+    (project_dir / "opencode.json").write_text(json.dumps(config))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("hi")).json()
+    assert assistant_text(reply) == "Hello there"
+    sent = stub.headers[0]
+    assert sent.get("x-api-key") == "sk-ant-config" or sent.get("authorization") == "Bearer sk-ant-config"
+
+
+def test_max_tokens_stop_is_length(stub: AnthropicStub, client: httpx.Client) -> None:
+    stub.answer = _title_or(lambda _body: Answer(message(text(0, "cut"), stop="max_tokens")))
+    sid = create_session(client)["id"]
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("long")).json()
+    assert reply["parts"][-1]["reason"] == "length"
+
+
+def test_chat_messages_become_content_blocks(database_url: str) -> None:
+    # (no server: ``database_url`` is only here because the module's parametrization names it)
+    from app.providers.anthropic import anthropic_messages
+
+    png = "data:image/png;base64,iVBORw0KGgo="
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": png}}],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": '{"command":"ls"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
+        {"role": "user", "content": "and now?"},
+    ]
+    assert anthropic_messages(messages) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "ls"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"},
+                {"type": "text", "text": "and now?"},
+            ],
+        },
+    ]
