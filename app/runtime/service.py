@@ -30,7 +30,18 @@ from app.settings import Settings
 
 SETTLE_GRACE_SECONDS = 5.0
 # What keeps the questions of other processes listed (a failed tool part ends a dead one).
-QUESTION_EVENTS = ("question.asked", "question.replied", "question.rejected", "message.part.updated")
+# What permission asks and questions asked on other processes are followed by (their own events,
+# and tool parts closing, which end the requests of a process that died).
+FOLLOWED_REQUEST_EVENTS = frozenset(
+    {
+        "permission.asked",
+        "permission.replied",
+        "question.asked",
+        "question.replied",
+        "question.rejected",
+        "message.part.updated",
+    }
+)
 
 
 class Runtime:
@@ -83,9 +94,7 @@ class Runtime:
     def _join_cluster(self, cluster: Cluster) -> None:
         """Answer permission requests and questions asked on any process: follow them from the
         relayed events, and take replies other processes forward here."""
-        watched = self.bus.subscribe(
-            lambda e: e.type in ("permission.asked", "permission.replied") or e.type in QUESTION_EVENTS
-        )
+        watched = self.bus.subscribe(lambda e: e.type in FOLLOWED_REQUEST_EVENTS)
 
         async def follow() -> None:
             try:
@@ -93,10 +102,8 @@ class Runtime:
                     event = await watched.next(3600)
                     if event is None:
                         continue
-                    if event.type in QUESTION_EVENTS:
-                        self.questions.observe(event)
-                    else:
-                        self.permissions.observe(event)
+                    self.questions.observe(event)
+                    self.permissions.observe(event)
             finally:
                 watched.close()
 

@@ -26,6 +26,7 @@ from app.events.log import EventLog
 from app.events.model import Event
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents._definitions import Agents, Rule, config_rules
+from app.runtime.agents._requests import PendingRequests
 from app.runtime.errors import PermissionNotFound
 from app.runtime.payloads import next_event
 from app.store import sql
@@ -80,13 +81,18 @@ class Pending:
     )
 
 
-class Permissions:
+class Permissions(PendingRequests[Pending]):
+    ASKED = "permission.asked"
+    SETTLED = ("permission.replied",)
+
     def __init__(self, log: EventLog, config: ConfigLoader, agents: Agents) -> None:
+        super().__init__()
         self.log = log
         self.config = config
         self.agents = agents
-        self._pending: dict[str, Pending] = {}
-        self._elsewhere: dict[str, dict[str, Any]] = {}  # asked on other processes (cluster)
+
+    def not_found(self, request_id: str) -> Exception:
+        return PermissionNotFound(request_id)
 
     async def rules_for(self, session: dict[str, Any], agent: str | None = None) -> list[Rule]:
         saved = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": session["projectID"]})
@@ -159,32 +165,8 @@ class Permissions:
         self.log.publish(Event(legacy, props, session_id, directory))
         self.log.publish(Event(v2, v2_props, session_id, directory))
 
-    def observe(self, event: Event) -> None:
-        """Follow requests asked on other processes (their relayed events), so that any process
-        of a cluster lists them and takes their replies (``is_local`` tells where to send one)."""
-        props = event.properties
-        if event.type == "permission.asked":
-            self._elsewhere[props["id"]] = props
-        elif event.type == "permission.replied":
-            self._elsewhere.pop(props["requestID"], None)
-
-    def is_local(self, request_id: str) -> bool:
-        return request_id in self._pending
-
-    def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        local = [p.info for p in self._pending.values()]
-        infos = local + [info for rid, info in self._elsewhere.items() if rid not in self._pending]
-        return [info for info in infos if session_id is None or info["sessionID"] == session_id]
-
     def pending_v2(self, session_id: str | None = None) -> list[dict[str, Any]]:
         return [_v2_request(info) for info in self.pending(session_id)]
-
-    def get(self, request_id: str, *, session_id: str | None = None) -> dict[str, Any]:
-        pending = self._pending.get(request_id)
-        info = pending.info if pending is not None else self._elsewhere.get(request_id)
-        if info is None or (session_id is not None and info["sessionID"] != session_id):
-            raise PermissionNotFound(request_id)
-        return info
 
     async def reply(
         self, request_id: str, reply: str, message: str | None = None, *, directory: str | None = None

@@ -17,6 +17,7 @@ from app import ids
 from app.events.log import EventLog
 from app.events.model import Event
 from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.agents._requests import PendingRequests
 from app.runtime.errors import QuestionNotFound
 
 Answers = list[list[str]]
@@ -35,11 +36,16 @@ class _Pending:
     answer: asyncio.Future[Answers | None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-class Questions:
+class Questions(PendingRequests[_Pending]):
+    ASKED = "question.asked"
+    SETTLED = ("question.replied", "question.rejected")
+
     def __init__(self, log: EventLog) -> None:
+        super().__init__()
         self.log = log
-        self._pending: dict[str, _Pending] = {}
-        self._elsewhere: dict[str, dict[str, Any]] = {}  # asked on other processes (cluster)
+
+    def not_found(self, request_id: str) -> Exception:
+        return QuestionNotFound(request_id)
 
     async def ask(
         self,
@@ -97,35 +103,3 @@ class Questions:
         session_id = props.get("sessionID")
         self.log.publish(Event(kind, props, session_id, directory))
         self.log.publish(Event(kind.replace("question.", "question.v2.", 1), dict(props), session_id, directory))
-
-    def observe(self, event: Event) -> None:
-        """Follow questions asked on other processes (their relayed events), so that any process
-        of a cluster lists them and takes their answers (``is_local`` tells where to send one).
-        A question lives only while its tool runs: when the process that asked dies, the one
-        taking its sessions over fails the tool part, and that (durable) update drops it here."""
-        props = event.properties
-        if event.type == "question.asked":
-            self._elsewhere[props["id"]] = props
-        elif event.type in ("question.replied", "question.rejected"):
-            self._elsewhere.pop(props["requestID"], None)
-        elif event.type == "message.part.updated":
-            part = props.get("part") or {}
-            if part.get("type") == "tool" and part.get("state", {}).get("status") in ("completed", "error"):
-                ref = {"messageID": part.get("messageID"), "callID": part.get("callID")}
-                for request_id in [rid for rid, info in self._elsewhere.items() if info.get("tool") == ref]:
-                    del self._elsewhere[request_id]
-
-    def is_local(self, request_id: str) -> bool:
-        return request_id in self._pending
-
-    def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        local = [p.info for p in self._pending.values()]
-        infos = local + [info for rid, info in self._elsewhere.items() if rid not in self._pending]
-        return [info for info in infos if session_id is None or info["sessionID"] == session_id]
-
-    def get(self, request_id: str, *, session_id: str | None = None) -> dict[str, Any]:
-        pending = self._pending.get(request_id)
-        info = pending.info if pending is not None else self._elsewhere.get(request_id)
-        if info is None or (session_id is not None and info["sessionID"] != session_id):
-            raise QuestionNotFound(request_id)
-        return info
