@@ -8,15 +8,20 @@ database on the run's throwaway cluster, see tests/postgres.py)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from app.events.bus import EventBus
+from app.events.log import EventLog
+from app.runtime.tools import FileEdits, TodoStore, ToolServices
 from app.settings import Settings
+from app.store.database import open_database
 from tests.postgres import Cluster, start_cluster
 from tests.servers import ThreadServer, free_port, thread_server
+from tests.tool_harness import Harness
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +82,16 @@ def server(settings: Settings) -> Iterator[ThreadServer]:
 def client(server: ThreadServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30.0) as http:
         yield http
+
+
+@pytest.fixture
+async def tools(tmp_path: Path, database_url: str) -> AsyncIterator[Harness]:
+    """A tool harness on a fresh project directory and database."""
+    root = tmp_path / "project"
+    root.mkdir()
+    db = open_database(database_url)
+    await db.open()
+    log = EventLog(db, EventBus(64))
+    await log.start()
+    yield Harness(root, ToolServices(todos=TodoStore(log), files=FileEdits(log), tasks=None))
+    await db.close()

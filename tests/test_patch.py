@@ -3,31 +3,13 @@ confinement, the edit permission and the errors a model reads."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
-from app.events.bus import EventBus
-from app.events.log import EventLog
 from app.runtime.agents import Denied
-from app.runtime.tools import FileEdits, TodoStore, ToolError, ToolServices, offered_for
-from app.store.database import open_database
-from tests.test_tools import Harness
+from app.runtime.tools import ToolError, offered_for
+from tests.tool_harness import Harness
 
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-async def tools(tmp_path: Path, database_url: str) -> AsyncIterator[Harness]:
-    root = tmp_path / "project"
-    root.mkdir()
-    db = open_database(database_url)
-    await db.open()
-    log = EventLog(db, EventBus(64))
-    await log.start()
-    yield Harness(root, ToolServices(todos=TodoStore(log), files=FileEdits(log), tasks=None))
-    await db.close()
 
 
 def _patch(*body: str) -> str:

@@ -4,56 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from app.events.bus import EventBus
-from app.events.log import EventLog
-from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.abort import Aborted
 from app.runtime.agents import Denied
-from app.runtime.tools import TOOLS, FileEdits, TodoStore, ToolContext, ToolError, ToolServices
-from app.store.database import open_database
+from app.runtime.tools import ToolError
 from tests.helpers import running
-
-
-class Harness:
-    def __init__(self, root: Path, services: ToolServices) -> None:
-        self.root = root
-        self.services = services
-        self.asked: list[tuple[str, list[str]]] = []
-        self.refuse: set[str] = set()
-        self.progress: list[dict[str, Any]] = []
-        self.signal = AbortSignal()
-
-    def context(self) -> ToolContext:
-        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
-            self.asked.append((permission, patterns))
-            if permission in self.refuse:
-                raise Denied
-
-        async def progress(metadata: dict[str, Any]) -> None:
-            self.progress.append(metadata)
-
-        session = {"id": "ses_test", "directory": str(self.root), "projectID": "global"}
-        return ToolContext(session, "msg_test", "call_test", self.signal, ask, progress, self.services)
-
-    async def run(self, name: str, **args: Any) -> Any:
-        return await TOOLS[name].run(self.context(), args)
-
-
-@pytest.fixture
-async def tools(tmp_path: Path, database_url: str) -> AsyncIterator[Harness]:
-    root = tmp_path / "project"
-    root.mkdir()
-    db = open_database(database_url)
-    await db.open()
-    log = EventLog(db, EventBus(64))
-    await log.start()
-    yield Harness(root, ToolServices(todos=TodoStore(log), files=FileEdits(log), tasks=None))
-    await db.close()
+from tests.tool_harness import Harness
 
 
 async def test_read_with_line_ranges(tools: Harness) -> None:
