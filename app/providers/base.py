@@ -52,14 +52,31 @@ class ModelInfo:
 
 @dataclass(slots=True)
 class ChatRequest:
+    """One model call, provider-neutral.
+
+    ``messages`` use OpenAI's chat format. A user message's ``content`` is a string, or a list of
+    parts: ``{"type": "text", "text"}``, ``{"type": "image_url", "image_url": {"url": <data URL>}}``
+    and ``{"type": "file", "file": {"filename", "file_data": <data URL>}}`` (PDFs and other
+    documents); each provider translates them into its own API's blocks.
+
+    ``options`` are the provider options OpenCode passes to the AI SDK, in its camelCase keys
+    (``reasoningEffort``, ``reasoningSummary``, ``textVerbosity``, ``thinking: {type,
+    budgetTokens}``, ...): the provider's and the model's options from opencode.json, then the
+    chosen variant's, then the agent's. A provider uses the keys it knows and ignores the rest.
+    """
+
     model: ModelInfo
     system: list[str]
-    messages: list[dict[str, Any]]  # OpenAI chat format: {"role": ..., "content": ...}
+    messages: list[dict[str, Any]]
     attempt: int = 1
     session_id: str | None = None
     max_tokens: int | None = None
     # Function tools the model may call, in OpenAI's shape: {"type": "function", "function": {...}}.
     tools: list[dict[str, Any]] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    temperature: float | None = None
+    top_p: float | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # extra request headers (model/agent options)
 
     def offers(self, tool: str) -> bool:
         return any(t["function"]["name"] == tool for t in self.tools or [])

@@ -40,7 +40,6 @@ class ModelRef:
         return f"{self.provider_id}/{self.model_id}"
 
 
-# --- model catalog: limits, prices, capabilities (app/providers/models.py) ---
 def _model_info(provider: ProviderConfig, model_id: str) -> ModelInfo:
     """The catalog's description of the model refined by its opencode.json entry; a malformed
     entry raises ``ConfigError``."""
@@ -73,15 +72,10 @@ def env_connected(provider_id: str) -> bool:
     return any(os.environ.get(name) for name in known.get("env", []))
 
 
-# --- end model catalog ---
-
-
 class ProviderRegistry:
     def __init__(self, config: ConfigLoader, credentials: Credentials | None = None) -> None:
         self._config = config
-        # -- credentials (PUT /auth/{providerID}): begin --
         self.credentials = credentials or Credentials(Path(default_data_dir()) / "auth.json")
-        # -- credentials: end --
         self._echo = EchoProvider()
         self._clients: dict[tuple[Any, ...], Provider] = {}
 
@@ -120,10 +114,9 @@ class ProviderRegistry:
         provider = self._configured(directory).get(ref.provider_id)
         if provider is None or (ref.model_id not in provider.models and not catalog.model(provider.id, ref.model_id)):
             raise ModelNotFoundError(ref.provider_id, ref.model_id)
-        # -- credentials: begin -- opencode.json apiKey, else the saved key, else the environment;
+        # opencode.json apiKey, else the saved key, else the environment;
         # read per resolve, so a key saved with PUT /auth is used from the next turn on.
         api_key = self.credentials.key_for(provider.id, provider.api_key, self._env_vars(directory, provider.id))
-        # -- credentials: end --
         key = (provider.id, provider.base_url, api_key, tuple(sorted(provider.headers.items())))
         client = self._clients.get(key)
         if client is None:
@@ -136,7 +129,6 @@ class ProviderRegistry:
             )
         return client, _model_info(provider, ref.model_id)
 
-    # -- credentials: begin --
     def _env_vars(self, directory: str, provider_id: str) -> list[str]:
         """The environment variables a provider's key may come from: ``provider.<id>.env`` in
         opencode.json (as in OpenCode's provider schema), then the catalog's for that provider."""
@@ -145,8 +137,6 @@ class ProviderRegistry:
         configured = [name for name in env if isinstance(name, str)] if isinstance(env, list) else []
         known = (catalog.providers().get(provider_id) or {}).get("env", [])
         return configured + [name for name in known if isinstance(name, str) and name not in configured]
-
-    # -- credentials: end --
 
     # -- native Anthropic (built in: no provider block needed) ------------------------------------
 
