@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Any
 
 from platformdirs import user_data_dir
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def default_data_dir() -> str:
@@ -53,6 +54,16 @@ class Settings(BaseSettings):
     pty_buffer_chars: int = 2 * 1024 * 1024
     # Overrides the user config directory that opencode.json is read from (tests use it).
     config_dir: str | None = None
+    # Browser origins allowed besides the built-in ones (loopback, the desktop app, opencode.ai):
+    # ``--cors ORIGIN`` (repeatable) or OPENSESSION_CORS="https://a.example,https://b.example".
+    cors: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    @field_validator("cors", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        return value
 
     @cached_property
     def data_path(self) -> Path:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from app import __version__
 from app.api import errors, permissions, questions, share
@@ -16,7 +17,7 @@ from app.api.legacy import mcp as legacy_mcp
 from app.api.legacy import meta as legacy_meta
 from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
-from app.api.middleware import BasicAuth, BodyLimit
+from app.api.middleware import ALLOWED_ORIGINS, BasicAuth, BodyLimit
 from app.api.v2 import fs as v2_fs
 from app.api.v2 import meta as v2_meta
 from app.api.v2 import pty as v2_pty
@@ -65,4 +66,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)
+    # Outermost: a preflight is answered before authentication (browsers send it without
+    # credentials), while the real request still needs them.
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=settings.cors,
+        allow_origin_regex=ALLOWED_ORIGINS,
+        allow_methods=["GET", "HEAD", "PUT", "PATCH", "POST", "DELETE"],
+        allow_headers=["*"],
+        max_age=86400,
+    )
     return app

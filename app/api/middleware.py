@@ -90,15 +90,32 @@ def _ticketed_connect(scope: Scope) -> bool:
     return bool(_PTY_CONNECT.match(scope["path"])) and "ticket" in parse_qs(scope.get("query_string", b"").decode())
 
 
+# Browser origins OpenCode's server allows: any loopback port, the desktop app (Electron's
+# oc://renderer, Tauri's origins) and opencode.ai's own web apps.
+ALLOWED_ORIGINS = (
+    r"http://(localhost|127\.0\.0\.1):\d+|oc://renderer.*|tauri://localhost|https?://tauri\.localhost"
+    r"|https://([a-z0-9-]+\.)*opencode\.ai"
+)
+
+_SHARE_PAGE = re.compile(r"^/share/[A-Za-z0-9_-]+(/(data|transcript|event))?$")
+
+
+def _public(scope: Scope) -> bool:
+    """A shared session's page and its data: the unguessable share token is the credential (the
+    point of sharing is that whoever has the link reads it without the server's password)."""
+    return scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and bool(_SHARE_PAGE.match(scope["path"]))
+
+
 class BasicAuth:
-    """Guards HTTP requests and WebSocket handshakes alike (a terminal is a shell)."""
+    """Guards HTTP requests and WebSocket handshakes alike (a terminal is a shell); CORS
+    preflights and shared pages pass (see ``_public``)."""
 
     def __init__(self, app: ASGIApp, username: str, password: str) -> None:
         self.app = app
         self.expected = f"{username}:{password}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
+        if scope["type"] not in ("http", "websocket") or _public(scope) or self._authorized(scope):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":

@@ -1,43 +1,33 @@
-"""The read-only pages of shared sessions: ``/share/:token`` (HTML) and ``/share/:token/data``
-(JSON). Only a valid, unrevoked token reaches a transcript; everything is escaped."""
+"""The read-only pages of shared sessions: ``/share/:token`` (HTML that updates live),
+``/share/:token/data`` (JSON), ``/share/:token/transcript`` (the page's transcript, re-fetched by
+the page on change) and ``/share/:token/event`` (that session's events only, SSE).
+
+The unguessable token is the credential: these routes stay readable when the server has a
+password (see ``BasicAuth``), and only a valid, unrevoked token reaches a transcript."""
 
 from __future__ import annotations
 
-from html import escape
-from typing import Any
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 from starlette.responses import HTMLResponse
 
+from app import ids
 from app.api.deps import RuntimeDep
 from app.api.responses import JSONBody
+from app.api.sse import (
+    REPLAY_BATCH,
+    StreamSpec,
+    control_envelope,
+    event_source,
+    frame,
+    global_position,
+    legacy_envelope,
+)
 
 router = APIRouter(tags=["share"])
 
-_STYLE = (
-    "body{font-family:system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;color:#222}"
-    ".msg{border-left:3px solid #ccc;padding:.25rem .75rem;margin:1rem 0;white-space:pre-wrap}"
-    ".user{border-color:#3b82f6}.assistant{border-color:#10b981}.role{font-size:.8rem;color:#666}"
-    ".reasoning{color:#777;font-style:italic}"
-)
-
-
-def _render(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
-    blocks = []
-    for message in messages:
-        role = message["info"]["role"]
-        texts = [
-            f'<div class="{escape(p["type"])}">{escape(p.get("text", ""))}</div>'
-            for p in message["parts"]
-            if p["type"] in ("text", "reasoning")
-        ]
-        blocks.append(f'<div class="msg {escape(role)}"><div class="role">{escape(role)}</div>{"".join(texts)}</div>')
-    title = escape(session["title"])
-    return (
-        f'<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>'
-        f'<meta name="robots" content="noindex"><style>{_STYLE}</style></head>'
-        f"<body><h1>{title}</h1>{''.join(blocks)}</body></html>"
-    )
+ShareToken = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Share token")]
 
 
 @router.get(
@@ -46,12 +36,49 @@ def _render(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
     response_class=HTMLResponse,
     summary="Read-only page of a shared session",
 )
-async def page(runtime: RuntimeDep, token: str) -> Response:
+async def page(runtime: RuntimeDep, token: ShareToken) -> Response:
     session, messages = await runtime.shares.shared(token)
-    return HTMLResponse(_render(session, messages))
+    from app.api import share_page  # markdown and highlighting load on first use (start-up time)
+
+    return HTMLResponse(share_page.page(session, messages))
+
+
+@router.get(
+    "/share/{token}/transcript",
+    operation_id="share.transcript",
+    response_class=HTMLResponse,
+    summary="The rendered transcript of a shared session (what the page refreshes)",
+)
+async def transcript(runtime: RuntimeDep, token: ShareToken) -> Response:
+    _session, messages = await runtime.shares.shared(token)
+    from app.api import share_page
+
+    return HTMLResponse(share_page.transcript(messages), headers={"Cache-Control": "no-store"})
 
 
 @router.get("/share/{token}/data", operation_id="share.data", summary="A shared session and its messages")
-async def data(runtime: RuntimeDep, token: str) -> Response:
+async def data(runtime: RuntimeDep, token: ShareToken) -> Response:
     session, messages = await runtime.shares.shared(token)
     return JSONBody({"session": session, "messages": messages})
+
+
+def _control(event_type: str, position: int | None = None) -> bytes:
+    return frame(control_envelope(ids.event_id(), event_type), position)
+
+
+@router.get("/share/{token}/event", operation_id="share.event", summary="A shared session's events (SSE)")
+async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
+    """Live events of the shared session only (``{id, type, properties}`` frames, as ``/event``);
+    no replay: the page fetches the transcript when the stream opens."""
+    session, _messages = await runtime.shares.shared(token)
+    session_id = session["id"]
+    spec = StreamSpec(
+        accept=lambda e: e.session_id == session_id and not e.is_next,
+        encode=legacy_envelope,
+        kind="legacy",
+        position=global_position,
+        replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
+        connected=lambda origin: _control("server.connected", origin),
+        heartbeat=lambda: _control("server.heartbeat"),
+    )
+    return event_source(runtime, spec, None)

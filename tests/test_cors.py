@@ -1,0 +1,74 @@
+"""CORS as OpenCode's server answers it: loopback origins on any port, the desktop app's
+origins, opencode.ai's web apps and configured extra origins are allowed; a preflight is answered
+before basic auth, while the real request still needs the password."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from tests.servers import ThreadServer, thread_server
+
+SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+ALLOWED = [
+    "http://localhost:3000",
+    "http://127.0.0.1:5173",
+    "tauri://localhost",
+    "http://tauri.localhost",
+    "https://tauri.localhost",
+    "oc://renderer",
+    "https://opencode.ai",
+    "https://app.opencode.ai",
+    "https://extra.example",  # configured below
+]
+REFUSED = ["https://evil.example", "http://localhost.evil.example", "https://opencode.ai.evil.example", "null"]
+
+
+def _preflight(url: str, origin: str) -> httpx.Response:
+    return httpx.options(
+        f"{url}/session",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,authorization",
+        },
+    )
+
+
+@pytest.fixture
+def guarded(settings: Settings) -> Iterator[ThreadServer]:
+    update = {"password": "s3cret", "cors": ["https://extra.example"]}
+    with thread_server(settings.model_copy(update=update)) as handle:
+        yield handle
+
+
+@SQLITE
+@pytest.mark.parametrize("origin", ALLOWED)
+def test_allowed_origins_pass_preflight_without_credentials(guarded: ThreadServer, origin: str) -> None:
+    answer = _preflight(guarded.url, origin)
+    assert answer.status_code in (200, 204)
+    assert answer.headers["access-control-allow-origin"] == origin
+    assert "POST" in answer.headers["access-control-allow-methods"]
+    assert "authorization" in answer.headers["access-control-allow-headers"].lower()
+    # The real request still needs the password, and carries the CORS header either way.
+    refused = httpx.get(f"{guarded.url}/session", headers={"Origin": origin})
+    assert refused.status_code == 401
+    ok = httpx.get(f"{guarded.url}/session", headers={"Origin": origin}, auth=("opencode", "s3cret"))
+    assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == origin
+
+
+@SQLITE
+@pytest.mark.parametrize("origin", REFUSED)
+def test_other_origins_get_no_cors_headers(guarded: ThreadServer, origin: str) -> None:
+    assert "access-control-allow-origin" not in _preflight(guarded.url, origin).headers
+    answer = httpx.get(f"{guarded.url}/session", headers={"Origin": origin}, auth=("opencode", "s3cret"))
+    assert answer.status_code == 200 and "access-control-allow-origin" not in answer.headers
+
+
+def test_extra_origins_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENSESSION_CORS", "https://a.example, https://b.example")
+    assert Settings().cors == ["https://a.example", "https://b.example"]
