@@ -17,6 +17,7 @@ from app.api.legacy import mcp as legacy_mcp
 from app.api.legacy import meta as legacy_meta
 from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
+from app.api.legacy import tui as legacy_tui
 from app.api.middleware import ALLOWED_ORIGINS, BasicAuth, BodyLimit
 from app.api.v2 import fs as v2_fs
 from app.api.v2 import meta as v2_meta
@@ -55,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(legacy_sessions.router)
     app.include_router(legacy_events.router)
     app.include_router(legacy_files.router)
+    app.include_router(legacy_tui.router)
     app.include_router(v2_sessions.router)
     app.include_router(legacy_pty.router)
     app.include_router(v2_pty.router)

@@ -9,6 +9,7 @@ from contextlib import suppress
 from typing import Any
 
 from app import ids
+from app.clock import now_ms
 from app.config import ConfigError
 from app.events.model import Event
 from app.providers.registry import ModelRef
@@ -77,12 +78,14 @@ class Runtime:
         self.commands = self.turn.commands
         self.terminals = Terminals.build(infra)
         self._background: list[asyncio.Task[None]] = []
+        self.started_ms = 0
 
     async def _drain(self, session_id: str, signal: AbortSignal) -> None:
         """The coordinator's drain (the turn domain is built after the coordinator it reports to)."""
         await self.turn.runner.drain(session_id, signal)
 
     async def start(self) -> None:
+        self.started_ms = now_ms()
         await self.db.open()
         await self.log.start()
         with suppress(ConfigError):  # read now so ignored plugins are named at start;
@@ -134,6 +137,11 @@ class Runtime:
 
     def _publish_instance_event(self, event_type: str, properties: dict[str, Any], directory: str) -> None:
         self.log.publish(Event(event_type, properties, None, directory))
+
+    def publish_tui_event(self, event_type: str, properties: dict[str, Any], directory: str) -> None:
+        """A TUI control event (``tui.prompt.append``, ``tui.command.execute``, ...): live only, to
+        the TUIs attached to ``directory``, never stored."""
+        self._publish_instance_event(event_type, properties, directory)
 
     def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:
         """Announce a status change at once (synchronously, so announcements keep their order)."""

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request
 from starlette.responses import Response
 
 from app import ids
+from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.sse import (
+    HEARTBEAT_COMMENT,
     REPLAY_BATCH,
     StreamSpec,
     control_envelope,
@@ -66,17 +68,27 @@ def _overflow(position: int, *, wrap: bool) -> bytes:
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 
 
+def _stainless_envelope(event: Event) -> bytes:
+    """The 0.x SDKs' event shape (``app/api/stainless.py``); b"" for events they have no type for."""
+    translated = stainless.event(event.type, event.properties)
+    return dumpb({"id": event.id, **translated}) if translated is not None else b""
+
+
 @router.get("/event", operation_id="event.subscribe", summary="Events of one instance directory (SSE)")
-async def subscribe(runtime: RuntimeDep, directory: DirectoryDep, last_event_id: LastEventID = None) -> Response:
+async def subscribe(
+    request: Request, runtime: RuntimeDep, directory: DirectoryDep, last_event_id: LastEventID = None
+) -> Response:
+    old_sdk = stainless.speaks(request)
     spec = StreamSpec(
         accept=lambda e: e.directory == directory and not e.is_next,
-        encode=legacy_envelope,
-        kind="legacy",
+        encode=_stainless_envelope if old_sdk else legacy_envelope,
+        kind="stainless" if old_sdk else "legacy",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),
         connected=lambda origin: _control("server.connected", wrap=False, position=origin),
-        heartbeat=lambda: _control("server.heartbeat", wrap=False),
-        overflow=lambda position: _overflow(position, wrap=False),
+        # 0.x has no heartbeat event: an SSE comment keeps the connection alive all the same.
+        heartbeat=(lambda: HEARTBEAT_COMMENT) if old_sdk else (lambda: _control("server.heartbeat", wrap=False)),
+        overflow=None if old_sdk else (lambda position: _overflow(position, wrap=False)),
     )
     return event_source(runtime, spec, resume_position(last_event_id))
 

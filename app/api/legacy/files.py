@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
+from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 
@@ -17,8 +18,12 @@ PathQuery = Annotated[str, Query(max_length=4096, description="Path relative to 
 
 
 @router.get("/file", operation_id="file.list", summary="List files")
-async def list_files(runtime: RuntimeDep, directory: DirectoryDep, path: PathQuery) -> Response:
-    """Entries of one directory: directories first, ``ignored`` as the ignore files say."""
+async def list_files(request: Request, runtime: RuntimeDep, directory: DirectoryDep, path: PathQuery) -> Response:
+    """Entries of one directory: directories first, ``ignored`` as the ignore files say. For the
+    0.x SDKs (``app/api/stainless.py``) this route read a file: ``{type: "raw", content}``."""
+    if stainless.speaks(request):
+        content = await runtime.workspace.read(directory, path)
+        return JSONBody({"type": "raw", "content": content.get("content", "")})
     return JSONBody([entry.node() for entry in await runtime.workspace.listing(directory, path)])
 
 

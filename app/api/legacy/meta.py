@@ -5,12 +5,14 @@ providers, agents, project) and the empty lists of features not hosted here yet.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
 from app import __version__
+from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
@@ -68,9 +70,12 @@ async def config(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
 
 
 @router.get("/config/providers", operation_id="config.providers")
-async def config_providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def config_providers(request: Request, runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     listed = runtime.registry.catalog(directory)
-    return JSONBody({"providers": listed, "default": _default_choice(runtime, directory, listed)})
+    default = _default_choice(runtime, directory, listed)
+    if stainless.speaks(request):
+        listed = stainless.providers(listed)
+    return JSONBody({"providers": listed, "default": default})
 
 
 @router.get("/provider", operation_id="provider.list")
@@ -83,6 +88,53 @@ async def providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
 @router.get("/agent", operation_id="app.agents")
 async def agents(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody([agent.as_wire() for agent in runtime.agents.all(directory).values()])
+
+
+# -- 0.x routes the Stainless SDKs still call (opencode-ai on PyPI; see app/api/stainless.py) --
+
+
+@router.get("/app", operation_id="app.get", include_in_schema=False)
+async def app_info(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(
+        {
+            "hostname": socket.gethostname(),
+            "git": await project_id(directory) != "global",
+            "path": {
+                "config": str(user_config_directory(runtime.settings.config_dir)),
+                "data": str(runtime.settings.data_path),
+                "root": directory,
+                "cwd": directory,
+                "state": str(runtime.settings.data_path),
+            },
+            "time": {"initialized": runtime.started_ms},
+        }
+    )
+
+
+@router.post("/app/init", operation_id="app.init", include_in_schema=False)
+async def app_init() -> Response:
+    """The instance is initialized on first use here; 0.x clients ask for it explicitly."""
+    return JSONBody(True)
+
+
+@router.get("/mode", operation_id="app.modes", include_in_schema=False)
+async def modes(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    """The primary agents as 0.x modes: the tools an agent denies outright are ``false``."""
+    listed = []
+    for agent in runtime.agents.all(directory).values():
+        if agent.mode == "subagent":
+            continue
+        mode: dict[str, Any] = {
+            "name": agent.name,
+            "tools": {r["permission"]: False for r in agent.rules if r["pattern"] == "*" and r["action"] == "deny"},
+        }
+        if agent.prompt:
+            mode["prompt"] = agent.prompt
+        if agent.model and "/" in agent.model:
+            provider_id, model_id = agent.model.split("/", 1)
+            mode["model"] = {"providerID": provider_id, "modelID": model_id}
+        listed.append(mode)
+    return JSONBody(listed)
 
 
 @router.get("/project/current", operation_id="project.current")

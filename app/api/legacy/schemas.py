@@ -100,6 +100,7 @@ class PromptBody(_Body):
     providerID: str | None = None
     modelID: str | None = None
     agent: str | None = None
+    mode: str | None = None  # 0.x's name for the agent (the Stainless SDKs send it)
     noReply: bool | None = None
     system: str | None = None
     variant: str | None = None
@@ -109,6 +110,7 @@ class PromptBody(_Body):
 
     @model_validator(mode="after")
     def _legacy_model_fields(self) -> PromptBody:
+        self.agent = self.agent or self.mode
         if self.model is None and (self.providerID or self.modelID):
             if not (self.providerID and self.modelID):
                 raise ValueError("providerID and modelID must be given together")

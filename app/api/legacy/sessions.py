@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
+from app.api import stainless
 from app.api.deps import ID_PATTERN, MAX_INT, DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
 from app.api.legacy.schemas import (
     CommandBody,
@@ -168,12 +169,14 @@ async def list_messages(
         before_id = decode_cursor(before)
         if before_id is None:
             raise InvalidCursor
+    encode = stainless.messages_json if stainless.speaks(request) else (lambda raw: raw)
     if limit is None:
-        return Response(raw_messages_json(await runtime.history.raw_messages(sessionID)), media_type="application/json")
+        raw = raw_messages_json(await runtime.history.raw_messages(sessionID))
+        return Response(encode(raw), media_type="application/json")
     page = await runtime.history.raw_messages(sessionID, limit=limit + 1, before=before_id)
     more = len(page) > limit
     page = page[len(page) - limit :] if limit else []
-    response = Response(raw_messages_json(page), media_type="application/json")
+    response = Response(encode(raw_messages_json(page)), media_type="application/json")
     response.headers["Access-Control-Expose-Headers"] = "Link, X-Next-Cursor"
     if more and page:
         cursor = encode_cursor(page[0].id, loads(page[0].info)["time"]["created"])
@@ -190,8 +193,11 @@ async def get_message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: 
 @router.post(
     "/session/{sessionID}/message", operation_id="session.prompt", summary="Send a prompt and wait for the reply"
 )
-async def prompt(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
-    return JSONBody(await runtime.prompt_and_wait(sessionID, _prompt_request(body)))
+async def prompt(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
+    reply = await runtime.prompt_and_wait(sessionID, _prompt_request(body))
+    if stainless.speaks(request):  # 0.x answered the assistant message's info alone
+        return JSONBody(stainless.message_info(reply["info"]))
+    return JSONBody(reply)
 
 
 @router.post(
