@@ -275,3 +275,18 @@ def test_echo_model_takes_text_only_and_says_so(client: httpx.Client) -> None:
         'Echo: what is this?\nERROR: Cannot read "pixel.png" (this model does not support image input). '
         "Inform the user."
     )
+
+
+def test_anthropic_gets_a_note_for_image_types_it_refuses(database_url: str) -> None:
+    # (no server: ``database_url`` is only here because the module's parametrization names it)
+    from app.providers.anthropic import anthropic_messages
+
+    parts = [
+        {"type": "image_url", "image_url": {"url": "data:image/svg+xml,<svg/>"}},
+        {"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}},
+        {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}},
+    ]
+    [user] = anthropic_messages([{"role": "user", "content": parts}])
+    refused = "not sent, the model takes JPEG, PNG, GIF and WebP images]"
+    assert [b.get("text", "").split(": ", 1)[-1] for b in user["content"][:2]] == [refused, refused]
+    assert user["content"][2] == {"type": "image", "source": {"type": "url", "url": "https://example.invalid/a.png"}}

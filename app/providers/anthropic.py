@@ -62,8 +62,9 @@ def _attachment_block(part: dict[str, Any]) -> dict[str, Any] | None:
         url = image.get("url") if isinstance(image, dict) else image
         if not isinstance(url, str):
             return None
-        mime = (split_data_url(url) or ("",))[0]
-        if mime and mime not in _IMAGE_TYPES:
+        parts = split_data_url(url)
+        if url.startswith("data:") and (parts is None or parts[0] not in _IMAGE_TYPES):  # SVG, BMP, ...
+            mime = url[5:].split(",")[0].split(";")[0]
             return {
                 "type": "text",
                 "text": f"[Attached {mime}: not sent, the model takes JPEG, PNG, GIF and WebP images]",

@@ -96,10 +96,8 @@ def _file(part: Part, root: Path, model: ModelInfo) -> list[Part]:
 def user_content(parts: list[Part], directory: str, model: ModelInfo) -> str | list[Part]:
     """A user message's content: its text as one string when it has no files (as before
     attachments existed), else its parts in order with each file expanded."""
-    texts = [p for p in parts if p.get("type") == "text" and not p.get("ignored")]
-    files = [p for p in parts if p.get("type") == "file"]
-    if not files:
-        return "".join(p.get("text", "") for p in texts)
+    if not any(p.get("type") == "file" for p in parts):
+        return "".join(p.get("text", "") for p in parts if p.get("type") == "text" and not p.get("ignored"))
     root = Path(directory).resolve()
     content: list[Part] = []
     for part in parts:
