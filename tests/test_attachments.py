@@ -266,6 +266,24 @@ def test_unreadable_files_become_a_note_and_the_turn_goes_on(
     assert PDF_DATA not in json.dumps(request)
 
 
+def test_image_mentioned_as_text_and_pasted_text_file(
+    openai: OpenAIStub, client: httpx.Client, project_dir: Path
+) -> None:
+    # The TUI's @-mentions say text/plain whatever the file; a PNG still goes as an image.
+    (project_dir / "pixel.png").write_bytes(PNG)
+    pasted = {"mime": "text/plain", "url": "data:text/plain;base64,aGVsbG8=", "filename": "clip.txt"}
+    _ask(client, _prompt("and these?", _project_file(project_dir / "pixel.png", "text/plain"), pasted))
+    [request] = _turns(openai)
+    assert request["messages"][-1]["content"] == [
+        {"type": "text", "text": "and these?"},
+        _read_call(project_dir / "pixel.png"),
+        {"type": "text", "text": "Image read successfully"},
+        {"type": "image_url", "image_url": {"url": PNG_URL}},
+        {"type": "text", "text": 'Called the Read tool with the following input: {"filePath":"clip.txt"}'},
+        {"type": "text", "text": "hello"},
+    ]
+
+
 # -- The offline echo model ----------------------------------------------------------------------
 
 

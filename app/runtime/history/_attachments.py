@@ -24,11 +24,15 @@ from app.runtime.tools import ToolError, attachment, read_path
 from app.runtime.workspace import confine
 
 Part = dict[str, Any]
-DIRECTORY = "application/x-directory"
 
 
 def _text(text: str) -> Part:
     return {"type": "text", "text": text}
+
+
+def _attached(mime: str, filename: str | None) -> Part:
+    """What the model learns of a file it cannot be sent (OpenCode's placeholder wording)."""
+    return _text(f"[Attached {mime}: {filename or 'file'}]")
 
 
 def media(model: ModelInfo, mime: str, url: str, filename: str | None) -> Part:
@@ -38,7 +42,7 @@ def media(model: ModelInfo, mime: str, url: str, filename: str | None) -> Part:
         return _text(refused)
     if is_media(mime) and (url.startswith("data:") or mime.startswith("image/")):
         return content_part(mime, url, filename)
-    return _text(f"[Attached {mime}: {filename or 'file'}]")
+    return _attached(mime, filename)
 
 
 def _read_call(args: dict[str, Any]) -> Part:
@@ -88,7 +92,7 @@ def _file(part: Part, root: Path, model: ModelInfo) -> list[Part]:
         data = decode_data_url(url)
         text = data.decode("utf-8", errors="replace") if data is not None and b"\0" not in data else None
         if text is None:
-            return [_text(f"[Attached {mime}: {filename or 'file'}]")]
+            return [_attached(mime, filename)]
         return [_read_call({"filePath": filename} if filename else {}), _text(text)]
     return [media(model, mime, url, filename)]
 
