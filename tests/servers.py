@@ -181,34 +181,65 @@ class OpenAIStub:
     reply: Reply
 
 
+class StubHandler(BaseHTTPRequestHandler):
+    """What the local provider stubs share: HTTP/1.1, quiet, bodies recorded, errors as JSON,
+    streams as server-sent events."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_args: Any) -> None:
+        return
+
+    def record(self, requests: list[dict[str, Any]], headers: list[dict[str, str]]) -> dict[str, Any]:
+        """The request's JSON body, kept (with its headers) among what the stub received."""
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
+        requests.append(body)
+        headers.append({k.lower(): v for k, v in self.headers.items()})
+        return body
+
+    def answer_error(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for key, value in {"content-type": "application/json", **headers}.items():
+            self.send_header(key, value)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def start_stream(self, headers: dict[str, str] | None = None) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+
+
+@contextmanager
+def stub_server(handler: type[StubHandler]) -> Iterator[str]:
+    """``handler`` serving on 127.0.0.1 in a thread; yields its base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @contextmanager
 def openai_stub(reply: Reply | None = None) -> Iterator[OpenAIStub]:
     stub = OpenAIStub(url="", requests=[], headers=[], reply=reply or (lambda _body: StubReply()))
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_args: Any) -> None:
-            return
-
+    class Handler(StubHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-            stub.requests.append(body)
-            stub.headers.append({k.lower(): v for k, v in self.headers.items()})
+            body = self.record(stub.requests, stub.headers)
             answer = stub.reply(body)
             if answer.status != 200:
-                payload = answer.body.encode()
-                self.send_response(answer.status)
-                for key, value in {"content-type": "application/json", **answer.headers}.items():
-                    self.send_header(key, value)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self.answer_error(answer.status, answer.body.encode(), answer.headers)
                 return
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            self.end_headers()
+            self.start_stream()
 
             def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
                 data: dict[str, Any] = {
@@ -249,13 +280,6 @@ def openai_stub(reply: Reply | None = None) -> Iterator[OpenAIStub]:
             self.wfile.flush()
             self.close_connection = True
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    stub.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with stub_server(Handler) as url:
+        stub.url = f"{url}/v1"
         yield stub
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

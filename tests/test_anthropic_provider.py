@@ -4,158 +4,34 @@ stub on 127.0.0.1 speaking the Messages API's SSE events."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.anthropic_stub import (
+    MODEL_ID,
+    Answer,
+    AnthropicStub,
+    anthropic_stub,
+    message,
+    text,
+    thinking,
+    title_or,
+    tool_use,
+)
 from tests.helpers import assistant_text, create_session, text_prompt
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
-MODEL_ID = "claude-stub-1"
-
-
-@dataclass
-class Answer:
-    """SSE events to stream, or an HTTP error ``status`` with a JSON ``body``."""
-
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    status: int = 200
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class AnthropicStub:
-    url: str = ""
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    answer: Callable[[dict[str, Any]], Answer] = lambda _body: Answer(message(text(0, "Hello", " there")))
-
-    def chat(self) -> list[dict[str, Any]]:
-        """The turn's requests (not the title generator's)."""
-        return [r for r in self.requests if "title generator" not in json.dumps(r.get("system", ""))]
-
-
-def message(*blocks: list[tuple[str, dict[str, Any]]], stop: str = "end_turn") -> list[tuple[str, dict[str, Any]]]:
-    usage = {"input_tokens": 21, "output_tokens": 1, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 7}
-    start = {
-        "type": "message_start",
-        "message": {
-            "id": "msg_stub",
-            "type": "message",
-            "role": "assistant",
-            "model": MODEL_ID,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": usage,
-        },
-    }
-    events: list[tuple[str, dict[str, Any]]] = [("message_start", start), ("ping", {"type": "ping"})]
-    for block in blocks:
-        events += block
-    events.append(
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop, "stop_sequence": None},
-                "usage": {"output_tokens": 9},
-            },
-        )
-    )
-    events.append(("message_stop", {"type": "message_stop"}))
-    return events
-
-
-def _block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    events = [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})]
-    events += [("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
-    return [*events, ("content_block_stop", {"type": "content_block_stop", "index": index})]
-
-
-def text(index: int, *pieces: str) -> list[tuple[str, dict[str, Any]]]:
-    return _block(index, {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in pieces])
-
-
-def thinking(index: int, *pieces: str) -> list[tuple[str, dict[str, Any]]]:
-    deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces]
-    deltas.append({"type": "signature_delta", "signature": "sig-123"})
-    return _block(index, {"type": "thinking", "thinking": "", "signature": ""}, deltas)
-
-
-def tool_use(index: int, call_id: str, name: str, arguments: str) -> list[tuple[str, dict[str, Any]]]:
-    half = len(arguments) // 2
-    deltas = [{"type": "input_json_delta", "partial_json": p} for p in ("", arguments[:half], arguments[half:])]
-    return _block(index, {"type": "tool_use", "id": call_id, "name": name, "input": {}}, deltas)
-
-
-def _serve(stub: AnthropicStub) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_args: Any) -> None:
-            return
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-            stub.requests.append(body)
-            stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-            answer = stub.answer(body)
-            if answer.status != 200:
-                payload = json.dumps(answer.body or {}).encode()
-                self.send_response(answer.status)
-                for key, value in {"content-type": "application/json", **answer.headers}.items():
-                    self.send_header(key, value)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-                return
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            for key, value in answer.headers.items():
-                self.send_header(key, value)
-            self.end_headers()
-            for event, data in answer.events:
-                self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-            self.close_connection = True
-
-    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-
-
-def _title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str, Any]], Answer]:
-    def reply(body: dict[str, Any]) -> Answer:
-        if "title generator" in json.dumps(body.get("system", "")):
-            return Answer(message(text(0, "A title")))
-        return answer(body)
-
-    return reply
-
 
 @pytest.fixture
 def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
-    handle = AnthropicStub()
-    httpd = _serve(handle)
-    httpd.daemon_threads = True
-    handle.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", handle.url)
-    (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
-    try:
+    with anthropic_stub(monkeypatch) as handle:
+        (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
         yield handle
-    finally:
-        httpd.shutdown()
 
 
 def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client: httpx.Client) -> None:
@@ -194,7 +70,7 @@ def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
             )
         )
 
-    stub.answer = _title_or(answer)
+    stub.answer = title_or(answer)
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("what does hello.txt say?")).json()
     assert assistant_text(reply) == "The file says hello."
@@ -223,7 +99,7 @@ def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
 
 
 def test_thinking_becomes_reasoning_parts(stub: AnthropicStub, client: httpx.Client) -> None:
-    stub.answer = _title_or(lambda _body: Answer(message(thinking(0, "Let me ", "think."), text(1, "Done."))))
+    stub.answer = title_or(lambda _body: Answer(message(thinking(0, "Let me ", "think."), text(1, "Done."))))
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("think")).json()
     assert [p["type"] for p in reply["parts"]] == ["step-start", "reasoning", "text", "step-finish"]
@@ -238,7 +114,7 @@ def _turn_calls(answer: Callable[[int], Answer]) -> tuple[Callable[[dict[str, An
         calls["n"] += 1
         return answer(calls["n"])
 
-    return _title_or(reply), calls
+    return title_or(reply), calls
 
 
 def test_overloaded_529_is_retried_then_answered(stub: AnthropicStub, client: httpx.Client) -> None:
@@ -313,7 +189,7 @@ def test_provider_block_sets_key_and_base_url(
 
 
 def test_max_tokens_stop_is_length(stub: AnthropicStub, client: httpx.Client) -> None:
-    stub.answer = _title_or(lambda _body: Answer(message(text(0, "cut"), stop="max_tokens")))
+    stub.answer = title_or(lambda _body: Answer(message(text(0, "cut"), stop="max_tokens")))
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("long")).json()
     assert reply["parts"][-1]["reason"] == "length"

@@ -3,8 +3,8 @@
 The SDK is imported when the first request is made, never when the server starts (start-up time is
 measured). Our requests carry OpenAI-shaped chat messages; they are translated here into
 Anthropic's content blocks (``tool_use`` in assistant turns, ``tool_result`` in user turns, images
-from data URLs), and the SSE events (``message_start``, ``content_block_*``, ``message_delta``)
-are turned back into provider events.
+and PDF documents in user turns and tool results), and the SSE events (``message_start``,
+``content_block_*``, ``message_delta``) are turned back into provider events.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from app.providers.base import (
     ToolInputStart,
     Usage,
 )
+from app.providers.media import split_data_url
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 
@@ -42,28 +43,59 @@ _OVERFLOW = re.compile(r"prompt is too long|context window|context length|too ma
 _HEADERS_KEPT = ("retry-after", "retry-after-ms", "request-id", "x-request-id")
 _RETRYABLE_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
 _THINKING_KEPT = 1024
-_DATA_URL = re.compile(r"^data:([^;,]+);base64,(.*)$", re.S)
+_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # what the API accepts
 
 
-def _image_block(url: str) -> dict[str, Any]:
-    match = _DATA_URL.match(url)
-    if match:
-        return {"type": "image", "source": {"type": "base64", "media_type": match.group(1), "data": match.group(2)}}
-    return {"type": "image", "source": {"type": "url", "url": url}}
+def _source(url: str, media_type: str | None = None) -> dict[str, Any]:
+    """A block's ``source``: base64 from a data URL, else the URL itself (the API fetches it)."""
+    parts = split_data_url(url)
+    if parts is not None:
+        return {"type": "base64", "media_type": media_type or parts[0], "data": parts[1]}
+    return {"type": "url", "url": url}
+
+
+def _attachment_block(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An ``image_url`` or ``file`` content part as an image or document block; a type the API
+    does not take becomes a text note instead of a rejected request."""
+    if part.get("type") == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        if not isinstance(url, str):
+            return None
+        parts = split_data_url(url)
+        if url.startswith("data:") and (parts is None or parts[0] not in _IMAGE_TYPES):  # SVG, BMP, ...
+            mime = url[5:].split(",")[0].split(";")[0]
+            return {
+                "type": "text",
+                "text": f"[Attached {mime}: not sent, the model takes JPEG, PNG, GIF and WebP images]",
+            }
+        return {"type": "image", "source": _source(url)}
+    document = part.get("file")
+    if not isinstance(document, dict) or not isinstance(document.get("file_data"), str):
+        return None
+    url, name = document["file_data"], document.get("filename")
+    mime = (split_data_url(url) or ("application/pdf",))[0]
+    if mime != "application/pdf":
+        return {"type": "text", "text": f"[Attached {mime}: {name or 'file'}, not sent, the model takes PDF documents]"}
+    block: dict[str, Any] = {"type": "document", "source": _source(url, "application/pdf")}
+    if name:
+        block["title"] = name
+    return block
 
 
 def _user_blocks(content: Any) -> list[dict[str, Any]]:
+    """A user message's (or tool result's) content as blocks: text, images, PDF documents."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     blocks: list[dict[str, Any]] = []
     for part in content or []:
-        if part.get("type") == "text" and part.get("text"):
-            blocks.append({"type": "text", "text": part["text"]})
-        elif part.get("type") == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            if isinstance(url, str):
-                blocks.append(_image_block(url))
+        if part.get("type") == "text":
+            if part.get("text"):
+                blocks.append({"type": "text", "text": part["text"]})
+        elif part.get("type") in ("image_url", "file"):
+            block = _attachment_block(part)
+            if block is not None:
+                blocks.append(block)
     return blocks
 
 
@@ -124,7 +156,7 @@ def anthropic_messages(
                     {
                         "type": "tool_result",
                         "tool_use_id": message.get("tool_call_id", ""),
-                        "content": content if isinstance(content, str) else json.dumps(content),
+                        "content": content if isinstance(content, str) else _user_blocks(content),
                     }
                 ],
             )

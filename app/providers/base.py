@@ -57,7 +57,11 @@ class ChatRequest:
     ``messages`` use OpenAI's chat format. A user message's ``content`` is a string, or a list of
     parts: ``{"type": "text", "text"}``, ``{"type": "image_url", "image_url": {"url": <data URL>}}``
     and ``{"type": "file", "file": {"filename", "file_data": <data URL>}}`` (PDFs and other
-    documents); each provider translates them into its own API's blocks.
+    documents); each provider translates them into its own API's blocks. A ``tool`` message's
+    ``content`` is a string, or, when the tool attached images or PDFs, a list of such parts (its
+    output first): a provider whose API takes no media in tool results sends them after the
+    results in a user message (``media.TOOL_ATTACHMENTS_PROMPT``). Parts a model cannot take
+    (``ModelInfo.modalities_input``) were already replaced by text (``media.refusal``).
 
     ``options`` are the provider options OpenCode passes to the AI SDK, in its camelCase keys
     (``reasoningEffort``, ``reasoningSummary``, ``textVerbosity``, ``thinking: {type,

@@ -1,7 +1,9 @@
 """``opensession/echo``: the built-in offline model.
 
 It answers ``Echo: <last user text>`` in several deltas, deterministically, so tests and demos need
-no network. Directives anywhere in the last user text change its behaviour:
+no network. It takes text only: an image or PDF reaches it as OpenCode's error text for models
+without that input, and is echoed with the rest. Directives anywhere in the last user text change
+its behaviour:
 
 - ``SLOW:<seconds>``   wait that long before each delta (abort and crash tests)
 - ``REASON``           stream three reasoning deltas before the text

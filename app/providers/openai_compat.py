@@ -22,6 +22,7 @@ from app.providers.base import (
     ToolInputStart,
     Usage,
 )
+from app.providers.media import TOOL_ATTACHMENTS_PROMPT
 
 _FINISH = {
     "stop": "stop",
@@ -71,6 +72,30 @@ def _error_from_response(provider_id: str, status: int, body: str, headers: http
     )
 
 
+def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Our messages as chat completions takes them. Their user content parts already have its
+    shape; a tool message's content must be text, so the images and PDFs a tool attached follow
+    the calls' results in a user message (as OpenCode does for OpenAI-compatible APIs)."""
+    result: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if pending:
+            result.append({"role": "user", "content": [{"type": "text", "text": TOOL_ATTACHMENTS_PROMPT}, *pending]})
+            pending.clear()
+
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") != "tool":
+            flush()
+        elif isinstance(content, list):
+            pending.extend(p for p in content if p.get("type") != "text")
+            message = {**message, "content": "\n".join(p["text"] for p in content if p.get("type") == "text")}
+        result.append(message)
+    flush()
+    return result
+
+
 class OpenAICompatibleProvider:
     def __init__(self, provider_id: str, base_url: str, api_key: str | None, headers: dict[str, str]) -> None:
         self.id = provider_id
@@ -84,7 +109,7 @@ class OpenAICompatibleProvider:
         system = [{"role": "system", "content": text} for text in request.system if text]
         body: dict[str, Any] = {
             "model": request.model.model_id,
-            "messages": system + request.messages,
+            "messages": system + chat_messages(request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
         }

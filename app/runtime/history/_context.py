@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.jsonutil import dumps
+from app.providers.base import ModelInfo
+from app.runtime.history._attachments import tool_content, user_content
 from app.store.queries import MessageWithParts
 
 BASE_SYSTEM_PROMPT = (
@@ -30,18 +32,32 @@ def tool_result(part: dict[str, Any]) -> str:
     return "Error: Tool execution aborted"
 
 
-def chat_messages(history: list[MessageWithParts], queued_user_ids: set[str]) -> list[dict[str, Any]]:
+def _tool_message(part: dict[str, Any], model: ModelInfo) -> dict[str, Any]:
+    state = part["state"]
+    attachments = (state.get("attachments") or []) if state["status"] == "completed" else []
+    return {
+        "role": "tool",
+        "tool_call_id": part["callID"],
+        "content": tool_content(tool_result(part), attachments, model),
+    }
+
+
+def chat_messages(
+    history: list[MessageWithParts], queued_user_ids: set[str], model: ModelInfo, directory: str
+) -> list[dict[str, Any]]:
     """OpenAI chat messages: tool calls become an assistant ``tool_calls`` entry followed by one
-    ``tool`` message per call, with its result."""
+    ``tool`` message per call, with its result. Files (the user's, and tools' attachments) become
+    content parts for ``model``, project files read from ``directory`` (blocking: run it in a
+    thread)."""
     result: list[dict[str, Any]] = []
     for message in history:
         info = message["info"]
         if info["role"] == "user" and info["id"] in queued_user_ids:
             continue
-        text = _text(message["parts"])
         if info["role"] == "user":
-            result.append({"role": "user", "content": text})
+            result.append({"role": "user", "content": user_content(message["parts"], directory, model)})
             continue
+        text = _text(message["parts"])
         calls = [p for p in message["parts"] if p["type"] == "tool"]
         if not calls:
             if text:
@@ -61,7 +77,7 @@ def chat_messages(history: list[MessageWithParts], queued_user_ids: set[str]) ->
                 ],
             }
         )
-        result += [{"role": "tool", "tool_call_id": p["callID"], "content": tool_result(p)} for p in calls]
+        result += [_tool_message(p, model) for p in calls]
     return result
 
 

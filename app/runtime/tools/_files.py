@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import mimetypes
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.providers.media import data_url, is_media
 from app.runtime.errors import RuntimeFailure
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
 from app.runtime.tools._paths import relative, resolve
@@ -19,6 +21,7 @@ T = TypeVar("T")
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
 MAX_RESULTS = 100
+MAX_ATTACHMENT_BYTES = 10 * 1024 * 1024  # an image or PDF read or attached
 
 
 def read_text(path: Path) -> str:
@@ -28,9 +31,60 @@ def read_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def attachment(path: Path, mime: str) -> dict[str, Any]:
+    """``path`` as a file part with a data URL (how images and PDFs reach the model), refused
+    beyond ``MAX_ATTACHMENT_BYTES``."""
+    size = path.stat().st_size
+    if size > MAX_ATTACHMENT_BYTES:
+        raise ToolError(
+            f"File is too large to attach ({size} bytes, the limit is {MAX_ATTACHMENT_BYTES >> 20} MB): {path}"
+        )
+    return {"type": "file", "mime": mime, "url": data_url(mime, path.read_bytes())}
+
+
+def _media_type(path: Path) -> str | None:
+    """The type of an image or PDF the read tool returns as an attachment (SVG is text)."""
+    mime = mimetypes.guess_type(path.name)[0] or ""
+    return mime if is_media(mime) and mime != "image/svg+xml" else None
+
+
+def read_path(path: Path, offset: int = 1, limit: int = DEFAULT_READ_LINES) -> ToolResult:
+    """What reading ``path`` shows the model: a directory's entries, an image or PDF as an
+    attachment (as OpenCode's read tool), else the numbered lines from ``offset``. Blocking; also
+    used for files attached to a prompt. The title is left to the caller."""
+    if path.is_dir():
+        entries = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+        return ToolResult(
+            f"<path>{path}</path>\n<type>directory</type>\n<entries>\n" + "\n".join(entries) + "\n</entries>"
+        )
+    if not path.exists():
+        raise ToolError(f"File not found: {path}")
+    mime = _media_type(path)
+    if mime is not None:
+        message = f"{'PDF' if mime == 'application/pdf' else 'Image'} read successfully"
+        return ToolResult(
+            message, metadata={"preview": message, "truncated": False}, attachments=[attachment(path, mime)]
+        )
+    lines = read_text(path).splitlines()
+    chosen = lines[offset - 1 : offset - 1 + limit]
+    numbered = "\n".join(f"{offset + i}: {line[:MAX_LINE_CHARS]}" for i, line in enumerate(chosen))
+    last = offset - 1 + len(chosen)
+    more = last < len(lines)
+    tail = (
+        f"(File has more lines. Use offset={last + 1} to read on)"
+        if more
+        else f"(End of file - total {len(lines)} lines)"
+    )
+    output = f"<path>{path}</path>\n<type>file</type>\n<content>\n{numbered}\n\n{tail}\n</content>"
+    return ToolResult(output, metadata={"preview": "\n".join(chosen[:20]), "truncated": more})
+
+
 class Read:
     name = "read"
-    description = "Read a file (or list a directory). Lines are numbered; use offset/limit for long files."
+    description = (
+        "Read a file (or list a directory). Lines are numbered; use offset/limit for long files. "
+        "Images and PDFs are returned as attachments."
+    )
     parameters = schema(
         {
             "filePath": {"type": "string", "description": "Path of the file, relative to the project or absolute"},
@@ -43,32 +97,11 @@ class Read:
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         path = await resolve(ctx, require(args, "filePath"))
         await ctx.ask("read", [relative(path, ctx.directory.resolve())], ["*"], {"filepath": str(path)})
-        if path.is_dir():
-            entries = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
-            return ToolResult(
-                f"<path>{path}</path>\n<type>directory</type>\n<entries>\n" + "\n".join(entries) + "\n</entries>",
-                title=relative(path, ctx.directory.resolve()),
-            )
-        if not path.exists():
-            raise ToolError(f"File not found: {path}")
-        lines = (await asyncio.to_thread(read_text, path)).splitlines()
         offset = max(1, int(args.get("offset") or 1))
         limit = max(1, int(args.get("limit") or DEFAULT_READ_LINES))
-        chosen = lines[offset - 1 : offset - 1 + limit]
-        numbered = "\n".join(f"{offset + i}: {line[:MAX_LINE_CHARS]}" for i, line in enumerate(chosen))
-        last = offset - 1 + len(chosen)
-        more = last < len(lines)
-        tail = (
-            f"(File has more lines. Use offset={last + 1} to read on)"
-            if more
-            else f"(End of file - total {len(lines)} lines)"
-        )
-        output = f"<path>{path}</path>\n<type>file</type>\n<content>\n{numbered}\n\n{tail}\n</content>"
-        return ToolResult(
-            output,
-            title=relative(path, ctx.directory.resolve()),
-            metadata={"preview": "\n".join(chosen[:20]), "truncated": more},
-        )
+        result = await asyncio.to_thread(read_path, path, offset, limit)
+        result.title = relative(path, ctx.directory.resolve())
+        return result
 
 
 def unified_patch(name: str, before: str, after: str) -> str:

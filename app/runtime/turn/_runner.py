@@ -21,6 +21,7 @@ shutdown settles nothing, so the next start recovers the work.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +73,10 @@ MAX_STEPS_PER_TURN = 25  # the last step is offered no tools, so a runaway tool 
 
 
 def _first_user_text(request: ChatRequest) -> str:
-    return next((m["content"] for m in request.messages if m["role"] == "user" and isinstance(m["content"], str)), "")
+    first = next((m["content"] for m in request.messages if m["role"] == "user"), "")
+    if isinstance(first, list):  # with attachments: its text parts
+        return "\n".join(p["text"] for p in first if p.get("type") == "text")
+    return str(first or "")
 
 
 def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
@@ -258,7 +262,9 @@ class Runner:
                 system=system + await self._skills_prompt(session, agent, tools),
                 # Prompts admitted but still waiting (read now: more may have arrived) are not
                 # shown to the model yet.
-                messages=chat_messages(tail, await self.infra.queries.waiting_user_ids(session_id)),
+                messages=await asyncio.to_thread(
+                    chat_messages, tail, await self.infra.queries.waiting_user_ids(session_id), model, directory
+                ),
                 session_id=session_id,
                 tools=tools,
             )

@@ -25,7 +25,7 @@ from app.runtime.workspace._paths import confine
 from app.runtime.workspace._ripgrep import Match
 from app.runtime.workspace._watcher import Publish, Watcher
 
-__all__ = ["Match", "Workspace"]
+__all__ = ["Match", "Workspace", "confine"]
 
 FIND_TEXT_LIMIT = 10  # OpenCode's /find answers at most ten matches
 FIND_FILES_LIMIT = 10
