@@ -155,6 +155,16 @@ class Admission:
             raise InvalidInput(f"{exc}. Configure it in opencode.json or choose another model.") from exc
         return ref
 
+    def variant_for(self, directory: str, agent: str, ref: ModelRef, requested: str | None) -> str | None:
+        """The prompt's variant, else the agent's (``agent.<name>.variant``) when the prompt uses
+        the agent's own model and that model has the variant, as OpenCode picks it. Validates the
+        agent's model settings first, so a malformed one fails the prompt with a 400."""
+        found = self.agents.get(directory, agent)
+        default = found.tuning().variant
+        if requested or not default or found.model != str(ref):
+            return requested
+        return default if default in self.registry.resolve(directory, ref)[1].variants else None
+
     async def admit(self, session_id: str, request: PromptRequest) -> Admitted:
         if request.delivery not in DELIVERIES:
             raise InvalidInput(f"delivery must be one of {DELIVERIES}")
@@ -167,6 +177,7 @@ class Admission:
         session = await self.sessions.get(session_id)
         agent = request.agent or session.get("agent") or DEFAULT_AGENT
         ref = self.model_for(session, request.model, request.agent)
+        variant = self.variant_for(session["directory"], agent, ref, request.variant)
         message_id = request.message_id or ids.message_id()
         canonical = request.canonical()
         directory = session["directory"]
@@ -178,7 +189,7 @@ class Admission:
             "system": request.system,
             "tools": request.tools,
             "model": {"providerID": ref.provider_id, "modelID": ref.model_id}
-            | ({"variant": request.variant} if request.variant else {}),
+            | ({"variant": variant} if variant else {}),
             "prompt": view,
             "parts": request.parts,
             "deferred": request.deferred,
@@ -210,7 +221,7 @@ class Admission:
                 s["model"] = {
                     "id": ref.model_id,
                     "providerID": ref.provider_id,
-                    "variant": request.variant or "default",
+                    "variant": variant or "default",
                 }
 
             await self.sessions.mutate(tx, session_id, remember_choice)
