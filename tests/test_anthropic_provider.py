@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -141,8 +142,9 @@ def _title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str,
     return reply
 
 
-@pytest.fixture
-def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+@contextmanager
+def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+    """A running stub that the built-in provider reaches (its URL and a key in the environment)."""
     handle = AnthropicStub()
     httpd = _serve(handle)
     httpd.daemon_threads = True
@@ -151,11 +153,17 @@ def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Anthrop
     thread.start()
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", handle.url)
-    (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
     try:
         yield handle
     finally:
         httpd.shutdown()
+
+
+@pytest.fixture
+def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+    with anthropic_stub(monkeypatch) as handle:
+        (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
+        yield handle
 
 
 def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client: httpx.Client) -> None:

@@ -226,7 +226,8 @@ class AnthropicProvider:
     def _body(self, request: ChatRequest) -> dict[str, Any]:
         """The Messages API body, with the call's options as the AI SDK's Anthropic provider sends
         them: ``thinking`` with its budget added to ``max_tokens`` (which counts thinking too) and
-        no temperature or top_p (the API refuses them with thinking on)."""
+        no temperature or top_p (the API refuses them with thinking on). Keyword arguments of
+        ``messages.create``."""
         budget = thinking_budget(request.options)
         body: dict[str, Any] = {
             "model": request.model.model_id,
@@ -242,8 +243,9 @@ class AnthropicProvider:
                 body["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
         if budget:
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        else:
-            body |= {k: v for k, v in (("temperature", request.temperature), ("top_p", request.top_p)) if v is not None}
+        else:  # the SDK's signature no longer names them; the API still takes them
+            if request.sampling():
+                body["extra_body"] = request.sampling()
         return body
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:

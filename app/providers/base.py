@@ -87,6 +87,10 @@ class ChatRequest:
     top_p: float | None = None
     headers: dict[str, str] = field(default_factory=dict)  # extra request headers (model/agent options)
 
+    def sampling(self) -> dict[str, float]:
+        """``temperature`` and ``top_p`` as body fields, those that are set."""
+        return {k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p)) if v is not None}
+
     def offers(self, tool: str) -> bool:
         return any(t["function"]["name"] == tool for t in self.tools or [])
 

@@ -59,7 +59,7 @@ def option_fields(request: ChatRequest) -> dict[str, Any]:
     if request.max_tokens:
         fields["max_completion_tokens" if reasoning else "max_tokens"] = request.max_tokens
     if not reasoning:
-        fields |= {k: v for k, v in (("temperature", request.temperature), ("top_p", request.top_p)) if v is not None}
+        fields |= request.sampling()
     renamed = _OPENAI_KEYS if openai else _COMPATIBLE_KEYS
     for key, value in request.options.items():
         if key in renamed:
