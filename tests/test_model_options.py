@@ -98,6 +98,28 @@ def test_agent_settings_override_the_model(stub: OpenAIStub, client: httpx.Clien
     assert agent["options"] == {"textVerbosity": "low", "seed": 9}
 
 
+def test_variant_from_a_command_a_v2_session_and_the_agent(
+    stub: OpenAIStub, client: httpx.Client, project_dir: Path
+) -> None:
+    agents = AGENTS | {"deep": {"model": f"local/{MODEL}", "variant": "high"}}
+    commands = {"ask": {"template": "Answer $ARGUMENTS"}}
+    config = {"model": f"local/{MODEL}", "provider": {"local": _local(stub.url)}, "agent": agents, "command": commands}
+    _write(project_dir, config)
+    sid = create_session(client)["id"]
+    command = {"command": "ask", "arguments": "this", "variant": "fast"}
+    reply = client.post(f"/session/{sid}/command", json=command).json()
+    assert reply["info"]["variant"] == "fast" and _turns(stub)[-1]["reasoning_effort"] == "minimal"
+    client.post(f"/session/{sid}/message", json=text_prompt("hi", agent="deep"))  # the agent's own variant
+    assert _turns(stub)[-1]["chat_template_kwargs"] == {"depth": 3}
+
+    v2 = client.post("/api/session", json={}).json()["data"]["id"]
+    switched = {"model": {"id": MODEL, "providerID": "local", "variant": "fast"}}
+    assert client.post(f"/api/session/{v2}/model", json=switched).status_code == 204
+    assert client.post(f"/api/session/{v2}/prompt", json={"prompt": {"text": "hi"}}).status_code == 200
+    assert client.post(f"/api/session/{v2}/wait").status_code == 204
+    assert _turns(stub)[-1]["reasoning_effort"] == "minimal"
+
+
 def test_variants_are_listed(stub: OpenAIStub, client: httpx.Client) -> None:
     expected = {
         "medium": {"reasoningEffort": "medium"},

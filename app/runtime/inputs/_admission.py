@@ -177,7 +177,12 @@ class Admission:
         session = await self.sessions.get(session_id)
         agent = request.agent or session.get("agent") or DEFAULT_AGENT
         ref = self.model_for(session, request.model, request.agent)
-        variant = self.variant_for(session["directory"], agent, ref, request.variant)
+        requested = request.variant
+        if requested is None and request.deferred and request.model is None and session.get("model"):
+            # A V2 prompt names no model: it uses the session's, with the variant chosen with it.
+            chosen = session["model"].get("variant")
+            requested = chosen if chosen != "default" else None
+        variant = self.variant_for(session["directory"], agent, ref, requested)
         message_id = request.message_id or ids.message_id()
         canonical = request.canonical()
         directory = session["directory"]
