@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.helpers import assistant_text, create_session, text_prompt
-from tests.servers import OpenAIStub, openai_stub
+from tests.servers import OpenAIStub, StubReply, openai_stub
 from tests.test_anthropic_provider import Answer, AnthropicStub, _title_or, anthropic_stub, message, text, thinking
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -173,6 +173,22 @@ def test_malformed_provider_options_name_the_provider(
     answer = client.post(f"/session/{sid}/message", json=text_prompt("hi"))
     assert answer.status_code == 400 and "provider.local.options.headers" in answer.json()["data"]["message"]
     assert client.get("/config/providers").status_code == 400
+
+
+def test_setting_broken_after_admission_fails_the_turn_with_a_named_error(
+    stub: OpenAIStub, client: httpx.Client, project_dir: Path
+) -> None:
+    stub.reply = lambda _body: StubReply(delay=0.2)
+    sid = create_session(client)["id"]
+    assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("first")).status_code == 204
+    assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("second")).status_code == 204
+    broken = {"model": f"local/{MODEL}", "provider": {"local": _local(stub.url)}, "agent": {"build": {"top_p": "x"}}}
+    _write(project_dir, broken)
+    assert client.post(f"/api/session/{sid}/wait").status_code == 204
+    last = client.get(f"/session/{sid}/message").json()[-1]["info"]
+    assert last["role"] == "assistant" and last["error"]["name"] == "UnknownError"
+    assert "agent.build.top_p" in last["error"]["data"]["message"]
+    assert client.get("/global/health").json()["healthy"] is True
 
 
 # --- Anthropic ---
