@@ -85,6 +85,16 @@ def test_model_options_and_chosen_variant_reach_the_body(stub: OpenAIStub, clien
     assert client.get(f"/session/{sid}").json()["model"]["variant"] == "high"
 
 
+@pytest.mark.parametrize("limit, expected", [({"context": 8_000, "output": 2_000}, 2_000), (None, 32_000)])
+def test_max_tokens_is_the_model_limit_or_opencodes_default(
+    stub: OpenAIStub, client: httpx.Client, project_dir: Path, limit: dict[str, int] | None, expected: int
+) -> None:
+    _write(project_dir, {"model": f"local/{MODEL}", "provider": {"local": _local(stub.url, limit=limit)}})
+    sid = create_session(client)["id"]
+    client.post(f"/session/{sid}/message", json=text_prompt("hi"))
+    assert _turns(stub)[0]["max_tokens"] == expected
+
+
 def test_agent_settings_override_the_model(stub: OpenAIStub, client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("hi", agent="careful", variant="fast")).json()

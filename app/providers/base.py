@@ -47,6 +47,9 @@ class ModelInfo:
     # The AI SDK package OpenCode would call the model with: decides its generated variants and
     # how options are spelled on the wire.
     npm: str = "@ai-sdk/openai-compatible"
+    # False when neither opencode.json nor the catalog gives the output limit (``output_limit`` is
+    # then a guess, and a call may ask for as many tokens as OpenCode would).
+    output_known: bool = True
     options: Mapping[str, Any] = field(default_factory=dict)  # provider.<id>.models.<id>.options
     headers: Mapping[str, str] = field(default_factory=dict)  # provider.<id>.models.<id>.headers
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # generated, then configured

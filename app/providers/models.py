@@ -149,7 +149,7 @@ def model_info(
         return str(_first(fields.text(key) if fields else None, known.get(key), default))
 
     context = _first(fields.number(limit, "limit", "context") if fields else None, known_limit.get("context"), 128_000)
-    output = _first(fields.number(limit, "limit", "output") if fields else None, known_limit.get("output"), 4_096)
+    output = _first(fields.number(limit, "limit", "output") if fields else None, known_limit.get("output"))
     name = (fields.text("name") if fields else None) or (model_id if api_id != model_id else None)
     known_modalities = known.get("modalities") or {}
     info = ModelInfo(
@@ -157,7 +157,8 @@ def model_info(
         model_id=api_id,
         name=name or known.get("name") or model_id,
         context_limit=int(context),
-        output_limit=int(output),
+        output_limit=int(output if output is not None else 4_096),
+        output_known=output is not None,
         cost_input=prices.input,
         cost_output=prices.output,
         cost_cache_read=prices.cache_read,

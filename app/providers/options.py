@@ -175,9 +175,10 @@ def thinking_budget(options: Mapping[str, Any]) -> int:
 
 
 def max_output_tokens(model: ModelInfo, options: Mapping[str, Any]) -> int:
-    """Text tokens a call may produce: the model's limit, at most 32k. With Anthropic thinking
-    the budget is added on top in the request, so text plus thinking must fit the model's cap."""
-    cap = model.output_limit or OUTPUT_TOKEN_MAX
+    """Text tokens a call may produce: the model's limit (32k when unknown, as OpenCode asks),
+    at most 32k. With Anthropic thinking the budget is added on top in the request, so text plus
+    thinking must fit the model's cap."""
+    cap = (model.output_limit if model.output_known else 0) or OUTPUT_TOKEN_MAX
     standard = min(cap, OUTPUT_TOKEN_MAX)
     budget = thinking_budget(options) if model.npm == ANTHROPIC_PACKAGE else 0
     if budget and budget + standard > cap:
