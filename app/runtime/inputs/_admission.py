@@ -104,12 +104,14 @@ def user_message_info(session_id: str, message_id: str, stored: dict[str, Any], 
     return info
 
 
-def compaction_request(reason: str, model: ModelRef | None) -> PromptRequest:
+def compaction_request(reason: str, model: ModelRef | None, variant: str | None = None) -> PromptRequest:
     """A request to summarize the history: a user message with a compaction part, as OpenCode
-    records it. Automatic ones steer (they run at the next step boundary, before queued work)."""
+    records it (with the model and variant of the turn it follows). Automatic ones steer (they run
+    at the next step boundary, before queued work)."""
     return PromptRequest(
         parts=[{"type": "compaction", "auto": reason == "auto"}],
         model=model,
+        variant=variant,
         delivery="steer" if reason == "auto" else "queue",
         compaction=reason,
         view={"text": ""},

@@ -307,7 +307,7 @@ class Runner:
         if snapshot is None:
             self.titles.schedule(session, _first_user_text(request), provider, model)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
-                await self.inputs.admission.admit(session_id, compaction_request("auto", ref))
+                await self.inputs.admission.admit(session_id, compaction_request("auto", ref, variant))
         return more
 
     @property
