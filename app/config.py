@@ -63,6 +63,9 @@ class ProviderConfig:
     api_key: str | None
     models: dict[str, dict[str, Any]]
     headers: dict[str, str] = field(default_factory=dict)
+    # ``provider.<id>.options`` as written (validated where a model needs it, so a malformed value
+    # fails that request with a clear error instead of every read of the configuration).
+    options: Any = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,9 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
     for provider_id, spec in (raw.get("provider") or {}).items():
         if not isinstance(spec, dict):
             continue
-        options = spec.get("options") or {}
+        raw_options = spec.get("options")
+        options: dict[str, Any] = raw_options if isinstance(raw_options, dict) else {}
+        headers = options.get("headers")
         models = {name: (m if isinstance(m, dict) else {}) for name, m in (spec.get("models") or {}).items()}
         result[provider_id] = ProviderConfig(
             id=provider_id,
@@ -93,8 +98,9 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             name=spec.get("name") or provider_id,
             base_url=expand_env(options.get("baseURL") or spec.get("api")),
             api_key=expand_env(options.get("apiKey")),
-            headers={k: str(expand_env(v)) for k, v in (options.get("headers") or {}).items()},
+            headers={k: str(expand_env(v)) for k, v in headers.items()} if isinstance(headers, dict) else {},
             models=models,
+            options=raw_options,
         )
     return result
 

@@ -12,8 +12,10 @@ import pytest
 
 from app.config import ConfigError
 from app.providers import catalog
-from app.providers.base import ModelInfo, Prices, Usage
+from app.providers.base import ChatRequest, ModelInfo, Prices, Usage
 from app.providers.models import model_info, step_cost
+from app.providers.openai_compat import option_fields
+from app.providers.options import AgentTuning, tune
 from tests.helpers import create_session, text_prompt
 from tests.servers import OpenAIStub, StubReply, openai_stub
 
@@ -67,6 +69,29 @@ def test_config_override_merges_field_by_field() -> None:
 def test_malformed_override_names_the_field(spec: object, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"provider\.p\.models\.m.*{key.split('.')[-1]}"):
         model_info("p", "m", spec)
+
+
+def test_generated_variants_follow_the_api_package() -> None:
+    gpt5 = model_info("openai", "gpt-5", npm="@ai-sdk/openai")
+    assert list(gpt5.variants) == ["minimal", "low", "medium", "high"]
+    assert gpt5.variants["high"]["reasoningSummary"] == "auto"
+    sonnet = model_info("anthropic", SONNET, npm="@ai-sdk/anthropic")
+    assert sonnet.variants["max"] == {"thinking": {"type": "enabled", "budgetTokens": 31_999}}
+    assert model_info("anthropic", "claude-3-5-haiku-20241022", npm="@ai-sdk/anthropic").variants == {}  # no reasoning
+    assert model_info("custom", "local", {"name": "Local"}).variants == {}  # unknown: no reasoning capability
+
+
+def test_openai_package_options_become_chat_fields() -> None:
+    model = model_info("openai", "gpt-5", npm="@ai-sdk/openai")
+    tuning = tune(model, AgentTuning(temperature=0.3), "high", "ses_1")
+    fields = option_fields(ChatRequest(model=model, system=[], messages=[], **tuning.request_fields()))
+    # A reasoning model takes no sampling and max_completion_tokens; Responses-only keys are not sent.
+    assert fields == {
+        "max_completion_tokens": 32_000,
+        "store": False,
+        "prompt_cache_key": "ses_1",
+        "reasoning_effort": "high",
+    }
 
 
 # --- cost ---

@@ -26,6 +26,7 @@ from app.providers.base import (
     Usage,
 )
 from app.providers.media import split_data_url
+from app.providers.options import thinking_budget
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 
@@ -44,6 +45,8 @@ _HEADERS_KEPT = ("retry-after", "retry-after-ms", "request-id", "x-request-id")
 _RETRYABLE_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
 _THINKING_KEPT = 1024
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # what the API accepts
+# The betas OpenCode's Anthropic provider sends unless opencode.json sets its own anthropic-beta.
+_BETA = "claude-code-20250219,interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14"
 
 
 def _source(url: str, media_type: str | None = None) -> dict[str, Any]:
@@ -242,16 +245,25 @@ class AnthropicProvider:
             self._client = AsyncAnthropic(
                 api_key=self._api_key,
                 base_url=self._base_url,  # None: the SDK reads ANTHROPIC_BASE_URL, else its default
-                default_headers=self._headers,
+                default_headers=self._default_headers(),
                 max_retries=0,  # the turn runner retries, with OpenCode's policy and status events
                 timeout=300.0,
             )
         return self._client
 
+    def _default_headers(self) -> dict[str, str]:
+        configured = {key.lower() for key in self._headers}
+        return ({} if "anthropic-beta" in configured else {"anthropic-beta": _BETA}) | self._headers
+
     def _body(self, request: ChatRequest) -> dict[str, Any]:
+        """The Messages API body, with the call's options as the AI SDK's Anthropic provider sends
+        them: ``thinking`` with its budget added to ``max_tokens`` (which counts thinking too) and
+        no temperature or top_p (the API refuses them with thinking on). Keyword arguments of
+        ``messages.create``."""
+        budget = thinking_budget(request.options)
         body: dict[str, Any] = {
             "model": request.model.model_id,
-            "max_tokens": request.max_tokens or request.model.output_limit,
+            "max_tokens": (request.max_tokens or request.model.output_limit) + budget,
             "messages": anthropic_messages(request.messages, self._thinking),
         }
         system = [{"type": "text", "text": text} for text in request.system if text]
@@ -259,6 +271,13 @@ class AnthropicProvider:
             body["system"] = system
         if request.tools:
             body["tools"] = anthropic_tools(request.tools)
+            if request.options.get("disableParallelToolUse") is True:
+                body["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
+        if budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        else:  # the SDK's signature no longer names them; the API still takes them
+            if request.sampling():
+                body["extra_body"] = request.sampling()
         return body
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
@@ -272,6 +291,7 @@ class AnthropicProvider:
 
         body = self._body(request)
         headers = {"x-opencode-session-id": request.session_id} if request.session_id else {}
+        headers |= request.headers
         usage, finish = Usage(), "unknown"
         blocks: dict[int, dict[str, Any]] = {}  # content blocks being streamed, by index
         thinking: list[dict[str, Any]] = []

@@ -7,7 +7,7 @@ named-error fields, so the runner can decide about retries without knowing the p
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +44,17 @@ class ModelInfo:
     toolcall: bool = True
     modalities_input: tuple[str, ...] = ("text",)
     modalities_output: tuple[str, ...] = ("text",)
+    # The AI SDK package OpenCode would call the model with: decides its generated variants and
+    # how options are spelled on the wire.
+    npm: str = "@ai-sdk/openai-compatible"
+    # False when neither opencode.json nor the catalog gives the output limit (``output_limit`` is
+    # then a guess, and a call may ask for as many tokens as OpenCode would).
+    output_known: bool = True
+    options: Mapping[str, Any] = field(default_factory=dict)  # provider.<id>.models.<id>.options
+    headers: Mapping[str, str] = field(default_factory=dict)  # provider.<id>.models.<id>.headers
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # generated, then configured
+    # provider.<id>.options without the connection keys (apiKey, baseURL, headers, timeouts).
+    provider_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def prices(self) -> Prices:
@@ -65,8 +76,9 @@ class ChatRequest:
 
     ``options`` are the provider options OpenCode passes to the AI SDK, in its camelCase keys
     (``reasoningEffort``, ``reasoningSummary``, ``textVerbosity``, ``thinking: {type,
-    budgetTokens}``, ...): the provider's and the model's options from opencode.json, then the
-    chosen variant's, then the agent's. A provider uses the keys it knows and ignores the rest.
+    budgetTokens}``, ...): OpenCode's defaults for the model, the model's options from
+    opencode.json, the agent's, then the chosen variant's (see ``app.providers.options``). A
+    provider uses the keys it knows and ignores the rest.
     """
 
     model: ModelInfo
@@ -81,6 +93,10 @@ class ChatRequest:
     temperature: float | None = None
     top_p: float | None = None
     headers: dict[str, str] = field(default_factory=dict)  # extra request headers (model/agent options)
+
+    def sampling(self) -> dict[str, float]:
+        """``temperature`` and ``top_p`` as body fields, those that are set."""
+        return {k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p)) if v is not None}
 
     def offers(self, tool: str) -> bool:
         return any(t["function"]["name"] == tool for t in self.tools or [])

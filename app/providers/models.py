@@ -3,18 +3,47 @@ opencode.json (``provider.<id>.models.<id>``), field by field as OpenCode merges
 model over its models.dev entry: a configured field wins, else the catalog's, else a default.
 The entry's ``id`` names the catalog model it refines (and the id sent to the API).
 
-A malformed override (``"limit": "big"``, ``"cost": {"input": "x"}``) raises ``ConfigError``
-naming the field, so the request that needs the model gets a clear error."""
+The entry's ``options``, ``headers`` and ``variants`` (and the provider block's ``options``) are
+carried on the model for the call's settings (``app.providers.options``); the model's variants are
+those OpenCode generates for it, refined by the configured ones.
+
+A malformed override (``"limit": "big"``, ``"cost": {"input": "x"}``, ``"options": 3``) raises
+``ConfigError`` naming the field, so the request that needs the model gets a clear error."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from app.config import ConfigError
 from app.providers import catalog
 from app.providers.base import ModelInfo, Prices
+from app.providers.options import COMPATIBLE_PACKAGE, configured_variants, generated_variants, merge_deep
 
 _MODALITIES = ("text", "audio", "image", "video", "pdf")
+# provider.<id>.options keys that configure the connection, not the model call.
+CONNECTION_KEYS = frozenset(
+    {"apiKey", "baseURL", "headers", "timeout", "headerTimeout", "chunkTimeout", "enterpriseUrl", "fetch"}
+)
+
+
+def _headers(where: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"opencode.json: {where} must be an object of strings, got {value!r}")
+    return value
+
+
+def provider_options(provider_id: str, raw: Any) -> dict[str, Any]:
+    """``provider.<id>.options`` without its connection keys; a malformed value raises ``ConfigError``."""
+    where = f"provider.{provider_id}.options"
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"opencode.json: {where} must be an object, got {raw!r}")
+    _headers(f"{where}.headers", raw.get("headers"))
+    return {k: v for k, v in raw.items() if k not in CONNECTION_KEYS}
 
 
 class _Fields:
@@ -57,6 +86,18 @@ class _Fields:
             raise self._fail(key, "a string", value)
         return value
 
+    def headers(self) -> dict[str, str]:
+        return _headers(f"{self.where}.headers", self.spec.get("headers"))
+
+    def variants(self) -> dict[str, dict[str, Any]]:
+        variants = self.section("variants")
+        for name, spec in variants.items():
+            if not isinstance(spec, dict):
+                raise self._fail(f"variants.{name}", "an object", spec)
+            if not isinstance(spec.get("disabled", False), bool):
+                raise self._fail(f"variants.{name}.disabled", "true or false", spec["disabled"])
+        return variants
+
     def modalities(self, key: str) -> list[str] | None:
         value = self.section("modalities").get(key)
         if value is None:
@@ -78,9 +119,13 @@ def _prices(fields: _Fields | None, override: dict[str, Any], path: str, base: d
     return Prices(pick("input"), pick("output"), pick("cache_read"), pick("cache_write"))
 
 
-def model_info(provider_id: str, model_id: str, spec: Any = None) -> ModelInfo:
+def model_info(
+    provider_id: str, model_id: str, spec: Any = None, *, npm: str | None = None, options: Any = None
+) -> ModelInfo:
     """``provider_id/model_id`` as the catalog describes it, refined by its opencode.json entry
-    ``spec`` (``None`` when the model is not configured)."""
+    ``spec`` (``None`` when the model is not configured); ``npm`` is the provider's API package and
+    ``options`` its ``provider.<id>.options``. As in OpenCode, a model the catalog does not know
+    has neither the temperature nor the reasoning capability unless its entry says so."""
     fields = _Fields(provider_id, model_id, spec) if spec is not None else None
     api_id = (fields.text("id") if fields else None) or model_id
     known = catalog.model(provider_id, api_id) or {}
@@ -104,15 +149,16 @@ def model_info(provider_id: str, model_id: str, spec: Any = None) -> ModelInfo:
         return str(_first(fields.text(key) if fields else None, known.get(key), default))
 
     context = _first(fields.number(limit, "limit", "context") if fields else None, known_limit.get("context"), 128_000)
-    output = _first(fields.number(limit, "limit", "output") if fields else None, known_limit.get("output"), 4_096)
+    output = _first(fields.number(limit, "limit", "output") if fields else None, known_limit.get("output"))
     name = (fields.text("name") if fields else None) or (model_id if api_id != model_id else None)
     known_modalities = known.get("modalities") or {}
-    return ModelInfo(
+    info = ModelInfo(
         provider_id=provider_id,
         model_id=api_id,
         name=name or known.get("name") or model_id,
         context_limit=int(context),
-        output_limit=int(output),
+        output_limit=int(output if output is not None else 4_096),
+        output_known=output is not None,
         cost_input=prices.input,
         cost_output=prices.output,
         cost_cache_read=prices.cache_read,
@@ -121,8 +167,8 @@ def model_info(provider_id: str, model_id: str, spec: Any = None) -> ModelInfo:
         family=text("family", ""),
         release_date=text("release_date", ""),
         status=text("status", "active"),
-        temperature=flag("temperature", True),
-        reasoning=flag("reasoning", True),
+        temperature=flag("temperature", False),
+        reasoning=flag("reasoning", False),
         attachment=flag("attachment", False),
         toolcall=flag("tool_call", True),
         modalities_input=tuple(
@@ -131,7 +177,12 @@ def model_info(provider_id: str, model_id: str, spec: Any = None) -> ModelInfo:
         modalities_output=tuple(
             _first(fields.modalities("output") if fields else None, known_modalities.get("output"), ["text"])
         ),
+        npm=npm or COMPATIBLE_PACKAGE,
+        options=merge_deep(known.get("options") or {}, fields.section("options") if fields else {}),
+        headers={**(known.get("headers") or {}), **(fields.headers() if fields else {})},
+        provider_options=provider_options(provider_id, options),
     )
+    return replace(info, variants=configured_variants(generated_variants(info), fields.variants() if fields else {}))
 
 
 def model_entry(info: ModelInfo, url: str | None, npm: str | None, model_id: str | None = None) -> dict[str, Any]:
@@ -153,7 +204,7 @@ def model_entry(info: ModelInfo, url: str | None, npm: str | None, model_id: str
     return {
         "id": model_id or info.model_id,
         "providerID": info.provider_id,
-        "api": {"id": info.model_id, "url": url or "", "npm": npm or "@ai-sdk/openai-compatible"},
+        "api": {"id": info.model_id, "url": url or "", "npm": npm or info.npm},
         "name": info.name,
         "family": info.family,
         "capabilities": {
@@ -168,10 +219,10 @@ def model_entry(info: ModelInfo, url: str | None, npm: str | None, model_id: str
         "cost": wire_cost,
         "limit": {"context": info.context_limit, "output": info.output_limit},
         "status": info.status if info.status in ("alpha", "beta", "deprecated", "active") else "active",
-        "options": {},
-        "headers": {},
+        "options": dict(info.options),
+        "headers": dict(info.headers),
         "release_date": info.release_date or "2026-01-01",
-        "variants": {},
+        "variants": {name: dict(spec) for name, spec in info.variants.items()},
     }
 
 

@@ -23,6 +23,7 @@ from app.providers.base import (
     Usage,
 )
 from app.providers.media import TOOL_ATTACHMENTS_PROMPT
+from app.providers.options import OPENAI_PACKAGE
 
 _FINISH = {
     "stop": "stop",
@@ -33,6 +34,40 @@ _FINISH = {
 }
 _OVERFLOW = re.compile(r"context.length|maximum context|context window|too many tokens|prompt is too long", re.I)
 _HEADERS_KEPT = ("retry-after", "retry-after-ms", "x-request-id")
+# Options the AI SDK's openai-compatible package renames; any other option is sent as it is.
+_COMPATIBLE_KEYS = {"user": "user", "reasoningEffort": "reasoning_effort", "textVerbosity": "verbosity"}
+# Options OpenAI's chat API takes (the AI SDK's openai package); others are not sent to it.
+_OPENAI_KEYS = _COMPATIBLE_KEYS | {
+    "logitBias": "logit_bias",
+    "logprobs": "logprobs",
+    "parallelToolCalls": "parallel_tool_calls",
+    "maxCompletionTokens": "max_completion_tokens",
+    "store": "store",
+    "metadata": "metadata",
+    "prediction": "prediction",
+    "serviceTier": "service_tier",
+    "promptCacheKey": "prompt_cache_key",
+    "safetyIdentifier": "safety_identifier",
+}
+
+
+def option_fields(request: ChatRequest) -> dict[str, Any]:
+    """The call's sampling and options as chat-completions body fields, as the AI SDK's packages
+    write them: OpenAI's reasoning models take ``max_completion_tokens`` and no sampling."""
+    openai = request.model.npm == OPENAI_PACKAGE
+    reasoning = openai and request.model.reasoning
+    fields: dict[str, Any] = {}
+    if request.max_tokens:
+        fields["max_completion_tokens" if reasoning else "max_tokens"] = request.max_tokens
+    if not reasoning:
+        fields |= request.sampling()
+    renamed = _OPENAI_KEYS if openai else _COMPATIBLE_KEYS
+    for key, value in request.options.items():
+        if key in renamed:
+            fields[renamed[key]] = value
+        elif not openai:
+            fields[key] = value
+    return fields
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -112,12 +147,11 @@ class OpenAICompatibleProvider:
             "messages": system + chat_messages(request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
-        }
-        if request.max_tokens:
-            body["max_tokens"] = request.max_tokens
+        } | option_fields(request)
         if request.tools:
             body["tools"] = request.tools
         headers = {"x-opencode-session-id": request.session_id} if request.session_id else {}
+        headers |= request.headers
         finish, usage = "unknown", Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
         try:

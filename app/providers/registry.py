@@ -15,6 +15,7 @@ from app.providers.base import ModelInfo, Provider
 from app.providers.credentials import Credentials
 from app.providers.echo import ECHO_MODEL, EchoProvider
 from app.providers.models import model_entry, model_info
+from app.providers.options import ANTHROPIC_PACKAGE
 from app.settings import default_data_dir
 
 ANTHROPIC_PROVIDER_ID = "anthropic"
@@ -43,7 +44,7 @@ class ModelRef:
 def _model_info(provider: ProviderConfig, model_id: str) -> ModelInfo:
     """The catalog's description of the model refined by its opencode.json entry; a malformed
     entry raises ``ConfigError``."""
-    return model_info(provider.id, model_id, provider.models.get(model_id))
+    return model_info(provider.id, model_id, provider.models.get(model_id), npm=provider.npm, options=provider.options)
 
 
 def _with_catalog(provider: ProviderConfig) -> ProviderConfig:
@@ -149,7 +150,7 @@ class ProviderRegistry:
         if ref.provider_id != ANTHROPIC_PROVIDER_ID:
             return None
         block = self._config.load(directory).providers.get(ANTHROPIC_PROVIDER_ID)
-        if block is not None and block.npm not in (None, "@ai-sdk/anthropic"):
+        if block is not None and block.npm not in (None, ANTHROPIC_PACKAGE):
             return None
         env_vars = [*self._env_vars(directory, ANTHROPIC_PROVIDER_ID), ANTHROPIC_KEY_ENV]
         api_key = self.credentials.key_for(ANTHROPIC_PROVIDER_ID, block.api_key if block else None, env_vars)
@@ -162,7 +163,8 @@ class ProviderRegistry:
 
             client = self._clients[key] = AnthropicProvider(ANTHROPIC_PROVIDER_ID, api_key, base_url, headers)
         entry = block.models.get(ref.model_id) if block else None
-        return client, model_info(ANTHROPIC_PROVIDER_ID, ref.model_id, entry)
+        options = block.options if block else None
+        return client, model_info(ANTHROPIC_PROVIDER_ID, ref.model_id, entry, npm=ANTHROPIC_PACKAGE, options=options)
 
     def _echo_entry(self) -> dict[str, Any]:
         return {

@@ -331,8 +331,11 @@ class Runtime:
                     return
             await asyncio.sleep(0.05)
 
-    async def switch(self, session_id: str, *, agent: str | None = None, model: ModelRef | None = None) -> None:
-        """Change the agent or model later prompts use, recorded as a ``session.next.*`` event."""
+    async def switch(
+        self, session_id: str, *, agent: str | None = None, model: ModelRef | None = None, variant: str | None = None
+    ) -> None:
+        """Change the agent or model (and its variant) later prompts use, recorded as a
+        ``session.next.*`` event."""
         session = await self.sessions.get(session_id)
         if model is not None:
             self.admission.model_for(session, model)  # unknown models are refused here
@@ -342,7 +345,11 @@ class Runtime:
                 if agent is not None:
                     info["agent"] = agent
                 if model is not None:
-                    info["model"] = {"id": model.model_id, "providerID": model.provider_id, "variant": "default"}
+                    info["model"] = {
+                        "id": model.model_id,
+                        "providerID": model.provider_id,
+                        "variant": variant or "default",
+                    }
 
             info = await self.sessions.mutate(tx, session_id, change)
             kind, value = ("agent.switched", agent) if agent is not None else ("model.switched", info["model"])

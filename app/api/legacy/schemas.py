@@ -173,6 +173,7 @@ class CommandBody(_Body):
     agent: str | None = None
     model: str | None = None
     messageID: MessageID | None = None
+    variant: str | None = None
 
 
 class PtyCreate(_Body):

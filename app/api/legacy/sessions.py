@@ -331,6 +331,12 @@ async def init(runtime: RuntimeDep, sessionID: SessionIDPath, body: InitBody) ->
 )
 async def command(runtime: RuntimeDep, sessionID: SessionIDPath, body: CommandBody) -> Response:
     reply = await runtime.commands.command(
-        sessionID, body.command, body.arguments, agent=body.agent, model=body.model, message_id=body.messageID
+        sessionID,
+        body.command,
+        body.arguments,
+        agent=body.agent,
+        model=body.model,
+        message_id=body.messageID,
+        variant=body.variant,
     )
     return JSONBody(reply)

@@ -149,7 +149,7 @@ async def switch_agent(runtime: RuntimeDep, sessionID: SessionIDPath, body: Agen
 
 @router.post("/session/{sessionID}/model", operation_id="v2.session.switchModel", status_code=204)
 async def switch_model(runtime: RuntimeDep, sessionID: SessionIDPath, body: ModelBody) -> Response:
-    await runtime.switch(sessionID, model=ModelRef(body.model.providerID, body.model.id))
+    await runtime.switch(sessionID, model=ModelRef(body.model.providerID, body.model.id), variant=body.model.variant)
     return Response(status_code=204)
 
 

@@ -184,7 +184,7 @@ def models(entry: dict[str, Any]) -> list[dict[str, Any]]:
                 "api": api,
                 "capabilities": {"tools": True, "input": ["text"], "output": ["text"]},
                 "request": {"headers": {}, "body": {}},
-                "variants": [],
+                "variants": [{"id": name, "headers": {}, "body": spec} for name, spec in model["variants"].items()],
                 "time": {"released": 0},
                 "cost": [{"input": cost["input"], "output": cost["output"], "cache": dict(cost["cache"])}],
                 "status": model["status"],

@@ -1,5 +1,7 @@
 """The agents a prompt can name, as OpenCode defines them, plus those a project declares in
-opencode.json (``agent.<name>``: description, mode, model, prompt, permission, tools, disable).
+opencode.json (``agent.<name>``: description, mode, model, prompt, permission, tools, disable, and
+the model settings options, temperature, top_p and variant; as in OpenCode, keys it does not know
+are options too).
 An agent is a mode (primary agents are chosen by the user, subagents run through ``task``), an
 optional model and system prompt, and permission rules that come before the project's and the
 session's. ``plan`` may read and run but not edit."""
@@ -7,10 +9,11 @@ session's. ``plan`` may read and run but not edit."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from app.config import ConfigLoader, OpenCodeConfig
+from app.config import ConfigError, ConfigLoader, OpenCodeConfig
+from app.providers.options import AgentTuning
 
 Rule = dict[str, str]
 
@@ -55,6 +58,14 @@ class Agent:
     rules: list[Rule]
     prompt: str | None = None
     model: str | None = None  # "provider/model"
+    # Its model settings, or why they cannot be used (raised by ``tuning`` when a turn needs them).
+    settings: AgentTuning | ConfigError = field(default_factory=AgentTuning)
+
+    def tuning(self) -> AgentTuning:
+        """The agent's model settings; a malformed one raises ``ConfigError`` naming the key."""
+        if isinstance(self.settings, ConfigError):
+            raise ConfigError(str(self.settings))
+        return self.settings
 
     def as_wire(self) -> dict[str, Any]:
         """OpenCode's Agent shape (``GET /agent``)."""
@@ -66,6 +77,15 @@ class Agent:
             "permission": self.rules,
             "options": {},
         }
+        if isinstance(self.settings, AgentTuning):
+            agent["options"] = dict(self.settings.options)
+            for key, value in (
+                ("temperature", self.settings.temperature),
+                ("topP", self.settings.top_p),
+                ("variant", self.settings.variant),
+            ):
+                if value is not None:
+                    agent[key] = value
         if self.prompt:
             agent["prompt"] = self.prompt
         if self.model and "/" in self.model:
@@ -92,6 +112,48 @@ def config_rules(value: Any) -> list[Rule]:
                 for pattern, action in spec.items()
             ]
     return [r for r in rules if r["action"] in ("allow", "deny", "ask")]
+
+
+# agent.<name> keys OpenCode interprets; any other key is one of the agent's options.
+_AGENT_KEYS = frozenset(
+    {
+        "name", "model", "variant", "temperature", "top_p", "prompt", "tools", "disable", "description",
+        "mode", "hidden", "options", "color", "steps", "maxSteps", "permission",
+    }
+)  # fmt: skip
+
+
+def _number(where: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"opencode.json: {where} must be a number, got {value!r}")
+    return float(value)
+
+
+def agent_tuning(name: str, spec: dict[str, Any]) -> AgentTuning:
+    """``agent.<name>``'s model settings, validated (``ConfigError`` names the key)."""
+    where = f"agent.{name}"
+    options = spec.get("options")
+    if options is not None and not isinstance(options, dict):
+        raise ConfigError(f"opencode.json: {where}.options must be an object, got {options!r}")
+    variant = spec.get("variant")
+    if variant is not None and not isinstance(variant, str):
+        raise ConfigError(f"opencode.json: {where}.variant must be a string, got {variant!r}")
+    extra = {k: v for k, v in spec.items() if k not in _AGENT_KEYS}
+    return AgentTuning(
+        options={**(options or {}), **extra},
+        temperature=_number(f"{where}.temperature", spec.get("temperature")),
+        top_p=_number(f"{where}.top_p", spec.get("top_p")),
+        variant=variant,
+    )
+
+
+def _settings(name: str, spec: dict[str, Any]) -> AgentTuning | ConfigError:
+    try:
+        return agent_tuning(name, spec)
+    except ConfigError as exc:
+        return exc
 
 
 def tools_rules(tools: dict[str, bool]) -> list[Rule]:
@@ -138,6 +200,7 @@ class Agents:
                 rules=[*base["rules"], *config_rules(spec.get("permission")), *tools_rules(tools)],
                 prompt=spec.get("prompt") if isinstance(spec.get("prompt"), str) else None,
                 model=spec.get("model") if isinstance(spec.get("model"), str) else None,
+                settings=_settings(name, spec),
             )
         return agents
 

@@ -104,12 +104,14 @@ def user_message_info(session_id: str, message_id: str, stored: dict[str, Any], 
     return info
 
 
-def compaction_request(reason: str, model: ModelRef | None) -> PromptRequest:
+def compaction_request(reason: str, model: ModelRef | None, variant: str | None = None) -> PromptRequest:
     """A request to summarize the history: a user message with a compaction part, as OpenCode
-    records it. Automatic ones steer (they run at the next step boundary, before queued work)."""
+    records it (with the model and variant of the turn it follows). Automatic ones steer (they run
+    at the next step boundary, before queued work)."""
     return PromptRequest(
         parts=[{"type": "compaction", "auto": reason == "auto"}],
         model=model,
+        variant=variant,
         delivery="steer" if reason == "auto" else "queue",
         compaction=reason,
         view={"text": ""},
@@ -155,6 +157,16 @@ class Admission:
             raise InvalidInput(f"{exc}. Configure it in opencode.json or choose another model.") from exc
         return ref
 
+    def variant_for(self, directory: str, agent: str, ref: ModelRef, requested: str | None) -> str | None:
+        """The prompt's variant, else the agent's (``agent.<name>.variant``) when the prompt uses
+        the agent's own model and that model has the variant, as OpenCode picks it. Validates the
+        agent's model settings first, so a malformed one fails the prompt with a 400."""
+        found = self.agents.get(directory, agent)
+        default = found.tuning().variant
+        if requested or not default or found.model != str(ref):
+            return requested
+        return default if default in self.registry.resolve(directory, ref)[1].variants else None
+
     async def admit(self, session_id: str, request: PromptRequest) -> Admitted:
         if request.delivery not in DELIVERIES:
             raise InvalidInput(f"delivery must be one of {DELIVERIES}")
@@ -167,6 +179,12 @@ class Admission:
         session = await self.sessions.get(session_id)
         agent = request.agent or session.get("agent") or DEFAULT_AGENT
         ref = self.model_for(session, request.model, request.agent)
+        requested = request.variant
+        if requested is None and request.deferred and request.model is None and session.get("model"):
+            # A V2 prompt names no model: it uses the session's, with the variant chosen with it.
+            chosen = session["model"].get("variant")
+            requested = chosen if chosen != "default" else None
+        variant = self.variant_for(session["directory"], agent, ref, requested)
         message_id = request.message_id or ids.message_id()
         canonical = request.canonical()
         directory = session["directory"]
@@ -178,7 +196,7 @@ class Admission:
             "system": request.system,
             "tools": request.tools,
             "model": {"providerID": ref.provider_id, "modelID": ref.model_id}
-            | ({"variant": request.variant} if request.variant else {}),
+            | ({"variant": variant} if variant else {}),
             "prompt": view,
             "parts": request.parts,
             "deferred": request.deferred,
@@ -210,7 +228,7 @@ class Admission:
                 s["model"] = {
                     "id": ref.model_id,
                     "providerID": ref.provider_id,
-                    "variant": request.variant or "default",
+                    "variant": variant or "default",
                 }
 
             await self.sessions.mutate(tx, session_id, remember_choice)

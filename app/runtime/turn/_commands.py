@@ -109,6 +109,7 @@ class Commands:
         agent: str | None,
         model: str | None,
         message_id: str | None,
+        variant: str | None = None,
     ) -> PromptRequest:
         spec = next((c for c in await self.all(session["directory"]) if c["name"] == name), None)
         if spec is None:
@@ -124,6 +125,7 @@ class Commands:
             agent=agent or spec.get("agent"),
             model=ref,
             message_id=message_id,
+            variant=variant,
         )
 
     async def command(
@@ -135,9 +137,12 @@ class Commands:
         agent: str | None = None,
         model: str | None = None,
         message_id: str | None = None,
+        variant: str | None = None,
     ) -> MessageWithParts:
         session = await self.sessions.service.get(session_id)
-        request = await self.prompt_for(session, name, arguments, agent=agent, model=model, message_id=message_id)
+        request = await self.prompt_for(
+            session, name, arguments, agent=agent, model=model, message_id=message_id, variant=variant
+        )
         reply = await self.prompter.prompt_and_wait(session_id, request)
         props = {"name": name, "sessionID": session_id, "arguments": arguments, "messageID": reply["info"]["id"]}
         self.infra.log.publish(Event("command.executed", props, session_id, session["directory"]))

@@ -41,6 +41,7 @@ from app.providers.base import (
     ToolCall,
     ToolInputStart,
 )
+from app.providers.options import tune
 from app.providers.registry import ModelNotFoundError, ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import Conflict
@@ -203,6 +204,7 @@ class Runner:
         prompt = loads(answered.prompt)
         reason = prompt.get("compaction")
         ref = ModelRef(prompt["model"]["providerID"], prompt["model"]["modelID"])
+        variant: str | None = prompt["model"].get("variant")
         agent = "compaction" if reason else prompt.get("agent") or "build"
         info: dict[str, Any] = {
             "id": ids.message_id(),
@@ -218,6 +220,8 @@ class Runner:
             "cost": 0,
             "tokens": zero_tokens(),
         }
+        if variant:
+            info["variant"] = variant
         if reason:
             info["summary"] = True
         # A compaction summarizes what came before its request, so its window is read before the
@@ -239,15 +243,18 @@ class Runner:
                 )
         try:
             provider, model = self.infra.registry.resolve(directory, ref)
+            settings = self.inputs.admission.agents.get(directory, agent).tuning()
         except (ModelNotFoundError, ConfigError) as exc:  # a config error: opencode.json changed since admission
             await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
             return False
+        tuning = tune(model, settings, variant, session_id).request_fields()
         if window is not None:
             request = ChatRequest(
                 model=model,
                 system=[SUMMARY_SYSTEM],
                 session_id=session_id,
                 messages=[{"role": "user", "content": f"{transcript(window)}\n\n{SUMMARY_INSTRUCTION}"}],
+                **tuning,
             )
         else:
             context = await self.history.snapshots.window(session_id)
@@ -267,6 +274,7 @@ class Runner:
                 ),
                 session_id=session_id,
                 tools=tools,
+                **tuning,
             )
         try:
             finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
@@ -305,7 +313,7 @@ class Runner:
         if snapshot is None:
             self.titles.schedule(session, _first_user_text(request), provider, model)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
-                await self.inputs.admission.admit(session_id, compaction_request("auto", ref))
+                await self.inputs.admission.admit(session_id, compaction_request("auto", ref, variant))
         return more
 
     @property
