@@ -1,0 +1,83 @@
+"""``opensession serve``: start the HTTP + SSE server."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from typing import Any
+
+from app import __version__
+
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
+
+
+def _is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def register(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="start the HTTP + SSE server")
+    serve.add_argument("--hostname", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 4096)")
+    serve.add_argument("--db", help="SQLite file path or database URL (default: user data directory)")
+    serve.add_argument("--directory", help="default project directory (default: current directory)")
+    serve.add_argument(
+        "--allow-public", action="store_true", help="allow binding a non-loopback address without a password"
+    )
+    serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from app.settings import Settings
+
+    overrides = {
+        k: v
+        for k, v in {"hostname": args.hostname, "port": args.port, "db": args.db, "directory": args.directory}.items()
+        if v is not None
+    }
+    if args.allow_public:
+        overrides["allow_public"] = True
+    settings = Settings(**overrides)
+    if not _is_loopback(settings.hostname) and not settings.password and not settings.allow_public:
+        print(
+            f"refusing to serve on {settings.hostname} without a password: set OPENCODE_SERVER_PASSWORD "
+            "or pass --allow-public",
+            file=sys.stderr,
+        )
+        return 2
+
+    import asyncio
+
+    from app.store.database import DatabaseUnavailable, UnsupportedDatabase, open_database
+
+    try:
+        asyncio.run(open_database(settings.database_url).check())
+    except (DatabaseUnavailable, UnsupportedDatabase) as exc:
+        print(f"opensession: {exc}", file=sys.stderr)
+        return 1
+
+    import uvicorn
+
+    from app.api.app import create_app
+
+    print(
+        f"opensession {__version__} listening on http://{settings.hostname}:{settings.port} "
+        f"(database: {settings.database_url})",
+        flush=True,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.hostname,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
