@@ -336,3 +336,45 @@ def test_the_local_server_uses_the_password_from_the_environment(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Echo: secret hello\n"
+
+
+def test_a_permission_ask_on_a_terminal_takes_the_answer(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """With a terminal on standard input the ask is put there; "a" (always) lets the call run and
+    saves the rule, so the next call is not asked."""
+    import pty
+
+    session = create_session(client, permission=ASK_BASH)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "run", "--attach", server.url, "-s", session["id"], "TOOL:bash echo tty"],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    os.close(follower)
+    assert proc.stderr is not None and proc.stdout is not None
+    seen = b""
+    while b"[r]eject? " not in seen:
+        chunk = os.read(proc.stderr.fileno(), 1024)
+        assert chunk, seen
+        seen += chunk
+    assert b"! permission bash (echo tty): allow [o]nce, [a]lways or [r]eject? " in seen
+    os.write(leader, b"a\n")
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    assert proc.stdout.read().decode().startswith("Tool result seen: tty")
+    os.close(leader)
+    again = cli(
+        "run",
+        "--attach",
+        server.url,
+        "-s",
+        session["id"],
+        "TOOL:bash echo again",
+        db=project_dir / "x.db",
+        cwd=project_dir,
+    )
+    assert again.returncode == 0, again.stderr  # no terminal now, and no ask: "always" was saved
+    assert "permission" not in again.stderr

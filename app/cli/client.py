@@ -66,6 +66,8 @@ class Api:
     def _check(self, response: httpx.Response) -> httpx.Response:
         if response.status_code == 401:
             raise CliError(f"{self.base_url} refused the credentials: set OPENCODE_SERVER_PASSWORD")
+        if response.status_code == 404 and response.request.url.path.startswith("/opensession/"):
+            raise CliError(f"{self.base_url} is not an opensession server (it has no {response.request.url.path})")
         if response.status_code >= 400:
             raise CliError(_error_message(response))
         return response

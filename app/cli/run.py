@@ -179,8 +179,8 @@ class Turn:
             reply = "once"
             self._note(f"! permission {what}: approved once (--yes)")
         elif self.ask:
-            answer = input(f"! permission {what}: allow [o]nce, [a]lways or [r]eject? ").strip().lower()[:1]
-            reply = REPLIES.get(answer, "reject")
+            print(f"! permission {what}: allow [o]nce, [a]lways or [r]eject? ", end="", file=sys.stderr, flush=True)
+            reply = REPLIES.get(sys.stdin.readline().strip().lower()[:1], "reject")
         else:
             reply = "reject"
             self._fail(f"permission {what} rejected: standard input is not a terminal (pass --yes to approve)")
