@@ -67,7 +67,7 @@ class Api:
         if response.status_code == 401:
             raise CliError(f"{self.base_url} refused the credentials: set OPENCODE_SERVER_PASSWORD")
         if response.status_code == 404 and response.request.url.path.startswith("/opensession/"):
-            raise CliError(f"{self.base_url} is not an opensession server (it has no {response.request.url.path})")
+            raise CliError(f"{self.base_url} has no {response.request.url.path} (not an opensession server?)")
         if response.status_code >= 400:
             raise CliError(_error_message(response))
         return response
@@ -87,7 +87,12 @@ class Api:
             kwargs["params"] = {**kwargs.get("params", {}), "directory": directory}
         with self._reaching():
             response = self._check(self._http.request(method, path, **kwargs))
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:  # OpenCode answers unknown routes with its web app
+            raise CliError(f"{self.base_url} has no {path} (not an opensession server?)") from None
 
     @contextmanager
     def events(self, directory: str) -> Iterator[Iterator[dict[str, Any]]]:
