@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,22 @@ def test_run_shows_tool_calls_and_results(attach: Any, project_dir: Path) -> Non
     assert result.stdout.startswith("Tool result seen: marker-4711")
 
 
+def test_agent_and_model_choices(attach: Any, client: httpx.Client, project_dir: Path) -> None:
+    chosen = attach("run", "--directory", str(project_dir), "--agent", "plan", "-m", "opensession/echo", "hi")
+    assert chosen.returncode == 0, chosen.stderr
+    [session] = sessions_of(client)
+    user, reply = client.get(f"/session/{session['id']}/message").json()
+    assert user["info"]["agent"] == reply["info"]["agent"] == "plan"
+    assert user["info"]["model"] == {"providerID": "opensession", "modelID": "echo"}
+
+    for name, why in (("nope", "not found"), ("general", "is a subagent")):
+        fallback = attach("run", "--directory", str(project_dir), "--agent", name, "hi")  # a new session
+        assert fallback.returncode == 0, fallback.stderr
+        assert f'! agent "{name}" {why}' in fallback.stderr
+        assert "> build · opensession/echo" in fallback.stderr
+    assert "Model not found: nope/x" in one_error_line(attach("run", "-s", session["id"], "-m", "nope/x", "hi"))
+
+
 def test_a_failing_turn_exits_non_zero(attach: Any, project_dir: Path) -> None:
     result = attach("run", "--directory", str(project_dir), "FAIL:fatal")
     assert result.returncode == 1
@@ -145,6 +163,9 @@ def test_run_on_a_database_a_server_holds_points_to_attach(server: ThreadServer,
 def test_bad_input_is_one_line(attach: Any, tmp_path: Path, project_dir: Path) -> None:
     assert "Session not found" in one_error_line(attach("run", "--session", "ses_missing", "hi"))
     assert "provider/model" in one_error_line(attach("run", "--model", "echo", "hi"))
+    assert "no such directory" in one_error_line(
+        cli("run", "--directory", str(tmp_path / "none"), "hi", db=tmp_path / "u.db", cwd=project_dir)
+    )
     dead = f"http://127.0.0.1:{free_port()}"
     for args in (["run", "hi"], ["sessions"], ["export", "ses_x"], ["import", str(OPENCODE_EXPORT)]):
         line = one_error_line(cli(*args, "--attach", dead, db=tmp_path / "unused.db", cwd=project_dir))
@@ -305,6 +326,31 @@ def test_a_malformed_file_writes_nothing(
     assert expected in one_error_line(attach("import", str(bad)))
     assert sessions_of(client) == []
     assert "cannot read" in one_error_line(attach("import", str(tmp_path / "missing.json")))
+
+
+def test_a_server_that_is_not_opensession_is_one_line(database_url: str, tmp_path: Path, project_dir: Path) -> None:
+    """OpenCode answers routes it does not have with its web app (HTML, 200)."""
+
+    class WebApp(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<!doctype html><html></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    web = ThreadingHTTPServer(("127.0.0.1", 0), WebApp)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{web.server_address[1]}"
+        line = one_error_line(cli("sessions", "--attach", url, db=tmp_path / "u.db", cwd=project_dir))
+        assert "has no /opensession/sessions (not an opensession server?)" in line
+    finally:
+        web.shutdown()
 
 
 def test_the_import_route_refuses_what_is_not_an_export(client: httpx.Client) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -65,6 +66,21 @@ def _session(api: Api, args: argparse.Namespace) -> dict[str, Any]:
         "POST", "/session", directory=directory, json={"permission": NON_INTERACTIVE_RULES}
     )
     return created
+
+
+def _agent(api: Api, name: str | None, directory: str) -> str | None:
+    """``--agent`` when the server has it as a primary agent; otherwise, as OpenCode does, a
+    warning and the default agent."""
+    if name is None:
+        return None
+    found = [agent for agent in api.call("GET", "/agent", directory=directory) if agent.get("name") == name]
+    if not found:
+        print(f'! agent "{name}" not found: using the default agent', file=sys.stderr)
+        return None
+    if found[0].get("mode") == "subagent":
+        print(f'! agent "{name}" is a subagent, not a primary agent: using the default agent', file=sys.stderr)
+        return None
+    return name
 
 
 def _session_of(properties: dict[str, Any]) -> str | None:
@@ -195,10 +211,13 @@ def main(args: argparse.Namespace) -> int:
     model = _model(args.model)
     if model:
         body["model"] = model
-    if args.agent:
-        body["agent"] = args.agent
+    if args.directory and not args.attach and not os.path.isdir(args.directory):
+        raise CliError(f"no such directory: {args.directory}")
     with connect(args) as api:
         session = _session(api, args)
+        agent = _agent(api, args.agent, session["directory"])
+        if agent:
+            body["agent"] = agent
         turn = Turn(
             api, session["id"], as_json=args.format == "json", approve=args.yes, ask=sys.stdin.isatty() and not args.yes
         )
