@@ -275,8 +275,14 @@ def test_a_real_opencode_export_imports(attach: Any, client: httpx.Client) -> No
     messages = client.get(f"/session/{session_id}/message").json()
     assert [m["info"] for m in messages] == [m["info"] for m in source["messages"]]
     assert [m["parts"] for m in messages] == [m["parts"] for m in source["messages"]]
+    v2 = client.get(f"/api/session/{session_id}/message", params={"order": "asc"}).json()["data"]
+    assert [m["id"] for m in v2] == [m["info"]["id"] for m in source["messages"]]  # entered in file order
     assert "already exists" in one_error_line(attach("import", str(OPENCODE_EXPORT)))
     assert len(client.get(f"/session/{session_id}/message").json()) == len(source["messages"])
+    # OpenCode's history (its step snapshots, tool states) is one a turn here can continue.
+    follow = attach("run", "-s", session_id, "-m", "opensession/echo", "carry on")
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout == "Echo: carry on\n"
 
 
 def test_taken_ids_are_remapped_consistently(attach: Any, client: httpx.Client, tmp_path: Path) -> None:
