@@ -190,7 +190,9 @@ class Turn:
         if request.get("id") in self.answered:
             return
         self.answered.add(request["id"])
-        what = f"{request.get('permission', '?')} ({', '.join(request.get('patterns') or [])})"
+        patterns = request.get("patterns") or request.get("pattern") or []  # the older event names one
+        patterns = [patterns] if isinstance(patterns, str) else patterns
+        what = f"{request.get('permission') or request.get('type', '?')} ({', '.join(patterns)})"
         if self.approve:
             reply = "once"
             self._note(f"! permission {what}: approved once (--yes)")
@@ -218,9 +220,7 @@ def main(args: argparse.Namespace) -> int:
         agent = _agent(api, args.agent, session["directory"])
         if agent:
             body["agent"] = agent
-        turn = Turn(
-            api, session["id"], as_json=args.format == "json", approve=args.yes, ask=sys.stdin.isatty() and not args.yes
-        )
+        turn = Turn(api, session["id"], as_json=args.format == "json", approve=args.yes, ask=sys.stdin.isatty())
         try:
             with api.events(session["directory"]) as events:
                 api.call("POST", f"/session/{session['id']}/prompt_async", json=body)

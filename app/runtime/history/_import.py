@@ -12,7 +12,6 @@ that is already taken is refused: importing the same file twice never makes a du
 
 from __future__ import annotations
 
-import copy
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -107,8 +106,7 @@ class Importer:
     async def import_session(self, data: Any, directory: str) -> dict[str, Any]:
         """Write the exported session ``data`` into ``directory`` (as OpenCode's import, the
         importing project owns it) and return its info."""
-        validate_export(data)
-        data = copy.deepcopy(data)
+        validate_export(data)  # every change below builds new objects: ``data`` stays as given
         source = data["info"]
         info = {k: v for k, v in source.items() if k not in ("share", "parentID", "revert")}
         info |= {"directory": directory, "projectID": await project_id(directory), "path": ""}
