@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.settings import Settings
 from tests.helpers import create_session
-from tests.servers import ROOT, ThreadServer, free_port
+from tests.servers import ROOT, ThreadServer, free_port, thread_server
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -24,14 +25,18 @@ OPENCODE_EXPORT = Path(__file__).parent / "data" / "opencode_export.json"
 ASK_BASH = [{"permission": "bash", "pattern": "*", "action": "ask"}]
 
 
-def cli(*args: str, db: Path, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``python -m app.cli ARGS`` with its own database and data directories, no terminal."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCODE_SERVER_", "OPENSESSION_"))}
-    env |= {
+def cli(
+    *args: str, db: Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m app.cli ARGS`` with its own database and data directories (and ``env``), no
+    terminal."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCODE_SERVER_", "OPENSESSION_"))}
+    env = inherited | {
         "OPENSESSION_DB": str(db),
         "OPENSESSION_DATA_DIR": str(db.parent / "cli-data"),
         "OPENSESSION_CONFIG_DIR": str(db.parent / "cli-config"),
         "PYTHONPATH": str(ROOT),
+        **(env or {}),
     }
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
@@ -369,23 +374,8 @@ def test_the_local_server_uses_the_password_from_the_environment(
     database_url: str, tmp_path: Path, project_dir: Path
 ) -> None:
     """OPENCODE_SERVER_PASSWORD protects the in-process server too; the client sends it."""
-    db = tmp_path / "secret.db"
-    result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "run", "secret hello"],
-        env={
-            **os.environ,
-            "OPENSESSION_DB": str(db),
-            "OPENSESSION_DATA_DIR": str(tmp_path / "d"),
-            "OPENSESSION_CONFIG_DIR": str(tmp_path / "c"),
-            "OPENCODE_SERVER_PASSWORD": "s3cret",
-            "PYTHONPATH": str(ROOT),
-        },
-        cwd=project_dir,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    password = {"OPENCODE_SERVER_PASSWORD": "pw"}
+    result = cli("run", "secret hello", db=tmp_path / "secret.db", cwd=project_dir, env=password)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Echo: secret hello\n"
 
@@ -430,3 +420,13 @@ def test_a_permission_ask_on_a_terminal_takes_the_answer(
     )
     assert again.returncode == 0, again.stderr  # no terminal now, and no ask: "always" was saved
     assert "permission" not in again.stderr
+
+
+def test_attach_sends_the_password_from_the_environment(settings: Settings, tmp_path: Path, project_dir: Path) -> None:
+    with thread_server(settings.model_copy(update={"password": "pw"})) as locked:
+        refused = cli("sessions", "--attach", locked.url, db=tmp_path / "u.db", cwd=project_dir)
+        assert "refused the credentials: set OPENCODE_SERVER_PASSWORD" in one_error_line(refused)
+        password = {"OPENCODE_SERVER_PASSWORD": "pw"}
+        result = cli("sessions", "--json", "--attach", locked.url, db=tmp_path / "u.db", cwd=project_dir, env=password)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == []
