@@ -13,7 +13,7 @@ import sys
 
 from app import __version__
 from app.cli import run, serve, sessions, transfer
-from app.cli.client import CliError
+from app.cli.common import CliError
 
 COMMANDS = (serve, run, sessions, transfer)
 

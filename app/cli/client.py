@@ -13,14 +13,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from app.cli.common import CliError, check_database
+
 if TYPE_CHECKING:
     import httpx
 
 START_TIMEOUT_SECONDS = 30.0
-
-
-class CliError(Exception):
-    """A failure the command reports as one line on stderr (exit status 1)."""
 
 
 def add_attach(parser: argparse.ArgumentParser) -> None:
@@ -112,21 +110,13 @@ def _local_server() -> Iterator[str]:
     """Start the server in this process on a free 127.0.0.1 port (uvicorn in a thread) and yield
     its URL; SQLite serves one process per file, so a server already running on the default
     database is reported with the way out (``--attach``)."""
-    import asyncio
-
     import uvicorn
 
     from app.api.app import create_app
     from app.settings import Settings
-    from app.store.database import DatabaseUnavailable, UnsupportedDatabase, open_database
 
     settings = Settings()
-    try:
-        asyncio.run(open_database(settings.database_url).check())
-    except DatabaseUnavailable as exc:
-        raise CliError(f"{exc}; to use a server running on it, pass --attach http://HOST:PORT") from None
-    except UnsupportedDatabase as exc:
-        raise CliError(str(exc)) from None
+    check_database(settings, busy_hint="; to use a server running on it, pass --attach http://HOST:PORT")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

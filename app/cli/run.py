@@ -16,7 +16,8 @@ import os
 import sys
 from typing import Any
 
-from app.cli.client import Api, CliError, add_attach, connect, target_directory
+from app.cli.client import Api, add_attach, connect, target_directory
+from app.cli.common import CliError
 
 # The command line cannot answer questions: a turn that would ask one is told no at once.
 NON_INTERACTIVE_RULES = [{"permission": "question", "pattern": "*", "action": "deny"}]

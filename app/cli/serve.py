@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from app import __version__
+from app.cli.common import check_database
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 
@@ -53,15 +54,7 @@ def main(args: argparse.Namespace) -> int:
         )
         return 2
 
-    import asyncio
-
-    from app.store.database import DatabaseUnavailable, UnsupportedDatabase, open_database
-
-    try:
-        asyncio.run(open_database(settings.database_url).check())
-    except (DatabaseUnavailable, UnsupportedDatabase) as exc:
-        print(f"opensession: {exc}", file=sys.stderr)
-        return 1
+    check_database(settings)
 
     import uvicorn
 

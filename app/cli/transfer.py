@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli.client import CliError, add_attach, connect, target_directory
+from app.cli.client import add_attach, connect, target_directory
+from app.cli.common import CliError
 
 
 def register(commands: Any) -> None:
