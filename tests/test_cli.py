@@ -430,3 +430,24 @@ def test_attach_sends_the_password_from_the_environment(settings: Settings, tmp_
         result = cli("sessions", "--json", "--attach", locked.url, db=tmp_path / "u.db", cwd=project_dir, env=password)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == []
+
+
+def test_ctrl_c_aborts_the_turn(server: ThreadServer, client: httpx.Client, project_dir: Path) -> None:
+    import signal
+
+    session = create_session(client)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "run", "--attach", server.url, "-s", session["id"], "SLOW:0.5 long reply"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    assert os.read(proc.stdout.fileno(), 100)  # the first delta has arrived: the turn is running
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert proc.stderr is not None and "aborted" in proc.stderr.read().decode()
+    reply = client.get(f"/session/{session['id']}/message").json()[-1]["info"]
+    assert reply["error"]["name"] == "MessageAbortedError"
+    assert client.get("/session/status").json() == {}
