@@ -4,13 +4,17 @@ before basic auth, while the real request still needs the password."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from app.settings import Settings
-from tests.servers import ThreadServer, thread_server
+from tests.servers import ThreadServer, free_port, thread_server, wait_healthy
 
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -72,3 +76,22 @@ def test_other_origins_get_no_cors_headers(guarded: ThreadServer, origin: str) -
 def test_extra_origins_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENSESSION_CORS", "https://a.example, https://b.example")
     assert Settings().cors == ["https://a.example", "https://b.example"]
+
+
+@SQLITE
+def test_serve_takes_cors_origins_on_the_command_line(database_url: str, project_dir: Path, config_dir: Path) -> None:
+    """``opensession serve --cors ORIGIN`` (repeatable) reaches the running server."""
+    port = free_port()
+    args = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--db", database_url]
+    args += ["--directory", str(project_dir), "--cors", "https://a.example", "--cors", "https://b.example"]
+    env = {**os.environ, "OPENSESSION_CONFIG_DIR": str(config_dir), "OPENSESSION_DATA_DIR": str(config_dir.parent)}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url)
+        for origin in ("https://a.example", "https://b.example"):
+            assert _preflight(url, origin).headers.get("access-control-allow-origin") == origin
+        assert "access-control-allow-origin" not in _preflight(url, "https://c.example").headers
+    finally:
+        proc.terminate()
+        proc.wait(10)

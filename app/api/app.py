@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from app import __version__
-from app.api import errors, permissions, questions, share
+from app.api import errors, opensession, permissions, questions, share
 from app.api.legacy import auth as legacy_auth
 from app.api.legacy import events as legacy_events
 from app.api.legacy import files as legacy_files
@@ -65,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(share.router)
     app.include_router(permissions.router)
     app.include_router(questions.router)
+    app.include_router(opensession.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)

@@ -73,6 +73,7 @@ class Runtime:
         self.sessions, self.coordinator = sessions.service, sessions.coordinator
         self.history, self.compactions = history.service, history.snapshots
         self.diffs, self.reverts, self.shares = history.diffs, history.reverts, history.shares
+        self.imports = history.imports
         self.agents, self.permissions, self.questions = agents.agents, agents.permissions, agents.questions
         self.admission, self.waiters = inputs.admission, inputs.waiters
         self.commands = self.turn.commands
@@ -360,6 +361,12 @@ class Runtime:
                 session_id=session_id,
                 directory=info["directory"],
             )
+
+    async def session_overview(self, limit: int) -> list[dict[str, Any]]:
+        """The most recently updated sessions of every directory with their message counts (the
+        command line's list)."""
+        infos = await self.sessions.recent(None, limit=limit)
+        return [{"info": info, "messages": await self.queries.message_count(info["id"])} for info in infos]
 
     async def delete_session(self, session_id: str) -> None:
         tree = await self.sessions.subtree(session_id)

@@ -211,6 +211,7 @@ MESSAGE_INFO = compile_sql(
     select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
 )
 MESSAGE_ID_EXISTS = compile_sql(select(messages.c.id).where(messages.c.id == bindparam("id")))
+PART_ID_EXISTS = compile_sql(select(parts.c.id).where(parts.c.id == bindparam("id")))
 PARTS_OF_MESSAGE = compile_sql(select(parts.c.data).where(parts.c.message_id == bindparam("id")).order_by(parts.c.id))
 PARTS_OF_SESSION = compile_sql(
     select(parts.c.message_id, parts.c.data)

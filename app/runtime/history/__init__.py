@@ -1,8 +1,8 @@
 """A session's history: messages and parts as clients list them, and the model's view of them.
 
 Owns the history service (the only way routes reach messages: paging, append, copy, truncate,
-part edits), the session's file diffs (from the step snapshots), revert (stage / clear / commit,
-restoring files), sharing, compaction snapshots and the rendering of
+part edits), import of exported sessions, the session's file diffs (from the step snapshots),
+revert (stage / clear / commit, restoring files), sharing, compaction snapshots and the rendering of
 a history window into the model's messages.
 
 May import: ``sessions`` (the session service, and the coordinator to hold a session still),
@@ -24,6 +24,7 @@ from app.runtime.history._compaction import (
 from app.runtime.history._context import chat_messages, system_prompts
 from app.runtime.history._diffs import SessionDiffs
 from app.runtime.history._domain import HistoryDomain
+from app.runtime.history._import import Importer
 from app.runtime.history._revert import Reverts, commit_staged
 from app.runtime.history._service import History
 from app.store.queries import MessageWithParts, RawMessage  # the shapes the history hands out
@@ -33,6 +34,7 @@ __all__ = [
     "SUMMARY_SYSTEM",
     "History",
     "HistoryDomain",
+    "Importer",
     "MessageWithParts",
     "RawMessage",
     "Reverts",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.runtime.history._compaction import Snapshots
 from app.runtime.history._diffs import SessionDiffs
+from app.runtime.history._import import Importer
 from app.runtime.history._revert import Reverts
 from app.runtime.history._service import History
 from app.runtime.history._share import Shares
@@ -21,6 +22,7 @@ class HistoryDomain:
     diffs: SessionDiffs
     reverts: Reverts
     shares: Shares
+    imports: Importer
 
     @classmethod
     def build(cls, infra: Infrastructure, sessions: SessionsDomain, files: FileSnapshots) -> HistoryDomain:
@@ -32,4 +34,5 @@ class HistoryDomain:
             diffs,
             Reverts(infra.log, history, diffs),
             Shares(infra.log, history),
+            Importer(infra.log, sessions.service, history),
         )

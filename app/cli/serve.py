@@ -1,15 +1,14 @@
-"""``opensession`` command line: ``serve`` starts the server (the only command for now).
-
-argparse (stdlib) rather than a CLI framework: one command with four flags does not justify
-the import cost, and start-up time is a tracked target."""
+"""``opensession serve``: start the HTTP + SSE server."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
 import sys
+from typing import Any
 
 from app import __version__
+from app.cli.common import check_database
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 
@@ -23,10 +22,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opensession", description="OpenCode-compatible agent session server")
-    parser.add_argument("--version", action="version", version=f"opensession {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+def register(commands: Any) -> None:
     serve = commands.add_parser("serve", help="start the HTTP + SSE server")
     serve.add_argument("--hostname", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 4096)")
@@ -35,19 +31,27 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--allow-public", action="store_true", help="allow binding a non-loopback address without a password"
     )
+    serve.add_argument(
+        "--cors",
+        action="append",
+        metavar="ORIGIN",
+        help="also allow this browser origin (repeatable; OPENSESSION_CORS=a,b does the same)",
+    )
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-    return parser
+    serve.set_defaults(handler=main)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(args: argparse.Namespace) -> int:
     from app.settings import Settings
 
-    overrides = {
-        k: v
-        for k, v in {"hostname": args.hostname, "port": args.port, "db": args.db, "directory": args.directory}.items()
-        if v is not None
+    given = {
+        "hostname": args.hostname,
+        "port": args.port,
+        "db": args.db,
+        "directory": args.directory,
+        "cors": args.cors,
     }
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if args.allow_public:
         overrides["allow_public"] = True
     settings = Settings(**overrides)
@@ -59,15 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
-    import asyncio
-
-    from app.store.database import DatabaseUnavailable, UnsupportedDatabase, open_database
-
-    try:
-        asyncio.run(open_database(settings.database_url).check())
-    except (DatabaseUnavailable, UnsupportedDatabase) as exc:
-        print(f"opensession: {exc}", file=sys.stderr)
-        return 1
+    check_database(settings)
 
     import uvicorn
 
@@ -87,7 +83,3 @@ def main(argv: list[str] | None = None) -> int:
         timeout_graceful_shutdown=5,
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Import a session exported as OpenCode's ``opencode export`` JSON (``{info, messages: [{info,
+parts}]}``), by opensession or by OpenCode itself.
+
+The whole file is checked before anything is written, and the session, its messages and parts are
+written in one transaction of ordinary events (``session.created``, ``message.updated``,
+``message.part.updated``), so the projections, the event streams and a crash all see either the
+whole session or none of it. Ids are kept when they are free; when any message (or part) id is
+already taken, every message (or part) gets a new one, in file order, so the order is kept and
+every reference (``messageID``, ``sessionID``, ``parentID``, a pending revert) follows. A session id
+that is already taken is refused: importing the same file twice never makes a duplicate.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from app import ids
+from app.events.log import EventLog, Transaction
+from app.runtime.errors import Conflict, InvalidInput
+from app.runtime.history._service import History
+from app.runtime.sessions import SessionService, project_id
+from app.store import sql
+
+SessionID = Annotated[str, StringConstraints(pattern=r"^ses_[0-9A-Za-z]{1,64}$")]
+MessageID = Annotated[str, StringConstraints(pattern=r"^msg_[0-9A-Za-z]{1,64}$")]
+PartID = Annotated[str, StringConstraints(pattern=r"^prt_[0-9A-Za-z]{1,64}$")]
+
+
+class _Loose(BaseModel):
+    """Only the fields the import relies on are checked; everything else is kept as it is."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _SessionTime(_Loose):
+    created: int
+    updated: int
+
+
+class _SessionInfo(_Loose):
+    id: SessionID
+    title: str
+    time: _SessionTime
+
+
+class _MessageTime(_Loose):
+    created: int
+
+
+class _MessageInfo(_Loose):
+    id: MessageID
+    role: Literal["user", "assistant"]
+    time: _MessageTime
+
+
+class _Part(_Loose):
+    id: PartID
+    type: str = Field(min_length=1)
+
+
+class _Message(_Loose):
+    info: _MessageInfo
+    parts: list[_Part]
+
+
+class _Export(_Loose):
+    info: _SessionInfo
+    messages: list[_Message]
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(step) for step in first["loc"]) or "(top level)"
+    return f"not a session export: {where}: {first['msg']}"
+
+
+def validate_export(data: Any) -> None:
+    """Raise InvalidInput naming the first problem of ``data`` as a session export."""
+    try:
+        export = _Export.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput(_describe(exc)) from None
+    message_ids: set[str] = set()
+    part_ids: set[str] = set()
+    for index, message in enumerate(export.messages):
+        if message.info.id in message_ids:
+            raise InvalidInput(f"not a session export: message {message.info.id} appears twice")
+        message_ids.add(message.info.id)
+        for part in message.parts:
+            owner = (part.model_extra or {}).get("messageID", message.info.id)
+            if owner != message.info.id:
+                raise InvalidInput(f"not a session export: part {part.id} of messages.{index} names message {owner}")
+            if part.id in part_ids:
+                raise InvalidInput(f"not a session export: part {part.id} appears twice")
+            part_ids.add(part.id)
+
+
+class Importer:
+    def __init__(self, log: EventLog, sessions: SessionService, history: History) -> None:
+        self.log = log
+        self.sessions = sessions
+        self.history = history
+
+    async def import_session(self, data: Any, directory: str) -> dict[str, Any]:
+        """Write the exported session ``data`` into ``directory`` (as OpenCode's import, the
+        importing project owns it) and return its info."""
+        validate_export(data)  # every change below builds new objects: ``data`` stays as given
+        source = data["info"]
+        info = {k: v for k, v in source.items() if k not in ("share", "parentID", "revert")}
+        info |= {"directory": directory, "projectID": await project_id(directory), "path": ""}
+        async with self.log.transaction() as tx:
+            if await tx.fetch(sql.SESSION_INFO, {"id": info["id"]}):
+                raise Conflict(f"Session {info['id']} already exists (imported before?): nothing imported", info["id"])
+            parent = source.get("parentID")
+            if isinstance(parent, str) and await tx.fetch(sql.SESSION_INFO, {"id": parent}):
+                info["parentID"] = parent  # a child keeps its parent only when the parent is here
+            messages = await self._renamed(
+                tx, [m["info"]["id"] for m in data["messages"]], sql.MESSAGE_ID_EXISTS, "message"
+            )
+            parts = await self._renamed(
+                tx, [p["id"] for m in data["messages"] for p in m["parts"]], sql.PART_ID_EXISTS, "part"
+            )
+            revert = source.get("revert")
+            if isinstance(revert, dict) and revert.get("messageID") in messages:
+                info["revert"] = revert | {"messageID": messages[revert["messageID"]]}
+                if revert.get("partID") in parts:
+                    info["revert"]["partID"] = parts[revert["partID"]]
+            await self.sessions.emit_created(tx, info)
+            for message in data["messages"]:
+                message_info = message["info"] | {"id": messages[message["info"]["id"]], "sessionID": info["id"]}
+                if message_info.get("parentID") in messages:
+                    message_info["parentID"] = messages[message_info["parentID"]]
+                new_parts = [part | {"id": parts[part["id"]]} for part in message["parts"]]
+                await self.history.append_message(tx, info, message_info, new_parts)
+        return info
+
+    @staticmethod
+    async def _renamed(tx: Transaction, old: list[str], exists: str, kind: str) -> dict[str, str]:
+        """Old id -> id to store: the same ids when all are free, otherwise new ones for all."""
+        for item in old:
+            if await tx.fetch(exists, {"id": item}):
+                return {item: ids.new_id(kind) for item in old}
+        return {item: item for item in old}
