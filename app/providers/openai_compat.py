@@ -39,12 +39,11 @@ def _usage(raw: dict[str, Any] | None) -> Usage:
         return Usage()
     details = raw.get("completion_tokens_details") or {}
     prompt_details = raw.get("prompt_tokens_details") or {}
-    cached = int(prompt_details.get("cached_tokens") or 0)
-    return Usage(
-        input=max(0, int(raw.get("prompt_tokens") or 0) - cached),
-        output=int(raw.get("completion_tokens") or 0),
-        reasoning=int(details.get("reasoning_tokens") or 0),
-        cache_read=cached,
+    return Usage.inclusive(
+        int(raw.get("prompt_tokens") or 0),
+        int(prompt_details.get("cached_tokens") or 0),
+        int(raw.get("completion_tokens") or 0),
+        int(details.get("reasoning_tokens") or 0),
     )
 
 
