@@ -4,13 +4,13 @@ configured as OpenCode users already do with ``@ai-sdk/openai-compatible`` in op
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
 
+from app.providers._errors import http_error
 from app.providers.base import (
     ChatRequest,
     Finish,
@@ -30,8 +30,6 @@ _FINISH = {
     "function_call": "tool-calls",
     "content_filter": "content-filter",
 }
-_OVERFLOW = re.compile(r"context.length|maximum context|context window|too many tokens|prompt is too long", re.I)
-_HEADERS_KEPT = ("retry-after", "retry-after-ms", "x-request-id")
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -44,29 +42,6 @@ def _usage(raw: dict[str, Any] | None) -> Usage:
         int(prompt_details.get("cached_tokens") or 0),
         int(raw.get("completion_tokens") or 0),
         int(details.get("reasoning_tokens") or 0),
-    )
-
-
-def _error_from_response(provider_id: str, status: int, body: str, headers: httpx.Headers) -> ProviderError:
-    message = body
-    try:
-        parsed = json.loads(body)
-        error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
-        if isinstance(error, dict) and error.get("message"):
-            message = str(error["message"])
-    except ValueError:
-        pass
-    kept = {k: headers[k] for k in _HEADERS_KEPT if k in headers}
-    if status in (401, 403):
-        return ProviderError(message or "Unauthorized", name="ProviderAuthError", provider_id=provider_id)
-    if _OVERFLOW.search(message or ""):
-        return ProviderError(message, name="ContextOverflowError", response_body=body)
-    return ProviderError(
-        message or f"HTTP {status}",
-        status_code=status,
-        is_retryable=status in (408, 409, 429) or status >= 500,
-        response_headers=kept,
-        response_body=body,
     )
 
 
@@ -99,7 +74,7 @@ class OpenAICompatibleProvider:
                 response = source.response
                 if response.status_code >= 400:
                     text = (await response.aread()).decode(errors="replace")
-                    raise _error_from_response(self.id, response.status_code, text, response.headers)
+                    raise http_error(self.id, response.status_code, text, response.headers)
                 async for sse in source.aiter_sse():
                     if sse.data.strip() == "[DONE]":
                         break
