@@ -4,7 +4,6 @@ local OpenAI-compatible stub. Everything binds 127.0.0.1 on a free port."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -15,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import uvicorn
 
 from app.api.app import create_app
 from app.settings import Settings
+from tests.stubs import SSE, Answer, sse_stub
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,81 +180,38 @@ class OpenAIStub:
     reply: Reply
 
 
+def _chat_answer(body: dict[str, Any], reply: StubReply) -> Answer:
+    """A StubReply as chat completion chunks (the ``data:`` lines of ``/chat/completions``)."""
+    if reply.status != 200:
+        return Answer(status=reply.status, body=reply.body, headers=reply.headers)
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> SSE:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return (
+            None,
+            {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "model": body["model"], "choices": [choice]},
+        )
+
+    events = [chunk({"reasoning_content": piece}) for piece in reply.reasoning]
+    events += [chunk({"content": piece}) for piece in reply.content]
+    for index, call in enumerate(reply.tool_calls):
+        half = len(call["arguments"]) // 2
+        first = {"index": index, "id": call["id"], "type": "function"}
+        events.append(
+            chunk(
+                {"tool_calls": [{**first, "function": {"name": call["name"], "arguments": call["arguments"][:half]}}]}
+            )
+        )
+        events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": call["arguments"][half:]}}]}))
+    events.append(chunk({}, finish="tool_calls" if reply.tool_calls else "stop"))
+    usage = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "choices": [], "usage": reply.usage}
+    events += [(None, usage), (None, "[DONE]")]
+    return Answer(events, delay=reply.delay)
+
+
 @contextmanager
 def openai_stub(reply: Reply | None = None) -> Iterator[OpenAIStub]:
-    stub = OpenAIStub(url="", requests=[], headers=[], reply=reply or (lambda _body: StubReply()))
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_args: Any) -> None:
-            return
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-            stub.requests.append(body)
-            stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-            answer = stub.reply(body)
-            if answer.status != 200:
-                payload = answer.body.encode()
-                self.send_response(answer.status)
-                for key, value in {"content-type": "application/json", **answer.headers}.items():
-                    self.send_header(key, value)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-                return
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            self.end_headers()
-
-            def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
-                data: dict[str, Any] = {
-                    "id": "chatcmpl-stub",
-                    "object": "chat.completion.chunk",
-                    "model": body.get("model"),
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-                if usage is not None:
-                    data = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "choices": [], "usage": usage}
-                self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-                if answer.delay:
-                    time.sleep(answer.delay)
-
-            for piece in answer.reasoning:
-                chunk({"reasoning_content": piece})
-            for piece in answer.content:
-                chunk({"content": piece})
-            for index, call in enumerate(answer.tool_calls):
-                half = len(call["arguments"]) // 2
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": index,
-                                "id": call["id"],
-                                "type": "function",
-                                "function": {"name": call["name"], "arguments": call["arguments"][:half]},
-                            }
-                        ]
-                    }
-                )
-                chunk({"tool_calls": [{"index": index, "function": {"arguments": call["arguments"][half:]}}]})
-            chunk({}, finish="tool_calls" if answer.tool_calls else "stop")
-            chunk({}, usage=answer.usage)
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-            self.close_connection = True
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    stub.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with sse_stub("/v1", keep_alive=False) as server:
+        stub = OpenAIStub(server.url, server.requests, server.headers, reply or (lambda _body: StubReply()))
+        server.answer = lambda body: _chat_answer(body, stub.reply(body))
         yield stub
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

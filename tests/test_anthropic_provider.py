@@ -4,10 +4,7 @@ stub on 127.0.0.1 speaking the Messages API's SSE events."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,32 +12,16 @@ import httpx
 import pytest
 
 from tests.helpers import assistant_text, create_session, text_prompt
+from tests.stubs import Answer, Stub, sse_stub
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 MODEL_ID = "claude-stub-1"
 
 
-@dataclass
-class Answer:
-    """SSE events to stream, or an HTTP error ``status`` with a JSON ``body``."""
-
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    status: int = 200
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class AnthropicStub:
-    url: str = ""
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    answer: Callable[[dict[str, Any]], Answer] = lambda _body: Answer(message(text(0, "Hello", " there")))
-
-    def chat(self) -> list[dict[str, Any]]:
-        """The turn's requests (not the title generator's)."""
-        return [r for r in self.requests if "title generator" not in json.dumps(r.get("system", ""))]
+def chat(stub: Stub) -> list[dict[str, Any]]:
+    """The turn's requests (not the title generator's)."""
+    return [r for r in stub.requests if "title generator" not in json.dumps(r.get("system", ""))]
 
 
 def message(*blocks: list[tuple[str, dict[str, Any]]], stop: str = "end_turn") -> list[tuple[str, dict[str, Any]]]:
@@ -97,41 +78,6 @@ def tool_use(index: int, call_id: str, name: str, arguments: str) -> list[tuple[
     return _block(index, {"type": "tool_use", "id": call_id, "name": name, "input": {}}, deltas)
 
 
-def _serve(stub: AnthropicStub) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_args: Any) -> None:
-            return
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-            stub.requests.append(body)
-            stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-            answer = stub.answer(body)
-            if answer.status != 200:
-                payload = json.dumps(answer.body or {}).encode()
-                self.send_response(answer.status)
-                for key, value in {"content-type": "application/json", **answer.headers}.items():
-                    self.send_header(key, value)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-                return
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            for key, value in answer.headers.items():
-                self.send_header(key, value)
-            self.end_headers()
-            for event, data in answer.events:
-                self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-            self.close_connection = True
-
-    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-
-
 def _title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str, Any]], Answer]:
     def reply(body: dict[str, Any]) -> Answer:
         if "title generator" in json.dumps(body.get("system", "")):
@@ -142,23 +88,16 @@ def _title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str,
 
 
 @pytest.fixture
-def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
-    handle = AnthropicStub()
-    httpd = _serve(handle)
-    httpd.daemon_threads = True
-    handle.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", handle.url)
-    (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
-    try:
+def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
+    with sse_stub() as handle:
+        handle.answer = lambda _body: Answer(message(text(0, "Hello", " there")))
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", handle.url)
+        (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
         yield handle
-    finally:
-        httpd.shutdown()
 
 
-def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_text_turn_streams_and_completes_with_tokens(stub: Stub, client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("hi there")).json()
     assert "error" not in reply["info"], reply["info"]
@@ -168,7 +107,7 @@ def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client
     assert finish["type"] == "step-finish" and finish["reason"] == "stop"
     assert finish["tokens"]["input"] == 21 and finish["tokens"]["output"] == 9
     assert finish["tokens"]["cache"] == {"read": 5, "write": 7}
-    request = stub.chat()[0]
+    request = chat(stub)[0]
     assert request["model"] == MODEL_ID and request["stream"] is True and request["max_tokens"] > 0
     assert request["system"][0]["type"] == "text" and "opensession" in request["system"][0]["text"]
     assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]
@@ -177,7 +116,7 @@ def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client
 
 
 def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
-    stub: AnthropicStub, client: httpx.Client, project_dir: Path
+    stub: Stub, client: httpx.Client, project_dir: Path
 ) -> None:
     (project_dir / "hello.txt").write_text("hello from file\n")
 
@@ -198,7 +137,7 @@ def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("what does hello.txt say?")).json()
     assert assistant_text(reply) == "The file says hello."
-    first, second = stub.chat()
+    first, second = chat(stub)
     assert {t["name"] for t in first["tools"]} >= {"read", "write", "bash"}
     read = next(t for t in first["tools"] if t["name"] == "read")
     assert read["input_schema"]["type"] == "object" and read["description"]
@@ -222,7 +161,7 @@ def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
     assert tool["callID"] == "toolu_1" and tool["state"]["status"] == "completed"
 
 
-def test_thinking_becomes_reasoning_parts(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_thinking_becomes_reasoning_parts(stub: Stub, client: httpx.Client) -> None:
     stub.answer = _title_or(lambda _body: Answer(message(thinking(0, "Let me ", "think."), text(1, "Done."))))
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("think")).json()
@@ -241,7 +180,7 @@ def _turn_calls(answer: Callable[[int], Answer]) -> tuple[Callable[[dict[str, An
     return _title_or(reply), calls
 
 
-def test_overloaded_529_is_retried_then_answered(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_overloaded_529_is_retried_then_answered(stub: Stub, client: httpx.Client) -> None:
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     stub.answer, calls = _turn_calls(
         lambda n: (
@@ -257,7 +196,7 @@ def test_overloaded_529_is_retried_then_answered(stub: AnthropicStub, client: ht
     assert calls["n"] == 2
 
 
-def test_overloaded_error_event_mid_stream_is_retried(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_overloaded_error_event_mid_stream_is_retried(stub: Stub, client: httpx.Client) -> None:
     error = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     stub.answer, calls = _turn_calls(
         lambda n: (
@@ -273,7 +212,7 @@ def test_overloaded_error_event_mid_stream_is_retried(stub: AnthropicStub, clien
     assert calls["n"] == 2
 
 
-def test_unauthorized_is_a_provider_auth_error(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_unauthorized_is_a_provider_auth_error(stub: Stub, client: httpx.Client) -> None:
     body = {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
     stub.answer, calls = _turn_calls(lambda _n: Answer(status=401, body=body))
     sid = create_session(client)["id"]
@@ -286,7 +225,7 @@ def test_unauthorized_is_a_provider_auth_error(stub: AnthropicStub, client: http
 
 
 def test_missing_key_names_the_environment_variable(
-    stub: AnthropicStub, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+    stub: Stub, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     sid = create_session(client)["id"]
@@ -294,11 +233,11 @@ def test_missing_key_names_the_environment_variable(
     error = reply["info"]["error"]
     assert error["name"] == "ProviderAuthError" and error["data"]["providerID"] == "anthropic"
     assert "ANTHROPIC_API_KEY" in error["data"]["message"]
-    assert stub.chat() == []
+    assert chat(stub) == []
 
 
 def test_provider_block_sets_key_and_base_url(
-    stub: AnthropicStub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
+    stub: Stub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     monkeypatch.delenv("ANTHROPIC_BASE_URL")
@@ -312,7 +251,7 @@ def test_provider_block_sets_key_and_base_url(
     assert sent.get("x-api-key") == "sk-ant-config" or sent.get("authorization") == "Bearer sk-ant-config"
 
 
-def test_max_tokens_stop_is_length(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_max_tokens_stop_is_length(stub: Stub, client: httpx.Client) -> None:
     stub.answer = _title_or(lambda _body: Answer(message(text(0, "cut"), stop="max_tokens")))
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("long")).json()
