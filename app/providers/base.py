@@ -89,7 +89,11 @@ class TextDelta:
 
 @dataclass(slots=True)
 class ReasoningDelta:
+    """Reasoning text; ``starts_part`` opens a new reasoning part even right after another one
+    (each of OpenAI's reasoning summary parts is a part of its own in OpenCode)."""
+
     text: str
+    starts_part: bool = False
 
 
 @dataclass(slots=True)
@@ -129,7 +133,6 @@ class Usage:
             cache_read=cached,
             cache_write=cache_write,
         )
-
 
 
 @dataclass(slots=True)
