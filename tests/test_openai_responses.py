@@ -208,6 +208,10 @@ def test_second_turn_reuses_the_connection(stub: Stub, client: httpx.Client) -> 
         time.sleep(0.02)  # the title request (same client) is made in the background
     opened = stub.connections
     assert opened >= 1
+    # The title is a small call (OpenCode's smallOptions): minimal reasoning, no 64-token cap that
+    # reasoning would use up before the title.
+    title = next(r for r in stub.requests if _is_title(r))
+    assert title["reasoning"]["effort"] == "minimal" and title["max_output_tokens"] == 128_000
     client.post(f"/session/{sid}/message", json=text_prompt("again"))
     assert len(chat(stub)) == 2
     assert stub.connections == opened  # the SDK client (and its connection pool) is kept

@@ -21,7 +21,6 @@ from app.providers._sdk import SDKProvider
 from app.providers.base import (
     ChatRequest,
     Finish,
-    ModelInfo,
     ProviderError,
     ReasoningDelta,
     StreamEvent,
@@ -30,6 +29,7 @@ from app.providers.base import (
     ToolInputStart,
     Usage,
 )
+from app.providers.options import turn_options
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -126,26 +126,12 @@ def responses_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return result
 
 
-def default_options(model: ModelInfo) -> dict[str, Any]:
-    """The provider options OpenCode sets by itself for an OpenAI model (``ProviderTransform.
-    options``), beneath the configured ones: the gpt-5 family reasons at medium effort with
-    automatic summaries, and gpt-5.x answers tersely."""
-    api_id = model.model_id
-    options: dict[str, Any] = {}
-    if "gpt-5" in api_id and "gpt-5-chat" not in api_id:
-        if "gpt-5-pro" not in api_id:
-            options.update(reasoningEffort="medium", reasoningSummary="auto")
-        if "gpt-5." in api_id and "codex" not in api_id and "-chat" not in api_id:
-            options["textVerbosity"] = "low"
-    return options
-
-
 def request_body(request: ChatRequest, reasoning: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The ``responses.create`` arguments for a request, as the AI SDK builds them from OpenCode's
     options: nothing stored, the session as prompt cache key, reasoning settings and encrypted
     reasoning for reasoning models (which take no sampling parameters)."""
     model = request.model
-    options = {**default_options(model), **request.options}
+    options = {**turn_options(model), **request.options}
     # Reasoning models take instructions as developer messages, the others as system messages.
     role = "developer" if model.reasoning else "system"
     system = [{"role": role, "content": text} for text in request.system if text]
