@@ -22,7 +22,7 @@ import uvicorn
 
 from app.api.app import create_app
 from app.settings import Settings
-from tests.stubs import SSE, Answer, sse_stub
+from tests.stubs import SSE, Answer, Stub, sse_stub
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -178,6 +178,11 @@ class OpenAIStub:
     requests: list[dict[str, Any]]
     headers: list[dict[str, str]]
     reply: Reply
+    server: Stub
+
+    @property
+    def connections(self) -> int:
+        return self.server.connections
 
 
 def _chat_answer(body: dict[str, Any], reply: StubReply) -> Answer:
@@ -210,8 +215,8 @@ def _chat_answer(body: dict[str, Any], reply: StubReply) -> Answer:
 
 
 @contextmanager
-def openai_stub(reply: Reply | None = None) -> Iterator[OpenAIStub]:
-    with sse_stub("/v1", keep_alive=False) as server:
-        stub = OpenAIStub(server.url, server.requests, server.headers, reply or (lambda _body: StubReply()))
+def openai_stub(reply: Reply | None = None, keep_alive: bool = False) -> Iterator[OpenAIStub]:
+    with sse_stub("/v1", keep_alive=keep_alive) as server:
+        stub = OpenAIStub(server.url, server.requests, server.headers, reply or (lambda _body: StubReply()), server)
         server.answer = lambda body: _chat_answer(body, stub.reply(body))
         yield stub

@@ -77,7 +77,7 @@ class OpenAICompatibleProvider:
                     raise http_error(self.id, response.status_code, text, response.headers)
                 async for sse in source.aiter_sse():
                     if sse.data.strip() == "[DONE]":
-                        break
+                        continue  # read on to the end of the body: a connection closed early is not reused
                     chunk = json.loads(sse.data)
                     if chunk.get("error"):
                         raise ProviderError(str(chunk["error"].get("message", chunk["error"])), is_retryable=True)
