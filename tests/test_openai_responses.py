@@ -368,12 +368,16 @@ def test_missing_key_names_the_environment_variable(
     assert chat(stub) == []
 
 
-def test_key_and_url_from_the_block_or_the_sdk_variables(
+def test_key_from_config_then_stored_then_env_and_url_from_config_or_sdk_variable(
     stub: Stub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    assert client.put("/auth/openai", json={"type": "api", "key": "sk-stored"}).json() is True
+    _prompt(client)  # a stored key wins over OPENAI_API_KEY
+    assert stub.headers[-1]["authorization"] == "Bearer sk-stored"
     _config(project_dir, npm="@ai-sdk/openai", options={"baseURL": stub.url, "apiKey": "sk-from-config"})
-    _prompt(client)
+    _prompt(client)  # options.apiKey wins over both
     assert stub.headers[-1]["authorization"] == "Bearer sk-from-config"
+    client.delete("/auth/openai")
     monkeypatch.setenv("OPENAI_BASE_URL", stub.url)
     _config(project_dir)  # no block at all: OPENAI_API_KEY and the SDK's OPENAI_BASE_URL
     _sid, reply = _prompt(client)

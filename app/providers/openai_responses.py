@@ -269,6 +269,8 @@ class OpenAIResponsesProvider(SDKProvider):
                     yield ToolInputStart(item.call_id, item.name)
                 elif kind == "response.function_call_arguments.delta" and event.item_id in calls:
                     calls[event.item_id]["arguments"] += event.delta
+                elif kind == "response.function_call_arguments.done" and event.item_id in calls:
+                    calls[event.item_id]["arguments"] = event.arguments
                 elif kind == "response.output_item.done":
                     item = event.item
                     if item.type == "reasoning":
