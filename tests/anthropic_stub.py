@@ -7,36 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from tests.servers import StubHandler, stub_server
+from tests.stubs import Answer, Stub, sse_stub
 
 MODEL_ID = "claude-stub-1"
-
-
-@dataclass
-class Answer:
-    """SSE events to stream, or an HTTP error ``status`` with a JSON ``body``."""
-
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    status: int = 200
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class AnthropicStub:
-    url: str = ""
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    answer: Callable[[dict[str, Any]], Answer] = lambda _body: Answer(message(text(0, "Hello", " there")))
-
-    def chat(self) -> list[dict[str, Any]]:
-        """The turn's requests (not the title generator's)."""
-        return [r for r in self.requests if "title generator" not in json.dumps(r.get("system", ""))]
 
 
 def message(*blocks: list[tuple[str, dict[str, Any]]], stop: str = "end_turn") -> list[tuple[str, dict[str, Any]]]:
@@ -93,22 +70,6 @@ def tool_use(index: int, call_id: str, name: str, arguments: str) -> list[tuple[
     return _block(index, {"type": "tool_use", "id": call_id, "name": name, "input": {}}, deltas)
 
 
-def _handler(stub: AnthropicStub) -> type[StubHandler]:
-    class Handler(StubHandler):
-        def do_POST(self) -> None:
-            answer = stub.answer(self.record(stub.requests, stub.headers))
-            if answer.status != 200:
-                self.answer_error(answer.status, json.dumps(answer.body or {}).encode(), answer.headers)
-                return
-            self.start_stream(answer.headers)
-            for event, data in answer.events:
-                self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-            self.close_connection = True
-
-    return Handler
-
-
 def title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str, Any]], Answer]:
     def reply(body: dict[str, Any]) -> Answer:
         if "title generator" in json.dumps(body.get("system", "")):
@@ -119,11 +80,10 @@ def title_or(answer: Callable[[dict[str, Any]], Answer]) -> Callable[[dict[str, 
 
 
 @contextmanager
-def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
     """A running stub, with the key and base URL the built-in provider reads from the environment."""
-    handle = AnthropicStub()
-    with stub_server(_handler(handle)) as url:
-        handle.url = url
+    with sse_stub() as handle:
+        handle.answer = lambda _body: Answer(message(text(0, "Hello", " there")))
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", handle.url)
         yield handle

@@ -4,7 +4,6 @@ local OpenAI-compatible stub. Everything binds 127.0.0.1 on a free port."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -15,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import uvicorn
 
 from app.api.app import create_app
 from app.settings import Settings
+from tests.stubs import SSE, Answer, Stub, sse_stub
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,107 +178,45 @@ class OpenAIStub:
     requests: list[dict[str, Any]]
     headers: list[dict[str, str]]
     reply: Reply
+    server: Stub
+
+    @property
+    def connections(self) -> int:
+        return self.server.connections
 
 
-class StubHandler(BaseHTTPRequestHandler):
-    """What the local provider stubs share: HTTP/1.1, quiet, bodies recorded, errors as JSON,
-    streams as server-sent events."""
+def _chat_answer(body: dict[str, Any], reply: StubReply) -> Answer:
+    """A StubReply as chat completion chunks (the ``data:`` lines of ``/chat/completions``)."""
+    if reply.status != 200:
+        return Answer(status=reply.status, body=reply.body, headers=reply.headers)
 
-    protocol_version = "HTTP/1.1"
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> SSE:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return (
+            None,
+            {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "model": body["model"], "choices": [choice]},
+        )
 
-    def log_message(self, *_args: Any) -> None:
-        return
-
-    def record(self, requests: list[dict[str, Any]], headers: list[dict[str, str]]) -> dict[str, Any]:
-        """The request's JSON body, kept (with its headers) among what the stub received."""
-        body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-        requests.append(body)
-        headers.append({k.lower(): v for k, v in self.headers.items()})
-        return body
-
-    def answer_error(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
-        self.send_response(status)
-        for key, value in {"content-type": "application/json", **headers}.items():
-            self.send_header(key, value)
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def start_stream(self, headers: dict[str, str] | None = None) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("connection", "close")
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-
-
-@contextmanager
-def stub_server(handler: type[StubHandler]) -> Iterator[str]:
-    """``handler`` serving on 127.0.0.1 in a thread; yields its base URL."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    events = [chunk({"reasoning_content": piece}) for piece in reply.reasoning]
+    events += [chunk({"content": piece}) for piece in reply.content]
+    for index, call in enumerate(reply.tool_calls):
+        half = len(call["arguments"]) // 2
+        first = {"index": index, "id": call["id"], "type": "function"}
+        events.append(
+            chunk(
+                {"tool_calls": [{**first, "function": {"name": call["name"], "arguments": call["arguments"][:half]}}]}
+            )
+        )
+        events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": call["arguments"][half:]}}]}))
+    events.append(chunk({}, finish="tool_calls" if reply.tool_calls else "stop"))
+    usage = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "choices": [], "usage": reply.usage}
+    events += [(None, usage), (None, "[DONE]")]
+    return Answer(events, delay=reply.delay)
 
 
 @contextmanager
-def openai_stub(reply: Reply | None = None) -> Iterator[OpenAIStub]:
-    stub = OpenAIStub(url="", requests=[], headers=[], reply=reply or (lambda _body: StubReply()))
-
-    class Handler(StubHandler):
-        def do_POST(self) -> None:
-            body = self.record(stub.requests, stub.headers)
-            answer = stub.reply(body)
-            if answer.status != 200:
-                self.answer_error(answer.status, answer.body.encode(), answer.headers)
-                return
-            self.start_stream()
-
-            def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
-                data: dict[str, Any] = {
-                    "id": "chatcmpl-stub",
-                    "object": "chat.completion.chunk",
-                    "model": body.get("model"),
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-                if usage is not None:
-                    data = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "choices": [], "usage": usage}
-                self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-                if answer.delay:
-                    time.sleep(answer.delay)
-
-            for piece in answer.reasoning:
-                chunk({"reasoning_content": piece})
-            for piece in answer.content:
-                chunk({"content": piece})
-            for index, call in enumerate(answer.tool_calls):
-                half = len(call["arguments"]) // 2
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": index,
-                                "id": call["id"],
-                                "type": "function",
-                                "function": {"name": call["name"], "arguments": call["arguments"][:half]},
-                            }
-                        ]
-                    }
-                )
-                chunk({"tool_calls": [{"index": index, "function": {"arguments": call["arguments"][half:]}}]})
-            chunk({}, finish="tool_calls" if answer.tool_calls else "stop")
-            chunk({}, usage=answer.usage)
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-            self.close_connection = True
-
-    with stub_server(Handler) as url:
-        stub.url = f"{url}/v1"
+def openai_stub(reply: Reply | None = None, keep_alive: bool = False) -> Iterator[OpenAIStub]:
+    with sse_stub("/v1", keep_alive=keep_alive) as server:
+        stub = OpenAIStub(server.url, server.requests, server.headers, reply or (lambda _body: StubReply()), server)
+        server.answer = lambda body: _chat_answer(body, stub.reply(body))
         yield stub

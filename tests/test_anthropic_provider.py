@@ -14,7 +14,7 @@ import pytest
 from tests.anthropic_stub import (
     MODEL_ID,
     Answer,
-    AnthropicStub,
+    Stub,
     anthropic_stub,
     message,
     text,
@@ -28,13 +28,13 @@ pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
-def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+def stub(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
     with anthropic_stub(monkeypatch) as handle:
         (project_dir / "opencode.json").write_text(json.dumps({"model": f"anthropic/{MODEL_ID}"}))
         yield handle
 
 
-def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_text_turn_streams_and_completes_with_tokens(stub: Stub, client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("hi there")).json()
     assert "error" not in reply["info"], reply["info"]
@@ -53,7 +53,7 @@ def test_text_turn_streams_and_completes_with_tokens(stub: AnthropicStub, client
 
 
 def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
-    stub: AnthropicStub, client: httpx.Client, project_dir: Path
+    stub: Stub, client: httpx.Client, project_dir: Path
 ) -> None:
     (project_dir / "hello.txt").write_text("hello from file\n")
 
@@ -98,7 +98,7 @@ def test_tool_use_runs_our_tool_and_sends_the_tool_result_back(
     assert tool["callID"] == "toolu_1" and tool["state"]["status"] == "completed"
 
 
-def test_thinking_becomes_reasoning_parts(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_thinking_becomes_reasoning_parts(stub: Stub, client: httpx.Client) -> None:
     stub.answer = title_or(lambda _body: Answer(message(thinking(0, "Let me ", "think."), text(1, "Done."))))
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("think")).json()
@@ -117,7 +117,7 @@ def _turn_calls(answer: Callable[[int], Answer]) -> tuple[Callable[[dict[str, An
     return title_or(reply), calls
 
 
-def test_overloaded_529_is_retried_then_answered(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_overloaded_529_is_retried_then_answered(stub: Stub, client: httpx.Client) -> None:
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     stub.answer, calls = _turn_calls(
         lambda n: (
@@ -133,7 +133,7 @@ def test_overloaded_529_is_retried_then_answered(stub: AnthropicStub, client: ht
     assert calls["n"] == 2
 
 
-def test_overloaded_error_event_mid_stream_is_retried(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_overloaded_error_event_mid_stream_is_retried(stub: Stub, client: httpx.Client) -> None:
     error = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     stub.answer, calls = _turn_calls(
         lambda n: (
@@ -149,7 +149,7 @@ def test_overloaded_error_event_mid_stream_is_retried(stub: AnthropicStub, clien
     assert calls["n"] == 2
 
 
-def test_unauthorized_is_a_provider_auth_error(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_unauthorized_is_a_provider_auth_error(stub: Stub, client: httpx.Client) -> None:
     body = {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
     stub.answer, calls = _turn_calls(lambda _n: Answer(status=401, body=body))
     sid = create_session(client)["id"]
@@ -162,7 +162,7 @@ def test_unauthorized_is_a_provider_auth_error(stub: AnthropicStub, client: http
 
 
 def test_missing_key_names_the_environment_variable(
-    stub: AnthropicStub, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+    stub: Stub, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     sid = create_session(client)["id"]
@@ -174,7 +174,7 @@ def test_missing_key_names_the_environment_variable(
 
 
 def test_provider_block_sets_key_and_base_url(
-    stub: AnthropicStub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
+    stub: Stub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     monkeypatch.delenv("ANTHROPIC_BASE_URL")
@@ -188,7 +188,7 @@ def test_provider_block_sets_key_and_base_url(
     assert sent.get("x-api-key") == "sk-ant-config" or sent.get("authorization") == "Bearer sk-ant-config"
 
 
-def test_max_tokens_stop_is_length(stub: AnthropicStub, client: httpx.Client) -> None:
+def test_max_tokens_stop_is_length(stub: Stub, client: httpx.Client) -> None:
     stub.answer = title_or(lambda _body: Answer(message(text(0, "cut"), stop="max_tokens")))
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("long")).json()

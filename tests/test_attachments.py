@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.anthropic_stub import MODEL_ID, Answer, AnthropicStub, anthropic_stub, message, text, title_or, tool_use
+from tests.anthropic_stub import MODEL_ID, Answer, Stub, anthropic_stub, message, text, title_or, tool_use
 from tests.helpers import assistant_text, create_session
 from tests.servers import OpenAIStub, StubReply, openai_stub
 
@@ -91,7 +91,7 @@ def _ask(client: httpx.Client, prompt: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def anthropic(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+def anthropic(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
     with anthropic_stub(monkeypatch) as handle:
         # A model of our own naming: the catalog does not know it, so opencode.json says what it takes.
         models = {MODEL_ID: {"modalities": {"input": ["text", "image", "pdf"], "output": ["text"]}}}
@@ -100,7 +100,7 @@ def anthropic(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[An
         yield handle
 
 
-def test_pasted_png_reaches_anthropic_as_an_image_block(anthropic: AnthropicStub, client: httpx.Client) -> None:
+def test_pasted_png_reaches_anthropic_as_an_image_block(anthropic: Stub, client: httpx.Client) -> None:
     reply = _ask(client, _prompt("what is this?", _pasted_png()))
     assert assistant_text(reply) == "Hello there"
     [request] = anthropic.chat()
@@ -109,7 +109,7 @@ def test_pasted_png_reaches_anthropic_as_an_image_block(anthropic: AnthropicStub
 
 
 def test_project_pdf_reaches_anthropic_as_a_document_block(
-    anthropic: AnthropicStub, client: httpx.Client, project_dir: Path
+    anthropic: Stub, client: httpx.Client, project_dir: Path
 ) -> None:
     (project_dir / "docs").mkdir()
     pdf = project_dir / "docs" / "spec.pdf"
@@ -128,7 +128,7 @@ def test_project_pdf_reaches_anthropic_as_a_document_block(
 
 
 def test_catalog_model_without_pdf_input_gets_the_error_text(
-    anthropic: AnthropicStub, client: httpx.Client, project_dir: Path
+    anthropic: Stub, client: httpx.Client, project_dir: Path
 ) -> None:
     # The shipped catalog lists text and image as this model's input: the PDF is replaced.
     (project_dir / "opencode.json").write_text(json.dumps({"model": "anthropic/claude-sonnet-4-20250514"}))
@@ -142,7 +142,7 @@ def test_catalog_model_without_pdf_input_gets_the_error_text(
 
 
 def test_read_tool_returns_an_image_that_reaches_anthropic_in_the_tool_result(
-    anthropic: AnthropicStub, client: httpx.Client, project_dir: Path
+    anthropic: Stub, client: httpx.Client, project_dir: Path
 ) -> None:
     (project_dir / "pixel.png").write_bytes(PNG)
 

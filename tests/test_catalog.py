@@ -137,8 +137,12 @@ def test_turn_cost_uses_catalog_prices(stub: OpenAIStub, client: httpx.Client) -
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("hi")).json()
     assert reply["info"]["providerID"] == "openrouter" and reply["info"]["modelID"] == "anthropic/claude-sonnet-4"
-    # openrouter's anthropic/claude-sonnet-4: input 3, output 15, cache read 0.3 per million.
-    expected = (1_000 * 3 + (120 + 20) * 15 + 400 * 0.3) / 1_000_000
+    # openrouter's anthropic/claude-sonnet-4: input 3, output 15, cache read 0.3 per million. The
+    # 120 completion tokens include the 20 reasoning ones: 100 output + 20 reasoning, each priced once.
+    expected = (1_000 * 3 + (100 + 20) * 15 + 400 * 0.3) / 1_000_000
+    tokens = reply["parts"][-1]["tokens"]
+    assert (tokens["input"], tokens["output"], tokens["reasoning"], tokens["cache"]["read"]) == (1_000, 100, 20, 400)
+    assert tokens["total"] == 1_400 + 120
     assert reply["parts"][-1]["cost"] == pytest.approx(expected)
     assert reply["info"]["cost"] == pytest.approx(expected)
     messages = client.get(f"/session/{sid}/message").json()

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.anthropic_stub import Answer, AnthropicStub, anthropic_stub, message, text, thinking, title_or
+from tests.anthropic_stub import Answer, Stub, anthropic_stub, message, text, thinking, title_or
 from tests.helpers import assistant_text, create_session, text_prompt
 from tests.servers import OpenAIStub, StubReply, openai_stub
 
@@ -205,7 +205,7 @@ def test_setting_broken_after_admission_fails_the_turn_with_a_named_error(
 
 
 @pytest.fixture
-def claude(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStub]:
+def claude(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
     spec = {"reasoning": True, "temperature": True, "limit": {"context": 200_000, "output": 32_000}}
     config = {
         "model": f"anthropic/{CLAUDE}",
@@ -218,7 +218,7 @@ def claude(project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Anthr
         yield handle
 
 
-def test_anthropic_thinking_budget_and_max_tokens(claude: AnthropicStub, client: httpx.Client) -> None:
+def test_anthropic_thinking_budget_and_max_tokens(claude: Stub, client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("think", variant="high")).json()
     assert [p["type"] for p in reply["parts"]] == ["step-start", "reasoning", "text", "step-finish"]
@@ -233,7 +233,7 @@ def test_anthropic_thinking_budget_and_max_tokens(claude: AnthropicStub, client:
 
 
 def test_anthropic_without_thinking_takes_the_agent_temperature(
-    claude: AnthropicStub, client: httpx.Client, project_dir: Path
+    claude: Stub, client: httpx.Client, project_dir: Path
 ) -> None:
     config = json.loads((project_dir / "opencode.json").read_text())
     config["provider"]["anthropic"]["options"] = {"headers": {"anthropic-beta": "custom-beta"}}

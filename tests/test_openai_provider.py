@@ -4,6 +4,7 @@ stub server on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,18 @@ def test_config_lists_the_provider(stub: OpenAIStub, client: httpx.Client) -> No
     assert "stub-model" in stub_provider["models"]
     assert providers["default"]["stub"] == "stub-model"
     assert client.get("/config").json()["model"] == "stub/stub-model"
+
+
+def test_connection_is_reused_across_turns(project_dir: Path, client: httpx.Client) -> None:
+    with openai_stub(keep_alive=True) as stub:
+        _write_config(project_dir, stub.url)
+        sid = create_session(client)["id"]
+        client.post(f"/session/{sid}/message", json=text_prompt("first"))
+        deadline = time.monotonic() + 10
+        while client.get(f"/session/{sid}").json()["title"] != "Hello from stub" and time.monotonic() < deadline:
+            time.sleep(0.02)  # the title request is made in the background
+        opened = stub.connections
+        for turn in range(2):
+            reply = client.post(f"/session/{sid}/message", json=text_prompt(f"turn {turn}")).json()
+            assert assistant_text(reply) == "Hello from stub"
+        assert len(_chat_requests(stub)) == 3 and stub.connections == opened

@@ -10,10 +10,11 @@ and PDF documents in user turns and tool results), and the SSE events (``message
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from app.providers._errors import error_object, http_error
+from app.providers._sdk import SDKProvider
 from app.providers.base import (
     ChatRequest,
     Finish,
@@ -40,10 +41,7 @@ _FINISH = {
     "model_context_window_exceeded": "length",
     "refusal": "content-filter",
 }
-_OVERFLOW = re.compile(r"prompt is too long|context window|context length|too many tokens", re.I)
-_HEADERS_KEPT = ("retry-after", "retry-after-ms", "request-id", "x-request-id")
 _RETRYABLE_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
-_THINKING_KEPT = 1024
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # what the API accepts
 # The betas OpenCode's Anthropic provider sends unless opencode.json sets its own anthropic-beta.
 _BETA = "claude-code-20250219,interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14"
@@ -191,65 +189,24 @@ def _error(provider_id: str, exc: Exception) -> ProviderError:
     if not isinstance(exc, anthropic.APIStatusError):
         return ProviderError(str(exc))
     status = exc.status_code
-    body = exc.body
-    error = body.get("error", body) if isinstance(body, dict) else None
-    kind = error.get("type") if isinstance(error, dict) else None
-    message = str(error.get("message")) if isinstance(error, dict) and error.get("message") else str(exc)
-    raw = json.dumps(body) if isinstance(body, (dict, list)) else (str(body) if body is not None else None)
+    kind = error_object(exc.body).get("type")
     if kind == "overloaded_error" and status < 400:
         status = 529  # an ``error`` event inside a 200 stream
-    if status in (401, 403) or kind in ("authentication_error", "permission_error"):
-        return ProviderError(message or "Unauthorized", name="ProviderAuthError", provider_id=provider_id)
-    if _OVERFLOW.search(message):
-        return ProviderError(message, name="ContextOverflowError", response_body=raw)
-    headers = exc.response.headers
-    kept = {k: headers[k] for k in _HEADERS_KEPT if k in headers}
-    return ProviderError(
-        message or f"HTTP {status}",
-        status_code=status,
-        is_retryable=status in (408, 409, 429) or status >= 500 or kind in _RETRYABLE_TYPES,
-        response_headers=kept,
-        response_body=raw,
+    return http_error(
+        provider_id, status, exc.body, exc.response.headers, retryable=kind in _RETRYABLE_TYPES, fallback=str(exc)
     )
 
 
-class AnthropicProvider:
-    """One SDK client per (key, base URL); ``api_key`` None means the key is missing, which fails
-    each request with a ProviderAuthError naming the environment variable."""
+class AnthropicProvider(SDKProvider):
+    """Anthropic's Messages API through ``AsyncAnthropic``, one client per (key, base URL, headers)."""
 
-    def __init__(
-        self,
-        provider_id: str,
-        api_key: str | None,
-        base_url: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.id = provider_id
-        self._api_key = api_key
-        self._base_url = base_url
-        self._headers = headers or {}
-        self._client: Any = None
-        # Signed thinking blocks per tool call id, sent back with the assistant turn that made the
-        # call (the API requires them when thinking is on; our history keeps reasoning as text only).
-        self._thinking: dict[str, list[dict[str, Any]]] = {}
+    label = "Anthropic"
+    key_env = API_KEY_ENV
 
-    def _remember_thinking(self, call_id: str, blocks: list[dict[str, Any]]) -> None:
-        self._thinking[call_id] = blocks
-        while len(self._thinking) > _THINKING_KEPT:  # oldest first: only recent turns are continued
-            del self._thinking[next(iter(self._thinking))]
+    def _client_class(self) -> Any:
+        from anthropic import AsyncAnthropic  # base URL None: the SDK reads ANTHROPIC_BASE_URL
 
-    def _sdk(self) -> Any:
-        if self._client is None:
-            from anthropic import AsyncAnthropic  # first use only: start-up time
-
-            self._client = AsyncAnthropic(
-                api_key=self._api_key,
-                base_url=self._base_url,  # None: the SDK reads ANTHROPIC_BASE_URL, else its default
-                default_headers=self._default_headers(),
-                max_retries=0,  # the turn runner retries, with OpenCode's policy and status events
-                timeout=300.0,
-            )
-        return self._client
+        return AsyncAnthropic
 
     def _default_headers(self) -> dict[str, str]:
         configured = {key.lower() for key in self._headers}
@@ -264,7 +221,7 @@ class AnthropicProvider:
         body: dict[str, Any] = {
             "model": request.model.model_id,
             "max_tokens": (request.max_tokens or request.model.output_limit) + budget,
-            "messages": anthropic_messages(request.messages, self._thinking),
+            "messages": anthropic_messages(request.messages, self._kept),
         }
         system = [{"type": "text", "text": text} for text in request.system if text]
         if system:
@@ -281,12 +238,7 @@ class AnthropicProvider:
         return body
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        if not self._api_key:
-            raise ProviderError(
-                f"Anthropic API key is missing: set {API_KEY_ENV} or provider.anthropic.options.apiKey",
-                name="ProviderAuthError",
-                provider_id=self.id,
-            )
+        self._check_key()
         import anthropic
 
         body = self._body(request)
@@ -339,7 +291,7 @@ class AnthropicProvider:
                         thinking.append(current)
                     elif current["type"] == "tool_use":
                         if thinking:
-                            self._remember_thinking(current["id"], thinking)
+                            self._keep(current["id"], thinking)
                         yield ToolCall(current["id"], current["name"], current["json"] or "{}")
                 elif kind == "message_delta":
                     if event.delta.stop_reason:
@@ -355,7 +307,3 @@ class AnthropicProvider:
         except anthropic.AnthropicError as exc:
             raise _error(self.id, exc) from exc
         yield Finish(finish, usage)
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()

@@ -109,7 +109,11 @@ class TextDelta:
 
 @dataclass(slots=True)
 class ReasoningDelta:
+    """Reasoning text; ``starts_part`` opens a new reasoning part even right after another one
+    (each of OpenAI's reasoning summary parts is a part of its own in OpenCode)."""
+
     text: str
+    starts_part: bool = False
 
 
 @dataclass(slots=True)
@@ -136,6 +140,19 @@ class Usage:
     reasoning: int = 0
     cache_read: int = 0
     cache_write: int = 0
+
+    @classmethod
+    def inclusive(cls, input: int, cached: int, output: int, reasoning: int, cache_write: int = 0) -> Usage:
+        """From OpenAI's counts, where input includes the cached (read and written) tokens and
+        output the reasoning tokens: split as OpenCode's ``getUsage`` does, so that each token is
+        counted, and priced, once."""
+        return cls(
+            input=max(0, input - cached - cache_write),
+            output=max(0, output - reasoning),
+            reasoning=reasoning,
+            cache_read=cached,
+            cache_write=cache_write,
+        )
 
 
 @dataclass(slots=True)

@@ -4,13 +4,13 @@ configured as OpenCode users already do with ``@ai-sdk/openai-compatible`` in op
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
 
+from app.providers._errors import http_error
 from app.providers.base import (
     ChatRequest,
     Finish,
@@ -32,8 +32,6 @@ _FINISH = {
     "function_call": "tool-calls",
     "content_filter": "content-filter",
 }
-_OVERFLOW = re.compile(r"context.length|maximum context|context window|too many tokens|prompt is too long", re.I)
-_HEADERS_KEPT = ("retry-after", "retry-after-ms", "x-request-id")
 # Options the AI SDK's openai-compatible package renames; any other option is sent as it is.
 _COMPATIBLE_KEYS = {"user": "user", "reasoningEffort": "reasoning_effort", "textVerbosity": "verbosity"}
 # Options OpenAI's chat API takes (the AI SDK's openai package); others are not sent to it.
@@ -75,35 +73,11 @@ def _usage(raw: dict[str, Any] | None) -> Usage:
         return Usage()
     details = raw.get("completion_tokens_details") or {}
     prompt_details = raw.get("prompt_tokens_details") or {}
-    cached = int(prompt_details.get("cached_tokens") or 0)
-    return Usage(
-        input=max(0, int(raw.get("prompt_tokens") or 0) - cached),
-        output=int(raw.get("completion_tokens") or 0),
-        reasoning=int(details.get("reasoning_tokens") or 0),
-        cache_read=cached,
-    )
-
-
-def _error_from_response(provider_id: str, status: int, body: str, headers: httpx.Headers) -> ProviderError:
-    message = body
-    try:
-        parsed = json.loads(body)
-        error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
-        if isinstance(error, dict) and error.get("message"):
-            message = str(error["message"])
-    except ValueError:
-        pass
-    kept = {k: headers[k] for k in _HEADERS_KEPT if k in headers}
-    if status in (401, 403):
-        return ProviderError(message or "Unauthorized", name="ProviderAuthError", provider_id=provider_id)
-    if _OVERFLOW.search(message or ""):
-        return ProviderError(message, name="ContextOverflowError", response_body=body)
-    return ProviderError(
-        message or f"HTTP {status}",
-        status_code=status,
-        is_retryable=status in (408, 409, 429) or status >= 500,
-        response_headers=kept,
-        response_body=body,
+    return Usage.inclusive(
+        int(raw.get("prompt_tokens") or 0),
+        int(prompt_details.get("cached_tokens") or 0),
+        int(raw.get("completion_tokens") or 0),
+        int(details.get("reasoning_tokens") or 0),
     )
 
 
@@ -159,10 +133,10 @@ class OpenAICompatibleProvider:
                 response = source.response
                 if response.status_code >= 400:
                     text = (await response.aread()).decode(errors="replace")
-                    raise _error_from_response(self.id, response.status_code, text, response.headers)
+                    raise http_error(self.id, response.status_code, text, response.headers)
                 async for sse in source.aiter_sse():
                     if sse.data.strip() == "[DONE]":
-                        break
+                        continue  # read on to the end of the body: a connection closed early is not reused
                     chunk = json.loads(sse.data)
                     if chunk.get("error"):
                         raise ProviderError(str(chunk["error"].get("message", chunk["error"])), is_retryable=True)

@@ -137,9 +137,13 @@ def base_options(model: ModelInfo, session_id: str | None) -> dict[str, Any]:
             {"thinkingLevel": "high"} if "gemini-3" in api_id else {}
         )
     if "gpt-5" in api_id and "gpt-5-chat" not in api_id:
-        if "codex" not in api_id and "gpt-5-pro" not in api_id:
+        native = model.provider_id == "openai" or model.npm == OPENAI_PACKAGE
+        if "gpt-5-pro" not in api_id:
             result["reasoningEffort"] = "medium"
-        if api_id.endswith("gpt-5.") and model.provider_id != "azure":
+            if native:
+                result["reasoningSummary"] = "auto"
+                result["include"] = ["reasoning.encrypted_content"]
+        if native and "gpt-5." in api_id and "codex" not in api_id and "-chat" not in api_id:
             result["textVerbosity"] = "low"
     return result
 
@@ -228,3 +232,11 @@ def tune(model: ModelInfo, agent: AgentTuning, variant: str | None, session_id: 
         temperature = agent.temperature if agent.temperature is not None else default_temperature(model)
     top_p = agent.top_p if agent.top_p is not None else default_top_p(model)
     return CallTuning(options, temperature, top_p, max_output_tokens(model, options), dict(model.headers))
+
+
+def small_options(model: ModelInfo) -> dict[str, Any]:
+    """A small call's options (titles): OpenAI models reason as little as they can, so a title is
+    not spent on reasoning (gpt-5.x has no ``minimal`` effort: ``low``)."""
+    if model.provider_id == "openai" or "gpt-5" in model.model_id:
+        return {"reasoningEffort": "low" if "5." in model.model_id else "minimal"}
+    return {}

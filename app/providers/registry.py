@@ -1,10 +1,12 @@
-"""Which model answers a prompt: the built-in echo model plus every OpenAI-compatible provider
-declared in the directory's opencode.json. Provider clients are cached so connections are
-reused across turns."""
+"""Which model answers a prompt: the built-in echo model, the native providers (Anthropic's and
+OpenAI's APIs through their SDKs, with no provider block needed) and every OpenAI-compatible
+provider declared in the directory's opencode.json. Provider clients are cached so connections
+are reused across turns."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,14 +17,39 @@ from app.providers.base import ModelInfo, Provider
 from app.providers.credentials import Credentials
 from app.providers.echo import ECHO_MODEL, EchoProvider
 from app.providers.models import model_entry, model_info
-from app.providers.options import ANTHROPIC_PACKAGE
+from app.providers.options import ANTHROPIC_PACKAGE, OPENAI_PACKAGE
 from app.settings import default_data_dir
 
-ANTHROPIC_PROVIDER_ID = "anthropic"
-ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
 OPENAI_COMPATIBLE_PACKAGES = {"@ai-sdk/openai-compatible", "@ai-sdk/openai", None}
 # Catalog providers speaking OpenAI's API whose models.dev entry names no URL.
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1"}
+
+
+def _anthropic(provider_id: str, key: str | None, url: str | None, headers: dict[str, str]) -> Provider:
+    from app.providers.anthropic import AnthropicProvider  # the SDK loads on first request
+
+    return AnthropicProvider(provider_id, key, url, headers)
+
+
+def _openai(provider_id: str, key: str | None, url: str | None, headers: dict[str, str]) -> Provider:
+    from app.providers.openai_responses import OpenAIResponsesProvider  # the SDK loads on first request
+
+    return OpenAIResponsesProvider(provider_id, key, url, headers)
+
+
+@dataclass(frozen=True, slots=True)
+class NativeProvider:
+    """A provider built in as OpenCode's are: called through its SDK with no provider block."""
+
+    package: str  # the npm package a provider block may name and still mean this provider
+    key_env: str  # the environment variable its key comes from (named when it is missing)
+    create: Callable[[str, str | None, str | None, dict[str, str]], Provider]
+
+
+NATIVE = {
+    "anthropic": NativeProvider(ANTHROPIC_PACKAGE, "ANTHROPIC_API_KEY", _anthropic),
+    "openai": NativeProvider(OPENAI_PACKAGE, "OPENAI_API_KEY", _openai),
+}
 
 
 class ModelNotFoundError(LookupError):
@@ -109,7 +136,7 @@ class ProviderRegistry:
     def resolve(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo]:
         if (ref.provider_id, ref.model_id) == (ECHO_MODEL.provider_id, ECHO_MODEL.model_id):
             return self._echo, ECHO_MODEL
-        native = self._resolve_native_anthropic(directory, ref)
+        native = self._resolve_native(directory, ref)
         if native is not None:
             return native
         provider = self._configured(directory).get(ref.provider_id)
@@ -139,32 +166,32 @@ class ProviderRegistry:
         known = (catalog.providers().get(provider_id) or {}).get("env", [])
         return configured + [name for name in known if isinstance(name, str) and name not in configured]
 
-    # -- native Anthropic (built in: no provider block needed) ------------------------------------
+    # -- native providers (built in: no provider block needed) -------------------------------------
 
-    def _resolve_native_anthropic(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo] | None:
-        """``anthropic/<model>`` through the Anthropic SDK, unless opencode.json declares an
-        ``anthropic`` block for another package. Key: ``options.apiKey``, else a stored one, else
-        ANTHROPIC_API_KEY (a missing key fails the turn with a ProviderAuthError naming it);
-        ``options.baseURL``, else the SDK's own ANTHROPIC_BASE_URL handling. Limits and prices
-        come from the catalog, refined by the block's model entry."""
-        if ref.provider_id != ANTHROPIC_PROVIDER_ID:
+    def _resolve_native(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo] | None:
+        """``anthropic/<model>`` and ``openai/<model>`` through their official SDKs, unless
+        opencode.json declares a block for that provider with another package. Key:
+        ``options.apiKey``, else a stored one, else the environment (a missing key fails the turn
+        with a ProviderAuthError naming the variable); ``options.baseURL``, else the SDK's own
+        ``*_BASE_URL`` handling. Limits and prices come from the catalog, refined by the block's
+        model entry."""
+        native = NATIVE.get(ref.provider_id)
+        if native is None:
             return None
-        block = self._config.load(directory).providers.get(ANTHROPIC_PROVIDER_ID)
-        if block is not None and block.npm not in (None, ANTHROPIC_PACKAGE):
+        block = self._config.load(directory).providers.get(ref.provider_id)
+        if block is not None and block.npm not in (None, native.package):
             return None
-        env_vars = [*self._env_vars(directory, ANTHROPIC_PROVIDER_ID), ANTHROPIC_KEY_ENV]
-        api_key = self.credentials.key_for(ANTHROPIC_PROVIDER_ID, block.api_key if block else None, env_vars)
+        env_vars = [*self._env_vars(directory, ref.provider_id), native.key_env]
+        api_key = self.credentials.key_for(ref.provider_id, block.api_key if block else None, env_vars)
         base_url = block.base_url if block else None
         headers = block.headers if block else {}
-        key = (ANTHROPIC_PROVIDER_ID, "native", base_url, api_key, tuple(sorted(headers.items())))
+        key = (ref.provider_id, "native", base_url, api_key, tuple(sorted(headers.items())))
         client = self._clients.get(key)
         if client is None:
-            from app.providers.anthropic import AnthropicProvider  # the SDK loads on first request
-
-            client = self._clients[key] = AnthropicProvider(ANTHROPIC_PROVIDER_ID, api_key, base_url, headers)
+            client = self._clients[key] = native.create(ref.provider_id, api_key, base_url, headers)
         entry = block.models.get(ref.model_id) if block else None
         options = block.options if block else None
-        return client, model_info(ANTHROPIC_PROVIDER_ID, ref.model_id, entry, npm=ANTHROPIC_PACKAGE, options=options)
+        return client, model_info(ref.provider_id, ref.model_id, entry, npm=native.package, options=options)
 
     def _echo_entry(self) -> dict[str, Any]:
         return {

@@ -136,9 +136,10 @@ class AssistantRecorder:
         if self.snapshot and files:
             await self.emit_part(tx, self._new_part("patch", hash=self.snapshot, files=files))
 
-    async def delta(self, kind: str, text: str) -> None:
-        """Append streamed ``text`` to the open part of ``kind`` (``text`` or ``reasoning``)."""
-        if self._open is None or self._open.part["type"] != kind:
+    async def delta(self, kind: str, text: str, new_part: bool = False) -> None:
+        """Append streamed ``text`` to the open part of ``kind`` (``text`` or ``reasoning``), or
+        to a new one when ``new_part``."""
+        if new_part or self._open is None or self._open.part["type"] != kind:
             async with self.log.transaction() as tx:
                 await self._close_open(tx)
                 self._open = _StreamingPart(self._new_part(kind, text="", time={"start": now_ms()}))
@@ -174,6 +175,11 @@ class AssistantRecorder:
         stream.last_flush = time.monotonic()
         async with self.log.db.write() as scope:
             scope.execute(sql.UPSERT_PART, part_row(stream.snapshot(final=False)))
+
+    async def end_part(self, tx: Transaction) -> None:
+        """End the text or reasoning part being streamed (a failed call's partial text stays as it
+        was; what its retry streams goes to new parts)."""
+        await self._close_open(tx)
 
     async def _close_open(self, tx: Transaction) -> None:
         stream, self._open = self._open, None

@@ -397,6 +397,7 @@ class Runner:
                     raise
                 delay = retry_delay_ms(exc, attempt)
                 async with self.infra.log.transaction() as tx:
+                    await recorder.end_part(tx)  # the retry streams into new parts, as in OpenCode
                     await tx.emit(
                         "session.next.retried",
                         next_event(session_id, attempt=attempt, error=exc.to_named_error()["data"]),
@@ -428,7 +429,7 @@ class Runner:
                 if isinstance(event, TextDelta):
                     await recorder.delta("text", event.text)
                 elif isinstance(event, ReasoningDelta):
-                    await recorder.delta("reasoning", event.text)
+                    await recorder.delta("reasoning", event.text, new_part=event.starts_part)
                 elif isinstance(event, ToolInputStart):
                     parts[event.call_id] = await recorder.tool_pending(event.call_id, event.name)
                 elif isinstance(event, ToolCall):

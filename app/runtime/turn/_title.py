@@ -9,6 +9,7 @@ from typing import Any
 
 from app.events.log import FENCE
 from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, TextDelta
+from app.providers.options import small_options
 from app.runtime.sessions import SessionService, is_default_title
 
 log = logging.getLogger("opensession.title")
@@ -40,7 +41,9 @@ class TitleGenerator:
             system=[TITLE_SYSTEM],
             messages=[{"role": "user", "content": user_text}],
             session_id=session_id,
-            max_tokens=64,
+            # A reasoning model spends output tokens on reasoning first: no cap that small for it.
+            max_tokens=None if model.reasoning else 64,
+            options=small_options(model),
         )
         try:
             chunks = [event.text async for event in provider.stream(request) if isinstance(event, TextDelta)]
