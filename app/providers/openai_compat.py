@@ -72,8 +72,20 @@ def _error_from_response(provider_id: str, status: int, body: str, headers: http
 
 
 class OpenAICompatibleProvider:
-    def __init__(self, provider_id: str, base_url: str, api_key: str | None, headers: dict[str, str]) -> None:
+    """One HTTP client (a keep-alive connection pool) per provider, URL and key. ``missing_key``:
+    the provider needs a key and has none; each request fails with a ProviderAuthError saying so."""
+
+    def __init__(
+        self,
+        provider_id: str,
+        base_url: str,
+        api_key: str | None,
+        headers: dict[str, str],
+        *,
+        missing_key: str | None = None,
+    ) -> None:
         self.id = provider_id
+        self._missing_key = missing_key
         self._url = base_url.rstrip("/") + "/chat/completions"
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -81,6 +93,8 @@ class OpenAICompatibleProvider:
         )
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        if self._missing_key:
+            raise ProviderError(self._missing_key, name="ProviderAuthError", provider_id=self.id)
         system = [{"role": "system", "content": text} for text in request.system if text]
         body: dict[str, Any] = {
             "model": request.model.model_id,
@@ -95,6 +109,7 @@ class OpenAICompatibleProvider:
         headers = {"x-opencode-session-id": request.session_id} if request.session_id else {}
         finish, usage = "unknown", Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
+        done = False
         try:
             async with aconnect_sse(self._client, "POST", self._url, json=body, headers=headers) as source:
                 response = source.response
@@ -102,8 +117,11 @@ class OpenAICompatibleProvider:
                     text = (await response.aread()).decode(errors="replace")
                     raise _error_from_response(self.id, response.status_code, text, response.headers)
                 async for sse in source.aiter_sse():
-                    if sse.data.strip() == "[DONE]":
-                        break
+                    # Read on to the end of the body after [DONE]: a response closed unread takes
+                    # its connection with it, and the next turn would open a new one.
+                    done = done or sse.data.strip() == "[DONE]"
+                    if done:
+                        continue
                     chunk = json.loads(sse.data)
                     if chunk.get("error"):
                         raise ProviderError(str(chunk["error"].get("message", chunk["error"])), is_retryable=True)

@@ -1,14 +1,18 @@
 """Replaces a session's default title after its first prompt, as OpenCode's hidden title agent
-does. Runs beside the turn so it never delays the answer; a failure keeps the default title."""
+does, with the provider's small model (``ProviderRegistry.small_model``). Runs beside the turn so
+it never delays the answer; a failure keeps the default title."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from app.config import ConfigError
 from app.events.log import FENCE
 from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, TextDelta
+from app.providers.registry import ModelNotFoundError
 from app.runtime.sessions import SessionService, is_default_title
 
 log = logging.getLogger("opensession.title")
@@ -24,8 +28,16 @@ class TitleGenerator:
         self._sessions = sessions
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def schedule(self, session: dict[str, Any], user_text: str, provider: Provider, model: ModelInfo) -> None:
+    def schedule(
+        self, session: dict[str, Any], user_text: str, small_model: Callable[[], tuple[Provider, ModelInfo]]
+    ) -> None:
+        """``small_model`` is only called when a title is wanted (it may resolve another model)."""
         if not is_default_title(session["title"]) or not user_text.strip():
+            return
+        try:
+            provider, model = small_model()
+        except (ModelNotFoundError, ConfigError) as exc:  # opencode.json changed since the turn began
+            log.info("no model for the title of %s: %s", session["id"], exc)
             return
         task = asyncio.create_task(self._generate(session["id"], user_text, provider, model))
         self._tasks.add(task)
