@@ -1,10 +1,10 @@
 """Overhead of a remote (OpenAI-compatible) model over the built-in echo model, end to end.
 
-One ``opensession serve`` subprocess (as in ``bench/bench.py``) and, in this process, an instant
-chat-completions stub on 127.0.0.1 (HTTP/1.1 keep-alive, TCP_NODELAY, the whole stream written at
-once). The project's opencode.json declares the stub as provider ``stub``. Two sessions, one per
-model: after warm-up prompts (the first prompt of a session also generates its title, which would
-compete with that turn) the measured prompts alternate between them, each awaited to
+One ``opensession serve`` subprocess (as in ``bench/bench.py``) and an instant chat-completions
+stub on 127.0.0.1 in a process of its own (HTTP/1.1 keep-alive, TCP_NODELAY, the whole stream
+written at once), declared as provider ``stub`` in the project's opencode.json. Two sessions, one
+per model: after warm-up prompts (the first prompt of a session also generates its title, which
+would compete with that turn) the measured prompts alternate between them, each awaited to
 ``session.idle``. What is left between the two paths is the server's own cost of calling a
 provider: resolving it, building and sending the request, parsing the stream. The stub counts the
 connections it accepts: one per turn would mean connections are not reused.
@@ -18,16 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 
-from bench import EventStream, Metric, Server, cli, nearest_rank, new_session, progress, running, timed, workspace
+from bench import (
+    EventStream,
+    Metric,
+    Server,
+    cli,
+    die_with_parent,
+    nearest_rank,
+    new_session,
+    progress,
+    running,
+    timed,
+    workspace,
+)
 
 ECHO = {"providerID": "opensession", "modelID": "echo"}
 REMOTE = {"providerID": "stub", "modelID": "stub-model"}
@@ -48,7 +60,8 @@ def _sse_body() -> bytes:
 
 
 class InstantStub:
-    """Answers every POST at once on its own event loop thread; counts connections and requests."""
+    """Answers every POST at once, in a process of its own (so neither the benchmark's threads
+    nor the server slow its answers); counts the connections and requests it gets."""
 
     def __init__(self) -> None:
         body = _sse_body()
@@ -57,15 +70,26 @@ class InstantStub:
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        self.connections = 0
-        self.requests = 0
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-stub", daemon=True)
+        self._connections = multiprocessing.Value("i", 0)
+        self._requests = multiprocessing.Value("i", 0)
+        self._port = multiprocessing.Value("i", 0)
+        self._process = multiprocessing.Process(target=self._run, name="bench-stub", daemon=True)
+
+    @property
+    def connections(self) -> int:
+        return int(self._connections.value)
+
+    @property
+    def requests(self) -> int:
+        return int(self._requests.value)
+
+    @property
+    def port(self) -> int:
+        return int(self._port.value)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
+        with self._connections.get_lock():
+            self._connections.value += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -78,27 +102,33 @@ class InstantStub:
                     0,
                 )
                 await reader.readexactly(length)
-                self.requests += 1
+                with self._requests.get_lock():
+                    self._requests.value += 1
                 writer.write(self._response)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
     def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
+        die_with_parent()
+
+        async def serve() -> None:
+            server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+            self._port.value = server.sockets[0].getsockname()[1]
+            await server.serve_forever()
+
+        asyncio.run(serve())
 
     def __enter__(self) -> InstantStub:
-        self._thread.start()
-        self._ready.wait(10)
+        self._process.start()
+        deadline = time.monotonic() + 10
+        while not self.port and time.monotonic() < deadline:
+            time.sleep(0.01)
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+        self._process.terminate()
+        self._process.join(timeout=5)
 
 
 @contextmanager
