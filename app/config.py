@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,18 +106,24 @@ def user_config_directory(override: str | None = None) -> Path:
     return Path(env) if env else Path(user_config_dir("opencode", appauthor=False))
 
 
-def _config_files(directory: Path, user_dir: Path) -> list[Path]:
-    files = [user_dir / name for name in CONFIG_NAMES]
-    files += [directory / name for name in CONFIG_NAMES]
-    files += [directory / ".opencode" / name for name in CONFIG_NAMES]
-    return [f for f in files if _is_file(f)]
+def _candidates(directory: Path, user_dir: Path) -> tuple[str, ...]:
+    """Where configuration may be, in merge order (a later file overrides an earlier one)."""
+    places = (user_dir, directory, directory / ".opencode")
+    return tuple(str(place / name) for place in places for name in CONFIG_NAMES)
 
 
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:  # e.g. a name too long for the filesystem: there is no such file
-        return False
+def _present(candidates: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
+    """The configuration files there now, each with its modification time and size: one stat
+    per place, as this runs on every read of the configuration (several per turn)."""
+    found = []
+    for path in candidates:
+        try:
+            info = os.stat(path)
+        except (OSError, ValueError):  # absent, or a name the filesystem cannot hold
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found.append((path, info.st_mtime_ns, info.st_size))
+    return tuple(found)
 
 
 def plugin_names(raw: dict[str, Any]) -> list[str]:
@@ -134,7 +141,8 @@ class ConfigLoader:
 
     def __init__(self, user_dir: str | None = None) -> None:
         self._user_dir = user_config_directory(user_dir)
-        self._cache: dict[str, tuple[tuple[tuple[str, float], ...], OpenCodeConfig]] = {}
+        self._cache: dict[str, tuple[tuple[tuple[str, int, int], ...], OpenCodeConfig]] = {}
+        self._candidates: dict[str, tuple[str, ...]] = {}
         self._warned: set[tuple[str, ...]] = set()
 
     def _warn_plugins(self, directory: str, raw: dict[str, Any]) -> None:
@@ -154,17 +162,16 @@ class ConfigLoader:
         return self._user_dir
 
     def load(self, directory: str) -> OpenCodeConfig:
-        files = _config_files(Path(directory), self._user_dir)
-        try:
-            stamp = tuple((str(f), f.stat().st_mtime) for f in files)
-        except OSError:  # removed between the listing and the stat: read what is there now
-            stamp = ()
+        candidates = self._candidates.get(directory)
+        if candidates is None:
+            candidates = self._candidates[directory] = _candidates(Path(directory), self._user_dir)
+        stamp = _present(candidates)
         cached = self._cache.get(directory)
         if cached and cached[0] == stamp:
             return cached[1]
         raw: dict[str, Any] = {}
-        for path in files:
-            raw = _merge(raw, _read(path))
+        for path, _mtime, _size in stamp:
+            raw = _merge(raw, _read(Path(path)))
         config = OpenCodeConfig(raw=raw, providers=_providers(raw), model=raw.get("model"))
         self._warn_plugins(directory, raw)
         self._cache[directory] = (stamp, config)

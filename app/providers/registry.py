@@ -4,6 +4,7 @@ reused across turns."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -124,9 +125,14 @@ def _family(model_id: str, family: str) -> str:
     return ""
 
 
+@functools.cache
+def _catalog_env_names() -> tuple[str, ...]:
+    return tuple(name for p in catalog.providers().values() for name in p.get("env", []))
+
+
 def _env_stamp(config: OpenCodeConfig) -> tuple[str | None, ...]:
     """The values of every variable a provider key may come from: connections change with them."""
-    names = [name for p in catalog.providers().values() for name in p.get("env", [])]
+    names = list(_catalog_env_names())
     for spec in (config.raw.get("provider") or {}).values():
         env = spec.get("env") if isinstance(spec, dict) else None
         names += [name for name in env if isinstance(name, str)] if isinstance(env, list) else []
