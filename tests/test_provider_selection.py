@@ -83,6 +83,15 @@ def test_configured_small_model_writes_the_title(stub: OpenAIStub, client: httpx
     assert _title_models(stub) == ["tiny"]
 
 
+def test_title_agent_model_outranks_the_small_model(stub: OpenAIStub, client: httpx.Client, project_dir: Path) -> None:
+    provider = {"stub": _stub_provider(stub.url, "big", "tiny", "titler")}
+    _write_config(project_dir, small_model="stub/tiny", agent={"title": {"model": "stub/titler"}}, provider=provider)
+    sid = create_session(client)["id"]
+    assert _prompt(client, sid, "stub", "big").status_code == 200
+    _wait_title(client, sid)
+    assert _title_models(stub) == ["titler"]
+
+
 def test_provider_small_family_is_picked_newest_first(
     stub: OpenAIStub, client: httpx.Client, project_dir: Path
 ) -> None:

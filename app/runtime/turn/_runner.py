@@ -21,7 +21,6 @@ shutdown settles nothing, so the next start recovers the work.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,8 +297,7 @@ class Runner:
             session = await self.sessions.service.get(session_id)
             await self.history.diffs.after_step(session, answered.id, turn.first, end)
         if snapshot is None:
-            small = functools.partial(self.infra.registry.small_model, directory, ref)
-            self.titles.schedule(session, _first_user_text(request), small)
+            self.titles.schedule(session, _first_user_text(request), ref)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
                 await self.inputs.admission.admit(session_id, compaction_request("auto", ref))
         return more

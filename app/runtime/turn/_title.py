@@ -1,18 +1,19 @@
 """Replaces a session's default title after its first prompt, as OpenCode's hidden title agent
-does, with the provider's small model (``ProviderRegistry.small_model``). Runs beside the turn so
-it never delays the answer; a failure keeps the default title."""
+does: with the ``title`` agent's model from opencode.json if set, else the small model of the
+turn's provider (``ProviderRegistry.small_model``). Runs beside the turn so it never delays the
+answer; a failure keeps the default title."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from app.config import ConfigError
 from app.events.log import FENCE
 from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, TextDelta
-from app.providers.registry import ModelNotFoundError
+from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
+from app.runtime.agents import Agents
 from app.runtime.sessions import SessionService, is_default_title
 
 log = logging.getLogger("opensession.title")
@@ -24,18 +25,25 @@ TITLE_SYSTEM = (
 
 
 class TitleGenerator:
-    def __init__(self, sessions: SessionService) -> None:
+    def __init__(self, sessions: SessionService, registry: ProviderRegistry, agents: Agents) -> None:
         self._sessions = sessions
+        self._registry = registry
+        self._agents = agents
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def schedule(
-        self, session: dict[str, Any], user_text: str, small_model: Callable[[], tuple[Provider, ModelInfo]]
-    ) -> None:
-        """``small_model`` is only called when a title is wanted (it may resolve another model)."""
+    def _model(self, directory: str, turn_model: ModelRef) -> tuple[Provider, ModelInfo]:
+        agent = self._agents.all(directory).get("title")
+        if agent is not None and agent.model and "/" in agent.model:
+            return self._registry.resolve(directory, ModelRef(*agent.model.split("/", 1)))
+        return self._registry.small_model(directory, turn_model)
+
+    def schedule(self, session: dict[str, Any], user_text: str, turn_model: ModelRef) -> None:
+        """A title for a session still under its default one, written by the model OpenCode
+        would pick for a turn on ``turn_model`` (chosen only when a title is wanted)."""
         if not is_default_title(session["title"]) or not user_text.strip():
             return
         try:
-            provider, model = small_model()
+            provider, model = self._model(session["directory"], turn_model)
         except (ModelNotFoundError, ConfigError) as exc:  # opencode.json changed since the turn began
             log.info("no model for the title of %s: %s", session["id"], exc)
             return
