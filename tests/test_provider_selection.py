@@ -6,6 +6,7 @@ connected by a key saved with ``PUT /auth/:id``."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,7 +200,12 @@ def _sources(client: httpx.Client) -> dict[str, str]:
     return {p["id"]: p["source"] for p in client.get("/config/providers").json()["providers"]}
 
 
-def test_stored_key_connects_a_catalog_provider(client: httpx.Client, server: ThreadServer) -> None:
+def test_stored_key_connects_a_catalog_provider(
+    client: httpx.Client, server: ThreadServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Listed as connected (source ``api``) with its catalog models, by every provider route,
+    until the key is deleted; the key itself is in no answer, event or log line."""
+    caplog.set_level(logging.DEBUG)
     assert "groq" not in client.get("/provider").json()["connected"]
     bodies: list[str] = []
     with EventCollector(f"{server.url}/event") as events:
@@ -207,6 +213,7 @@ def test_stored_key_connects_a_catalog_provider(client: httpx.Client, server: Th
         assert client.post("/instance/dispose").json() is True  # as the TUI does after /connect
         listed = client.get("/provider")
         assert "groq" in listed.json()["connected"]
+        assert next(p for p in listed.json()["all"] if p["id"] == "groq")["source"] == "api"
         assert _sources(client)["groq"] == "api"
         v2_providers = client.get("/api/provider")
         v2_models = client.get("/api/model")
@@ -221,7 +228,7 @@ def test_stored_key_connects_a_catalog_provider(client: httpx.Client, server: Th
         assert "groq" not in client.get("/provider").json()["connected"]
         assert "groq" not in _sources(client)
         frames = events.snapshot()
-    for text in bodies + [json.dumps(f.data) for f in frames]:
+    for text in bodies + [json.dumps(f.data) for f in frames] + [r.getMessage() for r in caplog.records]:
         assert SECRET not in text
 
 

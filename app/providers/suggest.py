@@ -18,13 +18,16 @@ def _in_order(query: str, target: str) -> bool:
 
 
 def fuzzy(query: str, candidates: Iterable[str]) -> list[str]:
-    """Up to three ``candidates`` matching ``query`` as a subsequence, best scored first."""
+    """Up to three ``candidates`` matching ``query`` as a subsequence, best first: the closest
+    contiguous match, then the shortest id (as OpenCode ranks ``gpt-4o`` before ``gpt-4o-mini``)."""
     matching = [c for c in dict.fromkeys(candidates) if _in_order(query, c)]
     if not matching:
         return []
-    from rapidfuzz import fuzz, process  # on first use: start-up time is tracked
+    from rapidfuzz import fuzz  # on first use: start-up time is tracked
 
-    return [c for c, _score, _at in process.extract(query, matching, scorer=fuzz.WRatio, limit=LIMIT)]
+    wanted = query.lower()
+    scores = {c: fuzz.partial_ratio(wanted, c.lower()) for c in matching}
+    return sorted(matching, key=lambda c: (-scores[c], len(c), c))[:LIMIT]
 
 
 def model_suggestions(model_id: str, available: Iterable[str]) -> list[str]:
