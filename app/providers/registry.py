@@ -378,3 +378,4 @@ class ProviderRegistry:
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
+        self._views.clear()  # they hold the clients just closed
