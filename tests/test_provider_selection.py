@@ -179,18 +179,24 @@ def test_v2_model_choice_and_commands_refuse_unknown_models(client: httpx.Client
 # -- missing keys ------------------------------------------------------------------------------
 
 
-def test_hosted_provider_without_a_key_fails_naming_its_variable(client: httpx.Client, project_dir: Path) -> None:
-    """openrouter is connected by its opencode.json block but has no key anywhere: the turn
-    fails before any request with OpenCode's ProviderAuthError naming OPENROUTER_API_KEY."""
-    _write_config(project_dir, provider={"openrouter": {}})
+@pytest.mark.parametrize(
+    ("provider", "model", "variable"),
+    [("openrouter", "openai/gpt-4.1", "OPENROUTER_API_KEY"), ("groq", "llama-3.1-8b-instant", "GROQ_API_KEY")],
+)
+def test_hosted_provider_without_a_key_fails_naming_its_variable(
+    client: httpx.Client, project_dir: Path, provider: str, model: str, variable: str
+) -> None:
+    """A catalog provider connected by its opencode.json block with no key anywhere: the turn
+    fails before any request with OpenCode's ProviderAuthError naming the key variable."""
+    _write_config(project_dir, provider={provider: {}})
     sid = create_session(client)["id"]
-    reply = _prompt(client, sid, "openrouter", "openai/gpt-4.1")
+    reply = _prompt(client, sid, provider, model)
     assert reply.status_code == 200, reply.text
     error = reply.json()["info"]["error"]
     assert error["name"] == "ProviderAuthError"
     assert set(error["data"]) == {"providerID", "message"}
-    assert error["data"]["providerID"] == "openrouter"
-    assert "OPENROUTER_API_KEY" in error["data"]["message"]
+    assert error["data"]["providerID"] == provider
+    assert variable in error["data"]["message"]
 
 
 # -- stored keys connect providers -------------------------------------------------------------

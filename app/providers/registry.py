@@ -22,9 +22,23 @@ from app.settings import default_data_dir
 
 ANTHROPIC_PROVIDER_ID = "anthropic"
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
-OPENAI_COMPATIBLE_PACKAGES = {"@ai-sdk/openai-compatible", "@ai-sdk/openai", None}
+# Packages of providers whose API takes OpenAI's chat completions (Groq, Mistral and xAI have
+# SDK packages of their own in OpenCode but serve that API too, at the URLs below).
+OPENAI_COMPATIBLE_PACKAGES = {
+    "@ai-sdk/openai-compatible",
+    "@ai-sdk/openai",
+    "@ai-sdk/groq",
+    "@ai-sdk/mistral",
+    "@ai-sdk/xai",
+    None,
+}
 # Catalog providers speaking OpenAI's API whose models.dev entry names no URL.
-DEFAULT_URLS = {"openai": "https://api.openai.com/v1"}
+DEFAULT_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "groq": "https://api.groq.com/openai/v1",
+    "mistral": "https://api.mistral.ai/v1",
+    "xai": "https://api.x.ai/v1",
+}
 # OpenCode's small-model families, most wanted first (``Provider.getSmallModel``), and the
 # providers it never picks one for (their deployments are not known from the catalog).
 SMALL_FAMILIES = ("gemini-flash", "gpt-nano", "claude-haiku")
