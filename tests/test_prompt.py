@@ -92,8 +92,8 @@ def test_unknown_model_is_rejected_before_anything_is_stored(client: httpx.Clien
         f"/session/{sid}/prompt_async", json=text_prompt("x", model={"providerID": "nope", "modelID": "nope"})
     )
     assert response.status_code == 400
-    assert response.json()["name"] == "BadRequest"
-    assert "Model not found: nope/nope" in response.json()["data"]["message"]
+    assert response.json()["name"] == "ProviderModelNotFoundError"
+    assert response.json()["data"] | {"suggestions": []} == {"providerID": "nope", "modelID": "nope", "suggestions": []}
     assert client.get(f"/session/{sid}/message").json() == []
 
 

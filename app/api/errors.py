@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.responses import JSONBody
 from app.config import ConfigError
 from app.jsonutil import UnencodableValue
+from app.providers.registry import ModelNotFoundError
 from app.runtime.errors import (
     CommandNotFound,
     Conflict,
@@ -153,6 +154,14 @@ async def _invalid(request: Request, exc: InvalidInput) -> JSONBody:
     return bad_request(request, exc.message, exc.kind, exc.field)
 
 
+async def _model_missing(request: Request, exc: ModelNotFoundError) -> JSONBody:
+    """OpenCode answers an unknown model with 400 ``ProviderModelNotFoundError`` (providerID,
+    modelID, suggestions); V2 routes name only ``InvalidRequestError`` for a 400."""
+    if _is_v2(request):
+        return tagged(400, "InvalidRequestError", str(exc), kind="Payload")
+    return JSONBody(exc.to_named_error(), status_code=400)
+
+
 async def _unencodable(request: Request, exc: UnencodableValue) -> JSONBody:
     return bad_request(request, str(exc), "Payload")
 
@@ -216,6 +225,7 @@ def install(app: FastAPI) -> None:
         SessionNotFound: _session_missing,
         MessageNotFound: _message_missing,
         InvalidInput: _invalid,
+        ModelNotFoundError: _model_missing,
         ConfigError: _config_invalid,
         UnencodableValue: _unencodable,
         ShareNotFound: _share_missing,

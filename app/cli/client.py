@@ -46,6 +46,11 @@ def _error_message(response: httpx.Response) -> str:
         message = data.get("message") if isinstance(data, dict) else body.get("message")
         if isinstance(message, str) and message:
             return message
+        if body.get("name") == "ProviderModelNotFoundError" and isinstance(data, dict):
+            wanted = f"{data.get('providerID')}/{data.get('modelID')}"
+            suggestions = data.get("suggestions") or []
+            hint = f". Did you mean: {', '.join(map(str, suggestions))}?" if suggestions else ""
+            return f"Model not found: {wanted}{hint}"
     return f"HTTP {response.status_code} {response.reason_phrase}"
 
 

@@ -7,7 +7,7 @@ named-error fields, so the runner can decide about retries without knowing the p
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -200,6 +200,16 @@ class ProviderError(Exception):
         if self.name == "ProviderAuthError":
             return {"name": self.name, "data": {"providerID": self.provider_id or "", "message": self.message}}
         return {"name": self.name, "data": {"message": self.message}}
+
+
+def missing_key_message(name: str, provider_id: str, env_vars: Sequence[str]) -> str:
+    """What a ProviderAuthError says when a provider that needs a key has none: where a key may
+    come from, naming its environment variable as OpenCode's SDK errors do."""
+    env = " or ".join(env_vars) or "its API key variable"
+    return (
+        f"{name} API key is missing: set {env}, set provider.{provider_id}.options.apiKey in "
+        f"opencode.json, or connect the provider (/connect)"
+    )
 
 
 class Provider(Protocol):

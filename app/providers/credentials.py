@@ -39,6 +39,13 @@ class Credentials:
         with self._lock:
             return {pid: dict(info) for pid, info in self._load().items()}
 
+    def version(self) -> tuple[int, int] | None:
+        """Changes whenever the file does (its modification time and size; None: no file), so a
+        reader can keep what it derived from the credentials until then."""
+        with self._lock:
+            self._load()
+            return self._stamp
+
     def get(self, provider_id: str) -> dict[str, Any] | None:
         with self._lock:
             info = self._load().get(provider_id)

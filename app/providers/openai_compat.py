@@ -106,8 +106,20 @@ def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class OpenAICompatibleProvider:
-    def __init__(self, provider_id: str, base_url: str, api_key: str | None, headers: dict[str, str]) -> None:
+    """One HTTP client (a keep-alive connection pool) per provider, URL and key. ``missing_key``:
+    the provider needs a key and has none; each request fails with a ProviderAuthError saying so."""
+
+    def __init__(
+        self,
+        provider_id: str,
+        base_url: str,
+        api_key: str | None,
+        headers: dict[str, str],
+        *,
+        missing_key: str | None = None,
+    ) -> None:
         self.id = provider_id
+        self._missing_key = missing_key
         self._url = base_url.rstrip("/") + "/chat/completions"
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -115,6 +127,8 @@ class OpenAICompatibleProvider:
         )
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        if self._missing_key:
+            raise ProviderError(self._missing_key, name="ProviderAuthError", provider_id=self.id)
         system = [{"role": "system", "content": text} for text in request.system if text]
         body: dict[str, Any] = {
             "model": request.model.model_id,

@@ -19,6 +19,7 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
+from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.agents import Agents, tools_rules
@@ -141,7 +142,8 @@ class Admission:
         self.agents = agents
 
     def model_for(self, session: dict[str, Any], requested: ModelRef | None, agent: str | None = None) -> ModelRef:
-        """The prompt's model, else the agent's (opencode.json), else the session's last, else the default."""
+        """The prompt's model, else the agent's (opencode.json), else the session's last, else the
+        default. One no connected provider offers raises ``ModelNotFoundError`` (with suggestions)."""
         configured = self.agents.get(session["directory"], agent).model if agent else None
         if requested is not None:
             ref = requested
@@ -151,10 +153,7 @@ class Admission:
             ref = ModelRef(session["model"]["providerID"], session["model"]["id"])
         else:
             ref = self.registry.default_model(session["directory"])
-        try:
-            self.registry.resolve(session["directory"], ref)
-        except ModelNotFoundError as exc:
-            raise InvalidInput(f"{exc}. Configure it in opencode.json or choose another model.") from exc
+        self.registry.resolve(session["directory"], ref)
         return ref
 
     def variant_for(self, directory: str, agent: str, ref: ModelRef, requested: str | None) -> str | None:
@@ -174,6 +173,14 @@ class Admission:
             return await self._admit(session_id, request)
         except _Duplicate as duplicate:
             return Admitted(duplicate.record, created=False)
+        except ModelNotFoundError as exc:
+            # Refused before anything is stored; clients that only watch events (the TUI) see
+            # it as OpenCode shows it, a session.error naming the model and the suggestions.
+            session = await self.sessions.get(session_id)
+            error = {"name": "UnknownError", "data": {"message": str(exc)}}
+            props = {"sessionID": session_id, "error": error}
+            self.log.publish(Event("session.error", props, session_id, session["directory"]))
+            raise
 
     async def _admit(self, session_id: str, request: PromptRequest) -> Admitted:
         session = await self.sessions.get(session_id)

@@ -35,7 +35,7 @@ class TurnDomain:
         extensions: Extensions,
         prompter: Prompter,
     ) -> TurnDomain:
-        titles = TitleGenerator(sessions.service)
+        titles = TitleGenerator(sessions.service, infra.registry, agents.agents)
         toolcalls = ToolCalls(agents.permissions, agents.questions, tools, extensions)
         runner = Runner(infra, sessions, inputs, history, toolcalls, titles)
         return cls(runner, Commands(infra, sessions, inputs, history, tools, prompter, extensions), titles)

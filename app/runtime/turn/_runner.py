@@ -311,7 +311,7 @@ class Runner:
             session = await self.sessions.service.get(session_id)
             await self.history.diffs.after_step(session, answered.id, turn.first, end)
         if snapshot is None:
-            self.titles.schedule(session, _first_user_text(request), provider, model)
+            self.titles.schedule(session, _first_user_text(request), ref)
             if self._auto_compaction(directory) and overflows(usage["tokens"], model):
                 await self.inputs.admission.admit(session_id, compaction_request("auto", ref, variant))
         return more

@@ -1,5 +1,7 @@
 """Replaces a session's default title after its first prompt, as OpenCode's hidden title agent
-does. Runs beside the turn so it never delays the answer; a failure keeps the default title."""
+does: with the ``title`` agent's model from opencode.json if set, else the small model of the
+turn's provider (``ProviderRegistry.small_model``). Runs beside the turn so it never delays the
+answer; a failure keeps the default title."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ import asyncio
 import logging
 from typing import Any
 
+from app.config import ConfigError
 from app.events.log import FENCE
 from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, TextDelta
 from app.providers.options import small_options
+from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
+from app.runtime.agents import Agents
 from app.runtime.sessions import SessionService, is_default_title
 
 log = logging.getLogger("opensession.title")
@@ -21,12 +26,27 @@ TITLE_SYSTEM = (
 
 
 class TitleGenerator:
-    def __init__(self, sessions: SessionService) -> None:
+    def __init__(self, sessions: SessionService, registry: ProviderRegistry, agents: Agents) -> None:
         self._sessions = sessions
+        self._registry = registry
+        self._agents = agents
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def schedule(self, session: dict[str, Any], user_text: str, provider: Provider, model: ModelInfo) -> None:
+    def _model(self, directory: str, turn_model: ModelRef) -> tuple[Provider, ModelInfo]:
+        agent = self._agents.all(directory).get("title")
+        if agent is not None and agent.model and "/" in agent.model:
+            return self._registry.resolve(directory, ModelRef(*agent.model.split("/", 1)))
+        return self._registry.small_model(directory, turn_model)
+
+    def schedule(self, session: dict[str, Any], user_text: str, turn_model: ModelRef) -> None:
+        """A title for a session still under its default one, written by the model OpenCode
+        would pick for a turn on ``turn_model`` (chosen only when a title is wanted)."""
         if not is_default_title(session["title"]) or not user_text.strip():
+            return
+        try:
+            provider, model = self._model(session["directory"], turn_model)
+        except (ModelNotFoundError, ConfigError) as exc:  # opencode.json changed since the turn began
+            log.info("no model for the title of %s: %s", session["id"], exc)
             return
         task = asyncio.create_task(self._generate(session["id"], user_text, provider, model))
         self._tasks.add(task)
