@@ -16,9 +16,7 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import asyncio
 import json
-import multiprocessing
 import statistics
 import sys
 import time
@@ -26,13 +24,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+from stub import InstantStub
 
 from bench import (
     EventStream,
     Metric,
     Server,
     cli,
-    die_with_parent,
     nearest_rank,
     new_session,
     progress,
@@ -45,90 +43,6 @@ ECHO = {"providerID": "opensession", "modelID": "echo"}
 REMOTE = {"providerID": "stub", "modelID": "stub-model"}
 FIRST_DELTA_TARGET_MS = 2.0  # remote minus echo, medians
 IDLE_TARGET_MS = 3.0
-
-
-def _sse_body() -> bytes:
-    """A short completion as OpenAI streams it: role, text, finish, usage, ``[DONE]``."""
-    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": "stub-model"}
-    chunks = [
-        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-        {**base, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}},
-    ]
-    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
-
-
-class InstantStub:
-    """Answers every POST at once, in a process of its own (so neither the benchmark's threads
-    nor the server slow its answers); counts the connections and requests it gets."""
-
-    def __init__(self) -> None:
-        body = _sse_body()
-        self._response = (
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: keep-alive\r\n"
-            + f"content-length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-        self._connections = multiprocessing.Value("i", 0)
-        self._requests = multiprocessing.Value("i", 0)
-        self._port = multiprocessing.Value("i", 0)
-        self._process = multiprocessing.Process(target=self._run, name="bench-stub", daemon=True)
-
-    @property
-    def connections(self) -> int:
-        return int(self._connections.value)
-
-    @property
-    def requests(self) -> int:
-        return int(self._requests.value)
-
-    @property
-    def port(self) -> int:
-        return int(self._port.value)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with self._connections.get_lock():
-            self._connections.value += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":", 1)[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    ),
-                    0,
-                )
-                await reader.readexactly(length)
-                with self._requests.get_lock():
-                    self._requests.value += 1
-                writer.write(self._response)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-    def _run(self) -> None:
-        die_with_parent()
-
-        async def serve() -> None:
-            server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-            self._port.value = server.sockets[0].getsockname()[1]
-            await server.serve_forever()
-
-        asyncio.run(serve())
-
-    def __enter__(self) -> InstantStub:
-        self._process.start()
-        deadline = time.monotonic() + 10
-        while not self.port and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._process.terminate()
-        self._process.join(timeout=5)
 
 
 @contextmanager

@@ -1,0 +1,356 @@
+"""The server under load: many sessions prompted at once, with and without many subscribers.
+
+Each scenario starts a fresh ``opensession serve`` (as ``bench/bench.py`` does) whose model is an
+instant OpenAI-compatible stub in a process of its own (``bench/stub.py``), declared in the
+project's opencode.json. The client runs in a third process (uvloop): it opens the scenario's
+``GET /event`` subscribers, then drives S sessions x P prompts concurrently through
+``prompt_async`` (each session posts its prompts back to back, the sessions in parallel) and
+waits until every session is idle. Then it checks every reply and every stream:
+
+- each session holds its P prompts in the order sent, and its last reply answers the last prompt;
+- each subscriber that kept up received every durable event (compared with a replay of the log
+  from where it started) in increasing id order;
+- a subscriber that never reads is told (its stream's last frame is ``server.overflow``), its
+  stream ends, and the server's resident memory grows by less than the configured limit.
+
+Figures: accept latency (the ``prompt_async`` round trip), prompts answered per second end to
+end, server CPU per prompt, delta fan-out (a delta's arrival at a subscriber minus the moment
+the stub wrote it), missed events. The stub answers each prompt by name and stamps each delta
+with its send time; both processes share this machine's clock.
+
+Run from the repository root::
+
+    python bench/load.py [--quick] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import multiprocessing
+import os
+import socket
+import sys
+import time
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from stub import InstantStub
+
+from bench import (
+    HOST,
+    Metric,
+    Server,
+    Subscriber,
+    cli,
+    progress,
+    running,
+    uvloop,
+    workspace,
+)
+
+MODEL = "stub/stub-model"
+STAMP = "@t="  # a delta's text carries the time the stub wrote it: "...@t=<unix seconds>"
+EVENT_TIMEOUT_S = 120.0
+STALLED_RCVBUF = 4096
+
+
+def answer(body: dict[str, Any]) -> list[str]:
+    """The stub's reply: the last prompt's text echoed, then a stamped delta (titles: a title)."""
+    messages = body.get("messages") or []
+    last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    content = last.get("content")
+    text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content or [])
+    if "title" in json.dumps(messages[:1]).lower() and "generator" in json.dumps(messages[:1]).lower():
+        return ["Load test"]
+    return [f"Reply to {text.strip()}", f" {STAMP}{time.time():.6f}"]
+
+
+@dataclass
+class Scenario:
+    name: str
+    subscribers: int
+    stalled: bool = False
+
+
+@dataclass
+class Outcome:
+    accept_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    prompts: int = 0
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+    fanout_ms: list[float] = field(default_factory=list)
+    missed: int = 0
+    reordered: int = 0
+    bad_replies: list[str] = field(default_factory=list)
+    stalled_told: bool | None = None
+    stalled_ended: bool | None = None
+    rss_growth_mb: float = 0.0
+    stub_requests: int = 0
+    stub_connections: int = 0
+
+
+# -- the client (its own process) ------------------------------------------------------------------
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _request(port: int, last_event_id: int | None = None) -> bytes:
+    resume = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id is not None else ""
+    return f"GET /event HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: text/event-stream\r\n{resume}\r\n".encode()
+
+
+async def _subscribe(port: int, count: int) -> list[Subscriber]:
+    loop = asyncio.get_running_loop()
+    subs = []
+    for _ in range(count):
+        sub = Subscriber(_request(port))
+        connected = sub.watch(b'"server.connected"')
+        await loop.create_connection(lambda sub=sub: sub, HOST, port)
+        await asyncio.wait_for(connected, EVENT_TIMEOUT_S)
+        subs.append(sub)
+    return subs
+
+
+def _stalled(port: int) -> socket.socket:
+    """A subscriber that never reads: a small receive buffer, the request sent, nothing read."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STALLED_RCVBUF)
+    sock.connect((HOST, port))
+    sock.sendall(_request(port))
+    return sock
+
+
+def _drain_stalled(sock: socket.socket) -> tuple[bool, bool]:
+    """Read what the stalled subscriber was sent: (its last frame was the overflow notice, the
+    response ended with its terminating chunk)."""
+    sock.settimeout(10)
+    data = bytearray()
+    with suppress(TimeoutError, OSError):
+        while chunk := sock.recv(1 << 20):
+            data += chunk
+    sock.close()
+    frames = [line for line in bytes(data).split(b"\n") if line.startswith(b"data:")]
+    told = bool(frames) and b'"server.overflow"' in frames[-1]
+    return told, bytes(data).endswith(b"0\r\n\r\n")
+
+
+def _stream_ids(sub: Subscriber) -> tuple[list[int], list[tuple[float, str]]]:
+    """The durable event ids a subscriber got in order (an ``id:`` higher than the one before it:
+    ephemeral frames repeat the last durable id) and the stamped delta texts with arrival times."""
+    ids: list[int] = []
+    deltas: list[tuple[float, str]] = []
+    last = -1
+    for arrived, blob in sub.reads:
+        frame_id: int | None = None
+        for line in blob.split(b"\n"):
+            if line.startswith(b"id:"):
+                frame_id = int(line[3:])
+            elif line.startswith(b"data:"):
+                if frame_id is not None and frame_id > last:
+                    ids.append(frame_id)
+                    last = frame_id
+                if b"message.part.delta" in line and STAMP.encode() in line:
+                    deltas.append((arrived, json.loads(line[5:])["properties"].get("delta", "")))
+                frame_id = None
+    return ids, deltas
+
+
+async def _replayed_ids(client: httpx.AsyncClient, start: int, last: int) -> list[int]:
+    """Durable event ids of the log after ``start`` up to ``last``, read back through ``/event``."""
+    ids: list[int] = []
+    async with client.stream("GET", "/event", headers={"Last-Event-ID": str(start)}) as response:
+        frame_id = None
+        async for line in response.aiter_lines():
+            if line.startswith("id:"):
+                frame_id = int(line[3:])
+            elif line.startswith("data:") and frame_id is not None:
+                if not ids or frame_id > ids[-1]:
+                    ids.append(frame_id)
+                if frame_id >= last:
+                    break
+    return [i for i in ids if start < i <= last]
+
+
+async def _check_replies(client: httpx.AsyncClient, sessions: list[str], prompts: int) -> list[str]:
+    problems = []
+    for sid in sessions:
+        messages = (await client.get(f"/session/{sid}/message")).json()
+        users = [p["text"] for m in messages if m["info"]["role"] == "user" for p in m["parts"] if p["type"] == "text"]
+        wanted = [f"{sid} #{i}" for i in range(prompts)]
+        if users != wanted:
+            problems.append(f"{sid}: prompts {users[:3]}... != sent order")
+        replies = [m for m in messages if m["info"]["role"] == "assistant"]
+        broken = [m["info"]["id"] for m in replies if m["info"].get("error") or not m["info"]["time"].get("completed")]
+        if broken:
+            problems.append(f"{sid}: unfinished or failed replies {broken[:3]}")
+        last = "".join(p.get("text", "") for p in replies[-1]["parts"] if p["type"] == "text") if replies else ""
+        if not last.startswith(f"Reply to {wanted[-1]}"):
+            problems.append(f"{sid}: last reply {last[:60]!r} does not answer {wanted[-1]!r}")
+    return problems
+
+
+async def _wait_idle(client: httpx.AsyncClient, sessions: set[str]) -> None:
+    deadline = time.monotonic() + EVENT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        busy = (await client.get("/session/status")).json()
+        if not sessions & set(busy):
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError("sessions still busy")
+
+
+async def _drive(port: int, pid: int, scenario: Scenario, sessions: int, prompts: int) -> Outcome:
+    outcome = Outcome()
+    limits = httpx.Limits(max_connections=sessions + 10, max_keepalive_connections=sessions + 10)
+    async with httpx.AsyncClient(
+        base_url=f"http://{HOST}:{port}", limits=limits, timeout=EVENT_TIMEOUT_S, trust_env=False
+    ) as client:
+        ids = [(await client.post("/session", json={})).json()["id"] for _ in range(sessions)]
+        subs = await _subscribe(port, scenario.subscribers)
+        stalled = _stalled(port) if scenario.stalled else None
+        await asyncio.sleep(0.2)
+        rss_before = _rss_mb(pid)
+        cpu_before, client_before, started = _cpu_s(pid), time.process_time(), time.perf_counter()
+
+        async def run(sid: str) -> None:
+            for i in range(prompts):
+                sent = time.perf_counter()
+                response = await client.post(
+                    f"/session/{sid}/prompt_async", json={"parts": [{"type": "text", "text": f"{sid} #{i}"}]}
+                )
+                outcome.accept_ms.append((time.perf_counter() - sent) * 1000)
+                if response.status_code != 204:
+                    raise RuntimeError(f"prompt_async -> {response.status_code}: {response.text[:200]}")
+
+        await asyncio.gather(*(run(sid) for sid in ids))
+        await _wait_idle(client, set(ids))
+        outcome.wall_s = time.perf_counter() - started
+        outcome.server_cpu_s = _cpu_s(pid) - cpu_before
+        outcome.client_cpu_s = time.process_time() - client_before
+        outcome.rss_growth_mb = _rss_mb(pid) - rss_before
+        outcome.prompts = sessions * prompts
+        await asyncio.sleep(0.3)  # the last frames reach the subscribers
+        outcome.bad_replies = await _check_replies(client, ids, prompts)
+        if stalled is not None:
+            outcome.stalled_told, outcome.stalled_ended = await asyncio.to_thread(_drain_stalled, stalled)
+        streams = [_stream_ids(sub) for sub in subs]
+        for sub in subs:
+            if sub.transport is not None:
+                sub.transport.close()
+        if streams:
+            first = [i for i, _ in streams if i]
+            start = min((ids_[0] for ids_ in first), default=0) - 1
+            last = max((ids_[-1] for ids_ in first), default=0)
+            expected = set(await _replayed_ids(client, start, last)) if last > start else set()
+            for got, deltas in streams:
+                outcome.missed += len(expected - set(got))
+                outcome.reordered += sum(1 for a, b in itertools.pairwise(got) if b <= a)
+                for arrived, text in deltas:
+                    stamp = float(text.rsplit(STAMP, 1)[1])
+                    outcome.fanout_ms.append((arrived - stamp) * 1000)
+    return outcome
+
+
+def _client(port: int, pid: int, scenario: Scenario, sessions: int, prompts: int, results: Any) -> None:
+    factory = uvloop.new_event_loop if uvloop else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        results.put(runner.run(_drive(port, pid, scenario, sessions, prompts)))
+
+
+# -- scenarios ------------------------------------------------------------------------------------
+
+
+def _scenario(scenario: Scenario, sessions: int, prompts: int, queue_bytes: int) -> tuple[Outcome, InstantStub]:
+    with workspace("opensession-load-bench-") as (base, project, config), InstantStub(answer) as stub:
+        provider = {
+            "npm": "@ai-sdk/openai-compatible",
+            "options": {"baseURL": f"http://127.0.0.1:{stub.port}/v1", "apiKey": "bench-key"},
+            "models": {"stub-model": {}},
+        }
+        (project / "opencode.json").write_text(json.dumps({"model": MODEL, "provider": {"stub": provider}}))
+        server = Server(base / "load.db", project, config, base / "server.log")
+        server.env["OPENSESSION_SUBSCRIBER_QUEUE_BYTES"] = str(queue_bytes)
+        with running(server) as srv:
+            assert srv.proc is not None
+            results: multiprocessing.Queue[Outcome] = multiprocessing.Queue()
+            client = multiprocessing.Process(
+                target=_client, args=(srv.port, srv.proc.pid, scenario, sessions, prompts, results)
+            )
+            client.start()
+            try:
+                outcome = results.get(timeout=600)
+            finally:
+                client.join(timeout=30)
+                if client.is_alive():
+                    client.kill()
+        outcome.stub_requests, outcome.stub_connections = stub.requests, stub.connections
+        return outcome, stub
+
+
+def run(quick: bool, notes: list[str]) -> list[Metric]:
+    sessions, prompts = (20, 5) if quick else (50, 10)
+    crowd = 30 if quick else 100
+    queue_bytes = 8 * 1024 * 1024
+    scenarios = [
+        (Scenario("no subscribers", 0), 50, 150, 3.0),
+        (Scenario(f"{crowd} subscribers", crowd), 100, 100, None),
+        (Scenario("10 subscribers + 1 that never reads", 10, stalled=True), 100, 100, None),
+    ]
+    metrics: list[Metric] = []
+    for scenario, accept_target, rate_target, cpu_target in scenarios:
+        progress(f"{scenario.name}: {sessions} sessions x {prompts} prompts")
+        outcome, _stub = _scenario(scenario, sessions, prompts, queue_bytes)
+        accept = Metric(f"{scenario.name}: accept", "ms", accept_target, samples=outcome.accept_ms, judged_on="p99")
+        rate = Metric(
+            f"{scenario.name}: prompts/s",
+            "ev/s",
+            rate_target,
+            value=outcome.prompts / outcome.wall_s,
+            higher_is_better=True,
+        )
+        metrics += [accept, rate]
+        per_prompt = outcome.server_cpu_s / outcome.prompts * 1000
+        if cpu_target is not None:
+            metrics.append(Metric(f"{scenario.name}: server CPU per prompt", "ms", cpu_target, value=per_prompt))
+        if outcome.fanout_ms:
+            metrics.append(
+                Metric(f"{scenario.name}: delta fan-out", "ms", 50, samples=outcome.fanout_ms, judged_on="p99")
+            )
+        notes.append(
+            f"{scenario.name}: {outcome.prompts} prompts in {outcome.wall_s:.2f} s; server CPU "
+            f"{per_prompt:.2f} ms/prompt; client CPU {outcome.client_cpu_s / outcome.wall_s:.0%} of wall; "
+            f"stub {outcome.stub_requests} requests on {outcome.stub_connections} connections; "
+            f"missed events {outcome.missed}, out of order {outcome.reordered}; "
+            f"replies checked: {'all right' if not outcome.bad_replies else '; '.join(outcome.bad_replies[:3])}"
+        )
+        if scenario.stalled:
+            notes.append(
+                f"{scenario.name}: the stalled subscriber was told {outcome.stalled_told}, its stream ended "
+                f"{outcome.stalled_ended}; server RSS grew {outcome.rss_growth_mb:.1f} MB "
+                f"(limit {queue_bytes / 1048576:.0f} MB per subscriber)"
+            )
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(run, __doc__ or "", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
