@@ -52,16 +52,22 @@ class _Run:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """What a subscriber may have pending: entries (a merged run counts once) and weighed bytes."""
+
     max_events: int
     max_bytes: int
 
 
 def _unit(_event: Event) -> int:
+    """The weight of an event for a subscriber that writes no frames (the count limit governs)."""
     return 1
 
 
 @dataclass(eq=False, slots=True)
 class Subscription:
+    """One subscriber's bounded queue: filled by ``EventBus.publish``, drained by one consumer.
+    Invariant: ``_bytes`` is the weight of what ``_entries`` holds (0 once overflowed)."""
+
     _bus: EventBus
     _accept: Accept
     _weigh: Weigh
