@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = 10.0
     # Events a live subscriber may lag behind before its stream is closed (it can resume by id).
     subscriber_queue_size: int = 4096
+    # Bytes of frames a live subscriber may have pending before its stream is closed, likewise.
+    subscriber_queue_bytes: int = 8 * 1024 * 1024
     # Seconds a stream's write may wait for a client that does not read before the stream closes.
     stream_send_timeout: float = 30.0
     # How often a streaming text/reasoning part is written to the database while deltas arrive.

@@ -12,17 +12,16 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from starlette.responses import HTMLResponse
 
-from app import ids
 from app.api.deps import RuntimeDep
 from app.api.responses import JSONBody
 from app.api.sse import (
     REPLAY_BATCH,
     StreamSpec,
-    control_envelope,
+    control_frame,
     event_source,
-    frame,
     global_position,
     legacy_envelope,
+    overflow_frame,
 )
 
 router = APIRouter(tags=["share"])
@@ -62,10 +61,6 @@ async def data(runtime: RuntimeDep, token: ShareToken) -> Response:
     return JSONBody({"session": session, "messages": messages})
 
 
-def _control(event_type: str, position: int | None = None) -> bytes:
-    return frame(control_envelope(ids.event_id(), event_type), position)
-
-
 @router.get("/share/{token}/event", operation_id="share.event", summary="A shared session's events (SSE)")
 async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
     """Live events of the shared session only (``{id, type, properties}`` frames, as ``/event``);
@@ -74,11 +69,13 @@ async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
     session_id = session["id"]
     spec = StreamSpec(
         accept=lambda e: e.session_id == session_id and not e.is_next,
+        session=session_id,
         encode=legacy_envelope,
         kind="legacy",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
-        connected=lambda origin: _control("server.connected", origin),
-        heartbeat=lambda: _control("server.heartbeat"),
+        connected=lambda origin: control_frame("server.connected", position=origin),
+        heartbeat=lambda: control_frame("server.heartbeat"),
+        overflow=overflow_frame,
     )
     return event_source(runtime, spec, None)

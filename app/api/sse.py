@@ -11,8 +11,10 @@ resumed from, or for a new stream the last event published before it subscribed)
 heartbeats carry no ``id:`` at all (EventSource then keeps the last one it saw).
 
 Speed: a frame is encoded once per event and stream kind and shared by all subscribers (stored
-JSON is spliced in, not decoded and re-encoded), and whatever is already queued is written in one
-chunk, so a burst costs one send per subscriber rather than one per event.
+JSON is spliced in, not decoded and re-encoded), as the event is queued: its size counts against
+the subscriber's byte limit, and an event the stream has no frame for is not queued at all.
+Whatever is already queued is written in one chunk, so a burst costs one send per subscriber
+rather than one per event (and a subscriber that is behind gets consecutive deltas merged).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from sse_starlette import EventSourceResponse
 
+from app import ids
 from app.events.bus import Accept, Overflowed
 from app.events.model import Event
 from app.runtime.errors import InvalidInput
@@ -84,6 +87,9 @@ class StreamSpec:
     # The last frame of a subscriber cut off for falling behind, given the position to resume from.
     overflow: Callable[[int], bytes] | None = None
     twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
+    # What the bus routes on (app/events/bus.py): only this session's, else this directory's events.
+    session: str | None = None
+    directory: str | None = None
 
     def frames(self, event: Event) -> bytes:
         return event.encoded(self.kind, self._render)
@@ -98,7 +104,9 @@ class StreamSpec:
 
 
 async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncIterator[bytes]:
-    subscription = runtime.bus.subscribe(spec.accept)
+    subscription = runtime.bus.subscribe(
+        spec.accept, directory=spec.directory, session=spec.session, weigh=lambda e: len(spec.frames(e))
+    )
     origin = after if after is not None else runtime.bus.cursor  # read with the subscription, no await between
     interval = runtime.settings.heartbeat_seconds
     sent = origin  # the position a client that has everything yielded so far resumes from
@@ -130,7 +138,7 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
                 yield chunk
             # Every frame's id is a safe resume position (an ephemeral frame carries the cursor of
             # the last durable event before it, which may be one this stream filtered out).
-            sent = max([sent, *(spec.position(e) for e in fresh if spec.frames(e))])
+            sent = max([sent, *(spec.position(e) for e in fresh)])  # only events with a frame are queued
     except Overflowed:
         # Cut off for falling behind: say so, with where to resume, and end the response.
         if spec.overflow is not None:
@@ -161,6 +169,17 @@ def legacy_envelope(event: Event) -> bytes:
     )
 
 
-def control_envelope(event_id: str, event_type: str, properties: bytes = b"{}") -> bytes:
-    """A frame's payload that is not an event of the log (connected, heartbeat, overflow)."""
-    return b'{"id":"%s","type":"%s","properties":%s}' % (event_id.encode(), event_type.encode(), properties)
+def control_frame(
+    event_type: str, *, position: int | None = None, properties: bytes = b"{}", wrap: bool = False
+) -> bytes:
+    """A legacy-shaped frame that is not an event of the log (connected, heartbeat, overflow): it
+    carries the stream's starting position or no id at all; ``wrap`` puts it under ``payload``
+    (/global/event)."""
+    payload = b'{"id":"%s","type":"%s","properties":%s}' % (ids.event_id().encode(), event_type.encode(), properties)
+    return frame(b'{"payload":%s}' % payload if wrap else payload, position)
+
+
+def overflow_frame(position: int, *, wrap: bool = False) -> bytes:
+    """``server.overflow`` (a type OpenCode clients ignore), the last frame of a subscriber cut off
+    for falling behind: the stream ends; reconnect with ``Last-Event-ID: <resume>``."""
+    return control_frame("server.overflow", position=position, properties=b'{"resume":"%d"}' % position, wrap=wrap)

@@ -1,97 +1,222 @@
 """In-process live fan-out with one bounded queue per subscriber.
 
-A subscriber that falls ``maxsize`` events behind is cut off rather than allowed to grow memory:
-what was queued for it is dropped at once (the memory is released even if it never reads again),
-its stream ends with a last frame saying so, and the client reconnects with the last id it saw
-while the durable log fills the gap.
+Routing: a subscription names what it filters on (a directory, a session, or nothing), and the
+bus keeps an index by it, so an event is offered only to the subscribers of its directory, of its
+session and to those that take everything; ``accept`` decides anything finer.
+
+Bounds: a subscriber's pending events are limited both in number (``max_events``) and in bytes
+(``max_bytes``, the size of the frames its stream will write for them, as its ``weigh`` reports).
+One that reaches either limit is cut off rather than allowed to grow memory: what was queued for
+it is dropped at once (the memory is released even if it never reads again), its stream ends with
+a last frame saying so, and the client reconnects with the last id it saw while the durable log
+fills the gap. A single event is always taken into an empty queue, whatever its size.
+
+Merging: for a subscriber already more than one event behind, a text delta joins a queued delta
+of the same target (app/events/deltas.py) when only deltas of other targets lie between them, so
+it gets the same text in fewer frames. Those deltas are ephemeral and for other parts or the other
+protocol's view of the part, which no client orders against this one; and as nothing durable lies
+between, the merged frame may carry the last delta's id.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
+from app.events import deltas
 from app.events.model import Event
 
 Accept = Callable[[Event], bool]
+# The bytes an event takes while queued for a subscriber (its stream's frame); 0 means the stream
+# writes nothing for it, so it is not queued at all.
+Weigh = Callable[[Event], int]
+Route = tuple[str, str | None]
+EVERYTHING: Route = ("directory", None)
+MERGE_LOOKBACK = 4  # queued deltas of other targets a delta may pass over to join its own
 
 
 class Overflowed(Exception):
     """The subscriber fell too far behind and was disconnected from the bus."""
 
 
+@dataclass(slots=True)
+class _Run:
+    """Queued deltas of one target, handed out as one."""
+
+    key: deltas.DeltaKey
+    events: list[Event]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What a subscriber may have pending: entries (a merged run counts once) and weighed bytes."""
+
+    max_events: int
+    max_bytes: int
+
+
+def _unit(_event: Event) -> int:
+    """The weight of an event for a subscriber that writes no frames (the count limit governs)."""
+    return 1
+
+
+@dataclass(eq=False, slots=True)
 class Subscription:
-    def __init__(self, bus: EventBus, accept: Accept, maxsize: int) -> None:
-        self._bus = bus
-        self._accept = accept
-        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
-        self.overflowed = False
+    """One subscriber's bounded queue: filled by ``EventBus.publish``, drained by one consumer.
+    Invariant: ``_bytes`` is the weight of what ``_entries`` holds (0 once overflowed)."""
+
+    _bus: EventBus
+    _accept: Accept
+    _weigh: Weigh
+    _limits: Limits
+    _route: Route
+    _entries: deque[Event | _Run] = field(default_factory=deque)
+    _bytes: int = 0
+    _waiter: asyncio.Future[None] | None = None
+    overflowed: bool = False
 
     def offer(self, event: Event) -> None:
         if self.overflowed or not self._accept(event):
             return
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.overflowed = True
-            self._bus.unsubscribe(self)
-            while not self._queue.empty():  # release what it held: the log has all of it
-                self._queue.get_nowait()
+        size = self._weigh(event)
+        if not size:
+            return
+        entries = self._entries
+        if entries and self._bytes + size > self._limits.max_bytes:
+            self._overflow()
+            return
+        if len(entries) > 1 and deltas.is_delta(event) and self._merge(event, size):
+            self._bytes += size
+            return
+        if len(entries) >= self._limits.max_events:
+            self._overflow()
+            return
+        entries.append(event)
+        self._bytes += size
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _merge(self, event: Event, size: int) -> bool:
+        """Join ``event`` to a queued delta of its target among the last queued deltas."""
+        key = deltas.target(event)
+        entries = self._entries
+        for index in range(len(entries) - 1, max(-1, len(entries) - 1 - MERGE_LOOKBACK), -1):
+            entry = entries[index]
+            if isinstance(entry, _Run):
+                if entry.key == key:
+                    entry.events.append(event)
+                    entry.size += size
+                    return True
+                continue
+            if not deltas.is_delta(entry):
+                return False
+            if deltas.target(entry) == key:
+                entries[index] = _Run(key, [entry, event], self._weigh(entry) + size)
+                return True
+        return False
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self._bus.unsubscribe(self)
+        self._entries.clear()  # release what it held: the log has all of it
+        self._bytes = 0
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _take(self) -> Event:
+        entry = self._entries.popleft()
+        if isinstance(entry, _Run):
+            self._bytes -= entry.size
+            return deltas.merged(entry.events)
+        self._bytes -= self._weigh(entry)
+        return entry
 
     async def next(self, timeout: float) -> Event | None:
         """The next event, ``None`` after ``timeout`` seconds of silence; raises ``Overflowed``
         once the subscriber was cut off."""
+        if not self._entries and not self.overflowed:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout):  # no extra task per event, unlike wait_for
+                    await self._waiter
+            except TimeoutError:
+                return None
+            finally:
+                self._waiter = None
         if self.overflowed:
             raise Overflowed
-        if not self._queue.empty():
-            return self._queue.get_nowait()
-        try:
-            async with asyncio.timeout(timeout):  # no extra task per event, unlike wait_for
-                return await self._queue.get()
-        except TimeoutError:
-            return None
+        return self._take()
 
     @property
     def backlog(self) -> int:
-        """Events queued and not yet handed out."""
-        return self._queue.qsize()
+        """Frames queued and not yet handed out (merged deltas count once)."""
+        return len(self._entries)
+
+    @property
+    def backlog_bytes(self) -> int:
+        """What the queued events weigh (see ``Weigh``)."""
+        return self._bytes
 
     def ready(self, limit: int) -> list[Event]:
         """Up to ``limit`` events already queued, without waiting (to send a burst at once)."""
-        events: list[Event] = []
-        while len(events) < limit and not self._queue.empty():
-            events.append(self._queue.get_nowait())
-        return events
+        return [self._take() for _ in range(min(limit, len(self._entries)))]
 
     def close(self) -> None:
         self._bus.unsubscribe(self)
 
 
 class EventBus:
-    def __init__(self, queue_size: int) -> None:
-        self._subscribers: set[Subscription] = set()
-        self._queue_size = queue_size
+    def __init__(self, queue_size: int, queue_bytes: int = 8 * 1024 * 1024) -> None:
+        self._limits = Limits(queue_size, queue_bytes)
+        # Subscriptions by route: EVERYTHING, ("directory", d) or ("session", s).
+        self._routes: dict[Route, set[Subscription]] = {}
         self.cursor = 0  # cursor of the last durable event published
 
-    def subscribe(self, accept: Accept = lambda _e: True) -> Subscription:
-        subscription = Subscription(self, accept, self._queue_size)
-        self._subscribers.add(subscription)
+    def subscribe(
+        self,
+        accept: Accept = lambda _e: True,
+        *,
+        directory: str | None = None,
+        session: str | None = None,
+        weigh: Weigh = _unit,
+    ) -> Subscription:
+        """Events of ``session`` only, else of ``directory`` only, else all, that ``accept`` takes."""
+        route: Route = ("session", session) if session is not None else ("directory", directory)
+        subscription = Subscription(self, accept, weigh, self._limits, route)
+        self._routes.setdefault(route, set()).add(subscription)
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        self._subscribers.discard(subscription)
+        subscribers = self._routes.get(subscription._route)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+            if not subscribers:
+                del self._routes[subscription._route]
 
     @property
     def subscriber_count(self) -> int:
-        return len(self._subscribers)
+        return sum(len(subscribers) for subscribers in self._routes.values())
 
     def publish(self, event: Event) -> None:
         if event.durable:
             self.cursor = max(self.cursor, event.cursor)
         else:
             event.cursor = self.cursor
-        for subscription in tuple(self._subscribers):
-            subscription.offer(event)
+        routes = self._routes
+        self._offer(routes.get(EVERYTHING), event)
+        if event.directory is not None:
+            self._offer(routes.get(("directory", event.directory)), event)
+        if event.session_id is not None:
+            self._offer(routes.get(("session", event.session_id)), event)
+
+    @staticmethod
+    def _offer(subscribers: set[Subscription] | None, event: Event) -> None:
+        if subscribers:  # a copy: an overflowing subscriber leaves the set while we iterate
+            for subscription in tuple(subscribers):
+                subscription.offer(event)
 
     def publish_many(self, events: Iterable[Event]) -> None:
         for event in events:

@@ -30,7 +30,7 @@ class Infrastructure:
     @classmethod
     def create(cls, settings: Settings) -> Infrastructure:
         db = open_database(settings.database_url)
-        bus = EventBus(settings.subscriber_queue_size)
+        bus = EventBus(settings.subscriber_queue_size, settings.subscriber_queue_bytes)
         config = ConfigLoader(settings.config_dir)
         registry = ProviderRegistry(config, Credentials(settings.data_path / "auth.json"))
         return cls(settings, db, bus, EventLog(db, bus), Queries(db), config, registry)

@@ -9,18 +9,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from starlette.responses import Response
 
-from app import ids
 from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.sse import (
     HEARTBEAT_COMMENT,
     REPLAY_BATCH,
     StreamSpec,
-    control_envelope,
+    control_frame,
     event_source,
-    frame,
     global_position,
     legacy_envelope,
+    overflow_frame,
     resume_position,
 )
 from app.events.model import Event
@@ -54,17 +53,6 @@ def _sync_twin(event: Event) -> bytes:
     return _global_frame(event, b'{"type":"sync","syncEvent":%s,"id":"%s"}' % (sync, event.id.encode()))
 
 
-def _control(event_type: str, *, wrap: bool, position: int | None = None, properties: bytes = b"{}") -> bytes:
-    """A frame that is not an event: it carries the stream's starting position or no id at all."""
-    payload = control_envelope(ids.event_id(), event_type, properties)
-    return frame(b'{"payload":%s}' % payload if wrap else payload, position)
-
-
-def _overflow(position: int, *, wrap: bool) -> bytes:
-    """``server.overflow`` (a type OpenCode clients ignore): the stream ends, resume from ``position``."""
-    return _control("server.overflow", wrap=wrap, position=position, properties=b'{"resume":"%d"}' % position)
-
-
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 
 
@@ -81,14 +69,15 @@ async def subscribe(
     old_sdk = stainless.speaks(request)
     spec = StreamSpec(
         accept=lambda e: e.directory == directory and not e.is_next,
+        directory=directory,
         encode=_stainless_envelope if old_sdk else legacy_envelope,
         kind="stainless" if old_sdk else "legacy",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),
-        connected=lambda origin: _control("server.connected", wrap=False, position=origin),
+        connected=lambda origin: control_frame("server.connected", position=origin),
         # 0.x has no heartbeat event: an SSE comment keeps the connection alive all the same.
-        heartbeat=(lambda: HEARTBEAT_COMMENT) if old_sdk else (lambda: _control("server.heartbeat", wrap=False)),
-        overflow=None if old_sdk else (lambda position: _overflow(position, wrap=False)),
+        heartbeat=(lambda: HEARTBEAT_COMMENT) if old_sdk else (lambda: control_frame("server.heartbeat")),
+        overflow=None if old_sdk else overflow_frame,
     )
     return event_source(runtime, spec, resume_position(last_event_id))
 
@@ -101,9 +90,9 @@ async def global_subscribe(runtime: RuntimeDep, last_event_id: LastEventID = Non
         kind="global",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
-        connected=lambda origin: _control("server.connected", wrap=True, position=origin),
-        heartbeat=lambda: _control("server.heartbeat", wrap=True),
-        overflow=lambda position: _overflow(position, wrap=True),
+        connected=lambda origin: control_frame("server.connected", position=origin, wrap=True),
+        heartbeat=lambda: control_frame("server.heartbeat", wrap=True),
+        overflow=lambda position: overflow_frame(position, wrap=True),
         twin=_sync_twin,
     )
     return event_source(runtime, spec, resume_position(last_event_id))

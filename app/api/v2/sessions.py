@@ -238,6 +238,7 @@ async def session_events(
     start = resume if resume is not None else after
     spec = StreamSpec(
         accept=lambda e: e.durable and e.session_id == sessionID,
+        session=sessionID,
         encode=lambda e: views.event_json(e, with_location=False),
         kind="v2-session",
         position=session_position,
@@ -304,7 +305,11 @@ def _v2_overflow(position: int) -> bytes:
     """The last frame of a subscriber cut off for falling behind: resume after ``position``."""
     if position < 0:  # cut off before the first event: resume from the start
         return frame(b'{"id":"%s","type":"server.overflow","data":{}}' % ids.event_id().encode())
-    body = b'{"id":"%s","type":"server.overflow","data":{"after":%d}}' % (ids.event_id().encode(), position)
+    body = b'{"id":"%s","type":"server.overflow","data":{"resume":"%d","after":%d}}' % (
+        ids.event_id().encode(),
+        position,
+        position,
+    )
     return frame(body, position)
 
 

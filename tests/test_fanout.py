@@ -1,0 +1,321 @@
+"""Fan-out to many subscribers: a subscriber over its byte limit is cut off with a frame saying
+where to resume and loses nothing by resuming; one that is behind gets merged deltas with the same
+text; events reach only the streams that filter for them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.events.bus import EventBus, Overflowed
+from app.events.model import Event
+from app.settings import Settings
+from tests.helpers import create_session, text_prompt
+from tests.servers import ThreadServer, thread_server
+from tests.sse import EventCollector, Frame
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+DELTA_TYPES = ("message.part.delta", "session.next.text.delta")
+
+
+class RawStream:
+    """An SSE client on a raw socket with a tiny receive buffer, which reads only when told to:
+    the server's buffers fill at once and events wait in its queue for this subscriber."""
+
+    def __init__(self, port: int, path: str, headers: dict[str, str] | None = None) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.connect(("127.0.0.1", port))
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n{extra}\r\n".encode())
+        self.frames: list[Frame] = []
+        self.ended = False  # the terminating chunk arrived: the response ended properly
+        self._raw = b""
+        self._body: bytes | None = None  # de-chunked bytes not yet cut into frames
+
+    def read_until(self, done: Callable[[list[Frame]], bool], timeout: float = 30.0) -> None:
+        """Read until ``done(frames)`` or the response ends (``socket.timeout`` when neither)."""
+        self.sock.settimeout(timeout)
+        while not done(self.frames) and not self.ended:
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError("the connection closed without a terminating chunk")
+            self._feed(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _feed(self, data: bytes) -> None:
+        self._raw += data
+        if self._body is None:
+            head, sep, rest = self._raw.partition(b"\r\n\r\n")
+            if not sep:
+                return
+            assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+            self._body, self._raw = b"", rest
+        while not self.ended:
+            size_line, sep, rest = self._raw.partition(b"\r\n")
+            if not sep:
+                break
+            size = int(size_line, 16)
+            if len(rest) < size + 2:
+                break
+            self._body += rest[:size]
+            self._raw = rest[size + 2 :]
+            self.ended = size == 0
+        while b"\n\n" in self._body:
+            block, self._body = self._body.split(b"\n\n", 1)
+            frame_id: str | None = None
+            for line in block.split(b"\n"):
+                if line.startswith(b"id: "):
+                    frame_id = line[4:].decode()
+                elif line.startswith(b"data: "):
+                    self.frames.append(Frame(frame_id, json.loads(line[6:])))
+
+
+def event_id(frame: Frame) -> str | None:
+    """The id of the logged event a frame carries (a sync twin carries its event's id too)."""
+    payload = frame.data.get("payload", frame.data)
+    return payload.get("id")
+
+
+def on_server_loop(server: ThreadServer, read: Callable[[], Any]) -> Any:
+    """``read()`` run on the server's event loop (the runtime is not thread-safe)."""
+
+    async def run() -> Any:
+        return read()
+
+    return asyncio.run_coroutine_threadsafe(run(), server.loop).result(timeout=30)
+
+
+def durable_event_ids(server: ThreadServer, path: str) -> list[str]:
+    """The ids of every logged event the stream at ``path`` carries, read from the log."""
+    directory = server.settings.directory if path == "/event" else None
+    future = asyncio.run_coroutine_threadsafe(
+        server.runtime.log.since(0, limit=1_000_000, directory=directory), server.loop
+    )
+    return [e.id for e in future.result(timeout=30) if not (path == "/event" and e.is_next)]
+
+
+def big_turn(client: httpx.Client, index: int) -> str:
+    """A synchronous prompt of 100 kB on a session of its own (no compaction), whose echo streams
+    back as much: about 350 kB of frames on /event, more on the others. The kernel takes up to
+    about 4 MB of them for a client that does not read before the server has to queue any."""
+    sid = create_session(client)["id"]
+    client.post(f"/session/{sid}/message", json=text_prompt(f"turn {index} " + "x" * 100_000))
+    return sid
+
+
+def is_idle(session_id: str) -> Callable[[Frame], bool]:
+    return lambda f: f.type == "session.idle" and f.properties.get("sessionID") == session_id
+
+
+@pytest.mark.parametrize("path", ["/event", "/global/event", "/api/event"])
+def test_a_subscriber_over_its_byte_limit_is_cut_off_and_resumes_without_loss(settings: Settings, path: str) -> None:
+    """The byte limit alone (the event limit is out of reach) cuts off a client that reads
+    nothing: its last frame is ``server.overflow`` with the id to resume from, the chunked
+    response ends properly, and resuming from that id yields every logged event it missed. A
+    subscriber that keeps up gets everything and is never cut off."""
+    settings = settings.model_copy(update={"subscriber_queue_size": 1_000_000, "subscriber_queue_bytes": 1 << 20})
+    with (
+        thread_server(settings) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+        EventCollector(f"{server.url}{path}") as keeper,
+    ):
+        keeper.wait_for(lambda f: f.type == "server.connected")
+        stalled = RawStream(settings.port, path)
+        stalled.read_until(lambda frames: bool(frames))  # subscribed; from now on it reads nothing
+        subscribers = on_server_loop(server, lambda: server.runtime.bus.subscriber_count)
+        for i in range(60):  # until the stalled subscriber is cut off
+            keeper.wait_for(is_idle(big_turn(client, i)), timeout=30)  # it keeps up: at most a turn behind
+            if on_server_loop(server, lambda: server.runtime.bus.subscriber_count) < subscribers:
+                break
+        stalled.read_until(lambda _frames: False)
+        stalled.close()
+        expected = durable_event_ids(server, path)
+        assert event_id(keeper.wait_for(lambda f: event_id(f) == expected[-1], timeout=30)) == expected[-1]
+        last = stalled.frames[-1]
+        assert stalled.ended and last.type == "server.overflow"
+        resume = last.properties["resume"]
+        ids = [int(f.id) for f in stalled.frames if f.id is not None]
+        assert last.id == resume and int(resume) == max(ids)  # the furthest position it was sent
+        with EventCollector(f"{server.url}{path}", headers={"Last-Event-ID": resume}) as resumed:
+            resumed.wait_for(lambda f: event_id(f) == expected[-1], timeout=30)
+    before = {event_id(f) for f in stalled.frames}
+    assert not set(expected) <= before  # it really was cut off before the end
+    assert set(expected) <= before | {event_id(f) for f in resumed.frames}
+    assert set(expected) <= {event_id(f) for f in keeper.frames}
+    assert all(f.type != "server.overflow" for f in keeper.frames)
+
+
+def delta_texts(frames: list[Frame]) -> tuple[dict[tuple[str, str], str], int]:
+    """Each streamed part's text put together from its deltas, and how many delta frames came."""
+    texts: dict[tuple[str, str], str] = {}
+    count = 0
+    for frame in frames:
+        if frame.type in DELTA_TYPES:
+            props: dict[str, Any] = frame.properties
+            key = (frame.type, props.get("partID") or props["textID"])
+            texts[key] = texts.get(key, "") + props["delta"]
+            count += 1
+    return texts, count
+
+
+@pytest.mark.parametrize("path", ["/event", "/api/event"])
+def test_a_reader_that_is_behind_gets_merged_deltas_with_the_same_text(settings: Settings, path: str) -> None:
+    """A reader that pauses while long replies stream ends with exactly the text of a reader that
+    keeps up, from fewer delta frames."""
+    settings = settings.model_copy(update={"subscriber_queue_bytes": 64 << 20})  # no cut-off here
+    with (
+        thread_server(settings) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+        EventCollector(f"{server.url}{path}") as fast,
+    ):
+        fast.wait_for(lambda f: f.type == "server.connected")
+        slow = RawStream(settings.port, path)
+        slow.read_until(lambda frames: bool(frames))
+        turns = 24  # megabytes beyond what the kernel buffers for it: the server queues the rest
+        last = [big_turn(client, i) for i in range(turns)][-1]
+        slow.read_until(lambda frames: any(map(is_idle(last), frames)), timeout=60)
+        fast.wait_for(is_idle(last), timeout=60)
+        slow.close()
+    fast_texts, fast_count = delta_texts(fast.snapshot())
+    slow_texts, slow_count = delta_texts(slow.frames)
+    assert all(f.type != "server.overflow" for f in slow.frames)
+    assert slow_texts == fast_texts
+    kinds = {kind for kind, _part in fast_texts}
+    assert kinds == ({"message.part.delta", *(["session.next.text.delta"] if path == "/api/event" else [])})
+    for kind in kinds:
+        expected = sorted(f"Echo: turn {i} " + "x" * 100_000 for i in range(turns))
+        assert sorted(t for (k, _p), t in fast_texts.items() if k == kind) == expected
+    assert slow_count < fast_count
+
+
+def mentions(frames: list[Frame], session_id: str) -> bool:
+    return any(session_id in json.dumps(f.data) for f in frames)
+
+
+def test_events_reach_only_the_streams_that_filter_for_them(server: ThreadServer, tmp_path: Path) -> None:
+    """/event sees its directory's sessions only, a session's V2 stream that session only, and
+    /global/event and /api/event everything."""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as client,
+        EventCollector(f"{server.url}/event") as here,
+        EventCollector(f"{server.url}/event?directory={other}") as there,
+        EventCollector(f"{server.url}/global/event") as everything,
+        EventCollector(f"{server.url}/api/event") as everything_v2,
+    ):
+        mine, sibling = create_session(client)["id"], create_session(client)["id"]
+        theirs = client.post("/session", params={"directory": str(other)}).json()["id"]
+        with EventCollector(f"{server.url}/api/session/{mine}/event") as one_session:
+            for sid in (sibling, theirs, mine):  # ``mine`` last: when its turn ends the others' have
+                client.post(f"/session/{sid}/message", json=text_prompt(f"routed {sid}"))
+            one_session.wait_for(lambda f: f.type == "session.next.step.ended", timeout=15)
+            for stream in (here, everything, everything_v2):
+                stream.wait_for(is_idle(mine))
+            there.wait_for(is_idle(theirs))
+    assert mentions(here.frames, mine) and mentions(here.frames, sibling) and not mentions(here.frames, theirs)
+    assert mentions(there.frames, theirs) and not mentions(there.frames, mine) and not mentions(there.frames, sibling)
+    for stream in (everything, everything_v2):
+        assert all(mentions(stream.frames, sid) for sid in (mine, sibling, theirs))
+    assert {f.data["durable"]["aggregateID"] for f in one_session.frames if "durable" in f.data} == {mine}
+    assert not mentions(one_session.frames, sibling) and not mentions(one_session.frames, theirs)
+
+
+def bus_of(settings: Settings, **limits: int) -> EventBus:
+    settings = settings.model_copy(update=limits)
+    return EventBus(settings.subscriber_queue_size, settings.subscriber_queue_bytes)
+
+
+def test_the_bus_offers_an_event_only_to_the_subscribers_of_its_route(settings: Settings) -> None:
+    """Routes are an index, not a filter run on everyone: a subscriber of another directory or
+    session is never even asked (its ``accept`` is not called)."""
+    bus = bus_of(settings)
+    asked: dict[str, int] = {}
+
+    def counting(name: str) -> Callable[[Event], bool]:
+        def accept(_event: Event) -> bool:
+            asked[name] = asked.get(name, 0) + 1
+            return True
+
+        return accept
+
+    subscriptions = {
+        "a": bus.subscribe(counting("a"), directory="/a"),
+        "b": bus.subscribe(counting("b"), directory="/b"),
+        "s1": bus.subscribe(counting("s1"), session="ses_1"),
+        "all": bus.subscribe(counting("all")),
+    }
+    bus.publish(Event("x", {}, session_id="ses_1", directory="/a"))
+    bus.publish(Event("x", {}, session_id="ses_2", directory="/a"))
+    bus.publish(Event("x", {}, session_id="ses_3", directory="/b"))
+    bus.publish(Event("x", {}))  # neither directory nor session: only those taking everything
+    assert asked == {"a": 2, "b": 1, "s1": 1, "all": 4}
+    assert {name: s.backlog for name, s in subscriptions.items()} == asked
+    subscriptions["a"].close()
+    bus.publish(Event("x", {}, directory="/a"))
+    assert asked["a"] == 2 and bus.subscriber_count == 3
+
+
+@pytest.mark.asyncio
+async def test_the_byte_limit_cuts_a_subscriber_off_and_releases_what_it_held(settings: Settings) -> None:
+    bus = bus_of(settings, subscriber_queue_bytes=1000)
+    slow = bus.subscribe(weigh=lambda e: len(e.properties_json()))
+    fast = bus.subscribe(weigh=lambda e: len(e.properties_json()))
+    bus.publish(Event("x", {"text": "y" * 2000}))  # one event over the limit still fits an empty queue
+    assert slow.backlog == 1 and slow.backlog_bytes > 1000
+    assert await fast.next(timeout=1) is not None
+    bus.publish(Event("x", {"text": "small"}))
+    assert slow.overflowed and slow.backlog == 0 and slow.backlog_bytes == 0
+    assert not fast.overflowed and fast.backlog == 1 and bus.subscriber_count == 1
+    with pytest.raises(Overflowed):
+        await slow.next(timeout=1)
+
+
+def delta(part: str, text: str) -> Event:
+    props = {"sessionID": "s", "messageID": "m", "partID": part, "field": "text", "delta": text}
+    return Event("message.part.delta", props)
+
+
+def next_delta(part: str, text: str) -> Event:
+    props = {"timestamp": 1, "sessionID": "s", "assistantMessageID": "m", "textID": part, "delta": text}
+    return Event("session.next.text.delta", props)
+
+
+@pytest.mark.asyncio
+async def test_a_subscriber_that_is_behind_gets_one_delta_per_run(settings: Settings) -> None:
+    """Deltas of one target merge once the queue holds more than one event, passing over deltas
+    of other targets (the V2 twin) but never over any other event; the merged delta is the last
+    one with the texts joined."""
+    bus = bus_of(settings)
+    behind = bus.subscribe()
+    keeping_up = bus.subscribe()
+    updated = Event("message.part.updated", {"part": {"id": "p2"}}, durable=True, cursor=7)
+    events = [delta("p1", "a"), next_delta("p1", "a"), delta("p1", "b"), next_delta("p1", "b")]
+    events += [delta("p1", "c"), updated, delta("p1", "d"), delta("p2", "e"), delta("p2", "f")]
+    for event in events:
+        bus.publish(event)
+        if event is events[0]:
+            assert [await keeping_up.next(timeout=1)] == events[:1]
+    received = behind.ready(100)
+    assert [(e.type, e.properties["delta"]) for e in received if e is not updated] == [
+        ("message.part.delta", "abc"),  # passed over the V2 twins, not over ``updated``
+        ("session.next.text.delta", "ab"),
+        ("message.part.delta", "d"),
+        ("message.part.delta", "ef"),
+    ]
+    assert received[2] is updated
+    merged = received[0]
+    assert merged.id == events[4].id and merged.cursor == events[4].cursor and not merged.durable
+    # The other took the first delta at once: the next merges only began with two queued.
+    assert [e.properties.get("delta") for e in keeping_up.ready(100)] == ["ab", "bc", None, "d", "ef"]
