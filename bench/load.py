@@ -57,6 +57,8 @@ MODEL = "stub/stub-model"
 STAMP = "@t="  # a delta's text carries the time the stub wrote it: "...@t=<unix seconds>"
 EVENT_TIMEOUT_S = 120.0
 STALLED_RCVBUF = 4096
+STALLED_DRAIN_S = 5.0
+STALLED_QUEUE_BYTES = 1024 * 1024  # small enough for the quick run's stalled subscriber to reach
 
 
 def answer(body: dict[str, Any]) -> list[str]:
@@ -137,12 +139,14 @@ def _stalled(port: int) -> socket.socket:
 
 
 def _drain_stalled(sock: socket.socket) -> tuple[bool, bool]:
-    """Read what the stalled subscriber was sent: (its last frame was the overflow notice, the
-    response ended with its terminating chunk)."""
-    sock.settimeout(10)
+    """Read what the stalled subscriber was sent, for a few seconds at most (a stream the server
+    did not end keeps sending heartbeats): (its last frame was the overflow notice, the response
+    ended with its terminating chunk)."""
+    deadline = time.monotonic() + STALLED_DRAIN_S
+    sock.settimeout(1)
     data = bytearray()
     with suppress(TimeoutError, OSError):
-        while chunk := sock.recv(1 << 20):
+        while time.monotonic() < deadline and (chunk := sock.recv(1 << 20)):
             data += chunk
     sock.close()
     frames = [line for line in bytes(data).split(b"\n") if line.startswith(b"data:")]
@@ -270,7 +274,11 @@ async def _drive(port: int, pid: int, scenario: Scenario, sessions: int, prompts
 def _client(port: int, pid: int, scenario: Scenario, sessions: int, prompts: int, results: Any) -> None:
     factory = uvloop.new_event_loop if uvloop else None
     with asyncio.Runner(loop_factory=factory) as runner:
-        results.put(runner.run(_drive(port, pid, scenario, sessions, prompts)))
+        try:
+            results.put(runner.run(_drive(port, pid, scenario, sessions, prompts)))
+        except BaseException as exc:  # the parent reports it (a child's traceback is easy to miss)
+            results.put(RuntimeError(f"load client failed: {exc!r}"))
+            raise
 
 
 # -- scenarios ------------------------------------------------------------------------------------
@@ -288,13 +296,15 @@ def _scenario(scenario: Scenario, sessions: int, prompts: int, queue_bytes: int)
         server.env["OPENSESSION_SUBSCRIBER_QUEUE_BYTES"] = str(queue_bytes)
         with running(server) as srv:
             assert srv.proc is not None
-            results: multiprocessing.Queue[Outcome] = multiprocessing.Queue()
+            results: multiprocessing.Queue[Outcome | BaseException] = multiprocessing.Queue()
             client = multiprocessing.Process(
                 target=_client, args=(srv.port, srv.proc.pid, scenario, sessions, prompts, results)
             )
             client.start()
             try:
                 outcome = results.get(timeout=600)
+                if isinstance(outcome, BaseException):
+                    raise RuntimeError(f"{outcome}\n{srv.log_tail()}")
             finally:
                 client.join(timeout=30)
                 if client.is_alive():
@@ -306,7 +316,6 @@ def _scenario(scenario: Scenario, sessions: int, prompts: int, queue_bytes: int)
 def run(quick: bool, notes: list[str]) -> list[Metric]:
     sessions, prompts = (20, 5) if quick else (50, 10)
     crowd = 30 if quick else 100
-    queue_bytes = 8 * 1024 * 1024
     scenarios = [
         (Scenario("no subscribers", 0), 50, 150, 3.0),
         (Scenario(f"{crowd} subscribers", crowd), 100, 100, None),
@@ -315,6 +324,7 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     metrics: list[Metric] = []
     for scenario, accept_target, rate_target, cpu_target in scenarios:
         progress(f"{scenario.name}: {sessions} sessions x {prompts} prompts")
+        queue_bytes = STALLED_QUEUE_BYTES if scenario.stalled else 8 * 1024 * 1024
         outcome, _stub = _scenario(scenario, sessions, prompts, queue_bytes)
         accept = Metric(f"{scenario.name}: accept", "ms", accept_target, samples=outcome.accept_ms, judged_on="p99")
         rate = Metric(

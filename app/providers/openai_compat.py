@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from app.jsonutil import dumpb
 from app.providers._errors import http_error
 from app.providers.base import (
     ChatRequest,
@@ -25,6 +26,7 @@ from app.providers.base import (
 from app.providers.media import TOOL_ATTACHMENTS_PROMPT
 from app.providers.options import OPENAI_PACKAGE
 
+KEEPALIVE_CONNECTIONS = 1000
 _FINISH = {
     "stop": "stop",
     "length": "length",
@@ -123,7 +125,12 @@ class OpenAICompatibleProvider:
         self._url = base_url.rstrip("/") + "/chat/completions"
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
-            headers={**auth, **headers}, timeout=httpx.Timeout(300.0, connect=15.0), trust_env=False
+            headers={**auth, "content-type": "application/json", **headers},
+            timeout=httpx.Timeout(300.0, connect=15.0),
+            # Every concurrent turn keeps its connection for the next one (httpx keeps only 20 by
+            # default: with more sessions streaming at once, each turn beyond that opened anew).
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
+            trust_env=False,
         )
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
@@ -143,7 +150,7 @@ class OpenAICompatibleProvider:
         finish, usage = "unknown", Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
         try:
-            async with aconnect_sse(self._client, "POST", self._url, json=body, headers=headers) as source:
+            async with aconnect_sse(self._client, "POST", self._url, content=dumpb(body), headers=headers) as source:
                 response = source.response
                 if response.status_code >= 400:
                     text = (await response.aread()).decode(errors="replace")
