@@ -3,12 +3,13 @@ MCP SDK's own client, against two real opensession servers on the offline echo m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from app.settings import Settings
-from tests.servers import ROOT, ThreadServer, free_port, thread_server
+from tests.servers import ROOT, ThreadServer, free_port, start_in_thread, thread_server
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -31,6 +32,7 @@ TOOLS = {
     "reset_session",
 }
 BLOCKING = "TOOL:bash sleep 300"  # a turn that runs until it is interrupted
+HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length"}
 
 
 @pytest.fixture
@@ -167,13 +169,58 @@ async def test_a_slow_turn_times_out_then_is_interrupted(server: ThreadServer) -
         assert [m["text"] for m in transcript] == ["fresh", "Echo: fresh"]
 
 
-async def test_a_send_with_no_wait_is_busy_at_once(server: ThreadServer) -> None:
-    """The node is busy from the moment the prompt is sent, before the server's first event."""
-    async with fleet(f"a={server.url}") as session:
-        sent = await call(session, "send_message", text="SLOW:0.2 quick", wait_seconds=0)
-        assert sent["timedOut"] is True
-        assert (await call(session, "get_session_status"))["status"] == "busy"
-        assert (await call(session, "interrupt_session"))["status"] == "idle"
+@contextmanager
+def status_lagging_proxy(target: str) -> Iterator[str]:
+    """A proxy to ``target`` whose ``/session/status`` always answers ``{}`` (all idle), as a
+    server that has accepted a prompt but not started its turn yet; everything else (the event
+    stream included) is passed through. Yields its URL."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] == "/session/status":
+            json_type = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": json_type})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"host"]
+        async with httpx.AsyncClient(base_url=target, timeout=None) as http:
+            request = http.build_request(
+                scope["method"], scope["path"], params=scope["query_string"].decode(), content=body, headers=headers
+            )
+            response = await http.send(request, stream=True)
+            passed = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": passed})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+    port = free_port()
+    server, thread = start_in_thread(app, port, lifespan="off")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+async def test_the_node_is_busy_from_the_moment_the_prompt_is_sent(server: ThreadServer) -> None:
+    """Until the turn it sent ends, the node is busy even where the server does not say so yet."""
+    with status_lagging_proxy(server.url) as url:
+        async with fleet(f"a={url}") as session:
+            sent = await call(session, "send_message", text="SLOW:0.3 hold on", wait_seconds=0)
+            assert sent["timedOut"] is True
+            assert (await call(session, "get_session_status"))["status"] == "busy"
+            for _ in range(600):  # the turn ends by itself: the node is idle once its idle event came
+                if (await call(session, "get_session_status"))["status"] == "idle":
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the node stayed busy after its turn ended")
+            last = (await call(session, "get_session_messages", limit=1))["messages"][0]
+            assert last["text"] == "Echo: SLOW:0.3 hold on"
 
 
 async def test_create_session_makes_a_fresh_current_session(server: ThreadServer) -> None:
