@@ -223,6 +223,16 @@ async def test_the_node_is_busy_from_the_moment_the_prompt_is_sent(server: Threa
             assert last["text"] == "Echo: SLOW:0.3 hold on"
 
 
+async def test_a_prompt_sent_while_busy_joins_the_running_turn(server: ThreadServer) -> None:
+    async with fleet(f"a={server.url}") as session:
+        first = await call(session, "send_message", text="TOOL:bash sleep 1", wait_seconds=0)
+        assert first["timedOut"] is True
+        joined = await call(session, "send_message", text="and then this", wait_seconds=600)
+        assert joined["timedOut"] is False
+        assert joined["text"].endswith("Echo: and then this")
+        assert (await call(session, "get_session_status"))["status"] == "idle"
+
+
 async def test_create_session_makes_a_fresh_current_session(server: ThreadServer) -> None:
     async with fleet(f"a={server.url}") as session:
         first = await call(session, "send_message", text="one")

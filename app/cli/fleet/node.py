@@ -197,6 +197,9 @@ class Node:
         (``timedOut`` false), or what the turn has produced so far (``timedOut`` true)."""
         session = await self.current_session()
         following = await self._follow(session)
+        # A prompt sent while the session is busy joins the running turn, whose busy status was
+        # announced before the stream was opened: the idle that ends that turn ends this one.
+        following.turn.busy_seen = self._following(session) is not None or await self._server_state(session) != "idle"
         if self.following is not None:
             self.following.stop()
         self.following = following  # busy from now on, whatever the event stream says yet
@@ -206,7 +209,7 @@ class Node:
                 await self._request("POST", f"/session/{session.id}/prompt_async", json=body)
             except SessionGone:
                 session = await self._replace(session)
-                following.turn.session_id = session.id
+                following.turn.session_id, following.turn.busy_seen = session.id, False
                 await self._request("POST", f"/session/{session.id}/prompt_async", json=body)
         except BaseException:
             following.stop()
