@@ -52,15 +52,20 @@ def server_b(settings: Settings, tmp_path: Path) -> Iterator[ThreadServer]:
 
 
 @asynccontextmanager
-async def fleet(*nodes: str, wait: float | None = None) -> AsyncIterator[ClientSession]:
-    """``python -m app.cli mcp --node NAME=URL ...`` as a stdio subprocess, initialized."""
+async def fleet(
+    *nodes: str, wait: float | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
+    """``python -m app.cli mcp --node NAME=URL ...`` as a stdio subprocess (``env`` added to a
+    clean environment), initialized."""
     args = ["-m", "app.cli", "mcp"]
     for node in nodes:
         args += ["--node", node]
     if wait is not None:
         args += ["--wait", str(wait)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCODE_SERVER_", "OPENSESSION_"))}
-    params = StdioServerParameters(command=sys.executable, args=args, env=env | {"PYTHONPATH": str(ROOT)})
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCODE_SERVER_", "OPENSESSION_"))}
+    params = StdioServerParameters(
+        command=sys.executable, args=args, env=clean | {"PYTHONPATH": str(ROOT)} | (env or {})
+    )
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
@@ -272,6 +277,14 @@ async def test_unknown_and_dead_nodes_are_error_results(server: ThreadServer) ->
             assert f"node dead: cannot reach {dead}" in message
         # the MCP server is still up, and the live node still answers
         assert (await call(session, "send_message", node="a", text="alive"))["text"] == "Echo: alive"
+
+
+async def test_the_password_comes_from_the_environment(settings: Settings) -> None:
+    with thread_server(settings.model_copy(update={"password": "pw"})) as locked:
+        async with fleet(f"a={locked.url}") as session:
+            assert "refused the credentials" in await failure(session, "send_message", text="hi")
+        async with fleet(f"a={locked.url}", env={"OPENCODE_SERVER_PASSWORD": "pw"}) as session:
+            assert (await call(session, "send_message", text="hi"))["text"] == "Echo: hi"
 
 
 @pytest.mark.parametrize(
