@@ -238,6 +238,26 @@ async def test_a_prompt_sent_while_busy_joins_the_running_turn(server: ThreadSer
         assert (await call(session, "get_session_status"))["status"] == "idle"
 
 
+async def test_calls_are_served_while_a_send_waits(server: ThreadServer) -> None:
+    """An agent can look at and interrupt a turn whose send_message is still waiting."""
+    async with fleet(f"a={server.url}") as session:
+        sending = asyncio.create_task(session.call_tool("send_message", {"text": BLOCKING, "wait_seconds": 600}))
+        for _ in range(600):
+            transcript = (await call(session, "get_session_messages"))["messages"]
+            if any(tool["status"] == "running" for message in transcript for tool in message["tools"]):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the tool never ran")
+        assert (await call(session, "get_session_status"))["status"] == "busy"
+        assert not sending.done()
+        assert (await call(session, "interrupt_session"))["status"] == "idle"
+        ended = await sending
+        assert not ended.is_error and ended.structured_content is not None
+        assert ended.structured_content["timedOut"] is False
+        assert ended.structured_content["tools"][0]["tool"] == "bash"
+
+
 async def test_create_session_makes_a_fresh_current_session(server: ThreadServer) -> None:
     async with fleet(f"a={server.url}") as session:
         first = await call(session, "send_message", text="one")

@@ -197,14 +197,16 @@ class Node:
         (``timedOut`` false), or what the turn has produced so far (``timedOut`` true)."""
         session = await self.current_session()
         following = await self._follow(session)
-        # A prompt sent while the session is busy joins the running turn, whose busy status was
-        # announced before the stream was opened: the idle that ends that turn ends this one.
-        following.turn.busy_seen = self._following(session) is not None or await self._server_state(session) != "idle"
-        if self.following is not None:
-            self.following.stop()
-        self.following = following  # busy from now on, whatever the event stream says yet
         body = {"parts": [{"type": "text", "text": text}]}
         try:
+            # A prompt sent while the session is busy joins the running turn, whose busy status
+            # was announced before the stream was opened: the idle that ends that turn ends this one.
+            following.turn.busy_seen = (
+                self._following(session) is not None or await self._server_state(session) != "idle"
+            )
+            if self.following is not None:
+                self.following.stop()
+            self.following = following  # busy from now on, whatever the event stream says yet
             try:
                 await self._request("POST", f"/session/{session.id}/prompt_async", json=body)
             except SessionGone:
