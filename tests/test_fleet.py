@@ -211,6 +211,19 @@ def status_lagging_proxy(target: str) -> Iterator[str]:
         thread.join(timeout=15)
 
 
+async def test_a_slow_reply_times_out_with_the_text_so_far(server: ThreadServer) -> None:
+    """The echo model streams its reply in four deltas, each 2 s after the last: a wait of 5 s
+    sees the first part of it (the margins are seconds wide either side)."""
+    prompt = "SLOW:2 take your time"
+    async with fleet(f"a={server.url}") as session:
+        partial = await call(session, "send_message", text=prompt, wait_seconds=5)
+        assert partial["timedOut"] is True and partial["tools"] == []
+        assert partial["text"] and f"Echo: {prompt}".startswith(partial["text"])
+        assert partial["text"] != f"Echo: {prompt}"
+        assert "still working" in partial["note"]
+        await call(session, "interrupt_session")
+
+
 async def test_the_node_is_busy_from_the_moment_the_prompt_is_sent(server: ThreadServer) -> None:
     """Until the turn it sent ends, the node is busy even where the server does not say so yet."""
     with status_lagging_proxy(server.url) as url:
