@@ -224,6 +224,16 @@ async def test_a_slow_reply_times_out_with_the_text_so_far(server: ThreadServer)
         await call(session, "interrupt_session")
 
 
+async def test_a_turn_waiting_for_a_permission_says_so(server: ThreadServer, project_dir: Path) -> None:
+    (project_dir / "opencode.json").write_text(json.dumps({"permission": {"bash": "ask"}}))
+    async with fleet(f"a={server.url}") as session:
+        waiting = await call(session, "send_message", text="TOOL:bash echo asked", wait_seconds=3)
+        assert waiting["timedOut"] is True
+        assert waiting["waitingFor"] == ["permission bash (echo asked)"]
+        assert "waiting for permission bash (echo asked)" in waiting["note"]
+        assert (await call(session, "interrupt_session"))["status"] == "idle"
+
+
 async def test_the_node_is_busy_from_the_moment_the_prompt_is_sent(server: ThreadServer) -> None:
     """Until the turn it sent ends, the node is busy even where the server does not say so yet."""
     with status_lagging_proxy(server.url) as url:

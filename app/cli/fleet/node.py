@@ -229,6 +229,8 @@ class Node:
         if timed_out:
             running = [tool["tool"] for tool in result["tools"] if tool["status"] in ("pending", "running")]
             doing = f"running {', '.join(running)}" if running else "still working"
+            if result.get("waitingFor"):  # nobody here can answer: the server's own clients can
+                doing = f"waiting for {', '.join(result['waitingFor'])} to be answered on the server"
             result["note"] = (
                 f"no reply within {wait_seconds:g} s, {doing}: the turn goes on; use get_session_status, "
                 "get_session_messages or interrupt_session"

@@ -58,6 +58,7 @@ class Turn:
         self.roles: dict[str, str] = {}  # message id -> role
         self.parts: dict[str, dict[str, Any]] = {}  # part id -> latest known part
         self.errors: list[str] = []
+        self.asking: dict[str, str] = {}  # permission request id -> what it asks, until answered
 
     def take(self, event: dict[str, Any]) -> bool:
         """Apply one event; True once the turn is over."""
@@ -77,6 +78,11 @@ class Turn:
             part["text"] = str(part.get("text", "")) + str(props.get("delta", ""))
         elif kind == "session.status":
             self.busy_seen = self.busy_seen or (props.get("status") or {}).get("type") in ("busy", "retry")
+        elif kind == "permission.asked":
+            patterns = props.get("patterns") or []
+            self.asking[str(props.get("id"))] = f"{props.get('permission', '?')} ({', '.join(map(str, patterns))})"
+        elif kind == "permission.replied":
+            self.asking.pop(str(props.get("requestID")), None)
         elif kind == "session.error" and isinstance(props.get("error"), dict):
             message = error_text(props["error"])
             if message not in self.errors:
@@ -84,9 +90,12 @@ class Turn:
         return kind == "session.idle" and self.busy_seen
 
     def reply(self) -> dict[str, Any]:
-        """The assistant's parts seen so far as ``{text, tools}`` (and ``error`` if the turn failed)."""
+        """The assistant's parts seen so far as ``{text, tools}`` (``error`` if the turn failed,
+        ``waitingFor`` the permissions it asked that nobody answered yet)."""
         assistant = [part for part in self.parts.values() if self.roles.get(part.get("messageID", "")) == "assistant"]
         reply = compact_parts(assistant)
         if self.errors:
             reply["error"] = "; ".join(self.errors)
+        if self.asking:
+            reply["waitingFor"] = [f"permission {asked}" for asked in self.asking.values()]
         return reply
