@@ -108,6 +108,12 @@ async def test_tools_are_listed_with_their_arguments(server: ThreadServer) -> No
     assert send["properties"]["text"]["type"] == "string"
     assert {"type": "number", "minimum": 0} in send["properties"]["wait_seconds"]["anyOf"]
     assert tools["get_session_messages"].input_schema["properties"]["limit"]["type"] == "integer"
+    # the results' shapes are published too (and the SDK's client checks each result against them)
+    reply = tools["send_message"].output_schema
+    assert reply is not None and set(reply["required"]) == {"node", "sessionID", "timedOut", "text", "tools"}
+    status = tools["get_session_status"].output_schema
+    assert status is not None and status["properties"]["status"]["enum"] == ["idle", "busy"]
+    assert all(tool.output_schema and "sessionID" in tool.output_schema["required"] for tool in tools.values())
 
 
 async def test_send_message_answers_the_reply(server: ThreadServer) -> None:

@@ -20,6 +20,7 @@ from httpx_sse import aconnect_sse
 
 from app.cli.client import auth, error_message, json_body
 from app.cli.common import NON_INTERACTIVE_RULES
+from app.cli.fleet.results import Created, Interrupted, Reply, Reset, Status, Transcript
 from app.cli.fleet.transcript import Turn, compact_message
 
 REQUEST_SECONDS = 30.0
@@ -103,7 +104,7 @@ class Node:
         self.session = Session(info["id"], info.get("directory"))
         return self.session
 
-    async def create(self) -> dict[str, Any]:
+    async def create(self) -> Created:
         session = await self.new_session()
         return {"node": self.name, "sessionID": session.id, "directory": session.directory}
 
@@ -148,25 +149,25 @@ class Node:
         entry = statuses.get(session.id) if isinstance(statuses, dict) else None
         return str(entry.get("type", "busy")) if isinstance(entry, dict) else "idle"
 
-    async def _status_of(self, session: Session) -> dict[str, str]:
+    async def _status_of(self, session: Session) -> Status:
         """``busy`` while the server says so (``detail`` names a state other than busy) or a
         prompt sent here has not finished yet (the server may not have announced it yet)."""
         server = await self._server_state(session)
         busy = server != "idle" or self._following(session) is not None
-        status = {"status": "busy" if busy else "idle"}
+        status: Status = {"node": self.name, "sessionID": session.id, "status": "busy" if busy else "idle"}
         if server not in ("idle", "busy"):
             status["detail"] = server
         return status
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Status:
         session, _ = await self._on_session("GET", "")
-        return {"node": self.name, "sessionID": session.id, **await self._status_of(session)}
+        return await self._status_of(session)
 
-    async def messages(self, limit: int) -> dict[str, Any]:
+    async def messages(self, limit: int) -> Transcript:
         session, messages = await self._on_session("GET", "/message", params={"limit": limit})
         return {"node": self.name, "sessionID": session.id, "messages": [compact_message(m) for m in messages or []]}
 
-    async def interrupt(self) -> dict[str, Any]:
+    async def interrupt(self) -> Interrupted:
         """Abort the running turn (the session is kept) and wait, bounded, until the server says
         it is idle; the turn followed here is over then, even if its idle event is still on its way."""
         session, _ = await self._on_session("POST", "/abort")
@@ -177,9 +178,9 @@ class Node:
         following = self._following(session)
         if following is not None:
             following.stop()
-        return {"node": self.name, "sessionID": session.id, "interrupted": True, **await self._status_of(session)}
+        return {**await self._status_of(session), "interrupted": True}
 
-    async def reset(self) -> dict[str, Any]:
+    async def reset(self) -> Reset:
         """A new session for the node, refused while the current one is busy."""
         status = await self.status()
         if status["status"] != "idle":
@@ -192,7 +193,7 @@ class Node:
 
     # -- prompting -------------------------------------------------------------------------------
 
-    async def send(self, text: str, wait_seconds: float) -> dict[str, Any]:
+    async def send(self, text: str, wait_seconds: float) -> Reply:
         """Prompt the node's session and wait up to ``wait_seconds`` for it to be idle: the reply
         (``timedOut`` false), or what the turn has produced so far (``timedOut`` true)."""
         session = await self.current_session()
@@ -224,12 +225,11 @@ class Node:
                 "the turn may still run: see get_session_status"
             )
         timed_out = not following.done.is_set()
-        result: dict[str, Any] = {"node": self.name, "sessionID": session.id, "timedOut": timed_out}
-        result.update(following.turn.reply())
+        result: Reply = {"node": self.name, "sessionID": session.id, "timedOut": timed_out, **following.turn.reply()}
         if timed_out:
             running = [tool["tool"] for tool in result["tools"] if tool["status"] in ("pending", "running")]
             doing = f"running {', '.join(running)}" if running else "still working"
-            if result.get("waitingFor"):  # nobody here can answer: the server's own clients can
+            if "waitingFor" in result:  # nobody here can answer: the server's own clients can
                 doing = f"waiting for {', '.join(result['waitingFor'])} to be answered on the server"
             result["note"] = (
                 f"no reply within {wait_seconds:g} s, {doing}: the turn goes on; use get_session_status, "

@@ -8,7 +8,7 @@ line; a ``send_message`` whose wait runs out is a normal result with ``timedOut`
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -17,6 +17,9 @@ from pydantic import Field
 
 from app import __version__
 from app.cli.fleet.node import Node, NodeError
+from app.cli.fleet.results import Created, Interrupted, Reply, Reset, Status, Transcript
+
+Answer = TypeVar("Answer")
 
 DEFAULT_MESSAGES = 20
 INSTRUCTIONS = (
@@ -54,7 +57,7 @@ class Fleet:
             await node.close()
 
 
-async def _answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+async def _answer(call: Awaitable[Answer]) -> Answer:
     """A node's answer, its failure turned into the tool's error result."""
     try:
         return await call
@@ -68,7 +71,7 @@ def build(fleet: Fleet) -> MCPServer[Any]:
     )
 
     @server.tool(description="Start a fresh session on the node and make it the node's current session.")
-    async def create_session(node: NodeName = None) -> dict[str, Any]:
+    async def create_session(node: NodeName = None) -> Created:
         return await _answer(fleet.node(node).create())
 
     @server.tool(
@@ -81,28 +84,28 @@ def build(fleet: Fleet) -> MCPServer[Any]:
         wait_seconds: Annotated[
             float | None, Field(description="How long to wait for the reply (default: the server's --wait).", ge=0)
         ] = None,
-    ) -> dict[str, Any]:
+    ) -> Reply:
         target = fleet.node(node)
         wait = fleet.default_wait if wait_seconds is None else wait_seconds
         return await _answer(target.send(text, wait))
 
     @server.tool(description="Whether the node's session is idle or busy, and its id.")
-    async def get_session_status(node: NodeName = None) -> dict[str, Any]:
+    async def get_session_status(node: NodeName = None) -> Status:
         return await _answer(fleet.node(node).status())
 
     @server.tool(description="The node's session transcript, compact: role, text, tool names and states.")
     async def get_session_messages(
         node: NodeName = None,
         limit: Annotated[int, Field(description="At most this many latest messages.", ge=1)] = DEFAULT_MESSAGES,
-    ) -> dict[str, Any]:
+    ) -> Transcript:
         return await _answer(fleet.node(node).messages(limit))
 
     @server.tool(description="Stop the node's running turn; the session is kept.")
-    async def interrupt_session(node: NodeName = None) -> dict[str, Any]:
+    async def interrupt_session(node: NodeName = None) -> Interrupted:
         return await _answer(fleet.node(node).interrupt())
 
     @server.tool(description="Start a new session for the node (the old one stays on the server). Refused while busy.")
-    async def reset_session(node: NodeName = None) -> dict[str, Any]:
+    async def reset_session(node: NodeName = None) -> Reset:
         return await _answer(fleet.node(node).reset())
 
     return server

@@ -10,23 +10,24 @@ from collections.abc import Iterable
 from typing import Any
 
 from app.cli.common import error_text, event_session
+from app.cli.fleet.results import Message, ReplySoFar, Said, ToolState
 
 
-def _tool(part: dict[str, Any]) -> dict[str, Any]:
+def _tool(part: dict[str, Any]) -> ToolState:
     state = part.get("state") or {}
-    tool: dict[str, Any] = {"tool": part.get("tool", "?"), "status": state.get("status", "pending")}
+    tool: ToolState = {"tool": str(part.get("tool", "?")), "status": str(state.get("status", "pending"))}
     if state.get("title"):
-        tool["title"] = state["title"]
+        tool["title"] = str(state["title"])
     if state.get("status") == "error" and state.get("error"):
         tool["error"] = str(state["error"])
     return tool
 
 
-def compact_parts(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def compact_parts(parts: Iterable[dict[str, Any]]) -> Said:
     """``{text, tools}`` of a message's parts: the text parts joined (synthetic and ignored ones
     left out, they are not the model's words), and each tool call's name and state."""
     texts: list[str] = []
-    tools: list[dict[str, Any]] = []
+    tools: list[ToolState] = []
     for part in parts:
         if part.get("type") == "text" and not part.get("synthetic") and not part.get("ignored"):
             texts.append(str(part.get("text", "")))
@@ -35,11 +36,15 @@ def compact_parts(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {"text": "\n".join(text for text in texts if text), "tools": tools}
 
 
-def compact_message(message: dict[str, Any]) -> dict[str, Any]:
+def compact_message(message: dict[str, Any]) -> Message:
     """One ``{info, parts}`` entry of ``/session/:id/message`` as ``{id, role, text, tools}`` (and
     ``error`` when the message ended in one)."""
     info = message.get("info") or {}
-    entry: dict[str, Any] = {"id": info.get("id"), "role": info.get("role"), **compact_parts(message.get("parts", []))}
+    entry: Message = {
+        "id": str(info.get("id")),
+        "role": str(info.get("role")),
+        **compact_parts(message.get("parts", [])),
+    }
     if isinstance(info.get("error"), dict):
         entry["error"] = error_text(info["error"])
     return entry
@@ -89,11 +94,11 @@ class Turn:
                 self.errors.append(message)
         return kind == "session.idle" and self.busy_seen
 
-    def reply(self) -> dict[str, Any]:
+    def reply(self) -> ReplySoFar:
         """The assistant's parts seen so far as ``{text, tools}`` (``error`` if the turn failed,
         ``waitingFor`` the permissions it asked that nobody answered yet)."""
         assistant = [part for part in self.parts.values() if self.roles.get(part.get("messageID", "")) == "assistant"]
-        reply = compact_parts(assistant)
+        reply: ReplySoFar = {**compact_parts(assistant)}
         if self.errors:
             reply["error"] = "; ".join(self.errors)
         if self.asking:
