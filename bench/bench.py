@@ -691,6 +691,30 @@ def progress(message: str) -> None:
     print(f"... {message}", file=sys.stderr, flush=True)
 
 
+async def mcp_call_times(
+    args: list[str], tool: str, arguments: dict[str, Any], count: int, warmup: int, check: Callable[[Any], None]
+) -> list[float]:
+    """Milliseconds of each of ``count`` calls of ``tool`` (after ``warmup`` calls) on the MCP
+    server ``python ARGS`` spawned over stdio (from the repository root), each result passed to
+    ``check``. The SDK is imported here: the scripts that do not use it do not load it."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=args, env={"PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    samples = []
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            for index in range(warmup + count):
+                started = time.perf_counter()
+                result = await session.call_tool(tool, arguments)
+                elapsed = (time.perf_counter() - started) * 1000
+                check(result)
+                if index >= warmup:
+                    samples.append(elapsed)
+    return samples
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 

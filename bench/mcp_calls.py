@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from bench import ROOT, Metric, Server, cli, progress, running, workspace
+from bench import ROOT, Metric, Server, cli, mcp_call_times, progress, running, workspace
 
 SCRIPT = ROOT / "tests" / "mcp_server.py"
 ADD = 'TOOL:local_add {"a": 1, "b": 2}'
@@ -36,21 +36,8 @@ BUILTIN = "TOOL:todoread {}"
 SETTLED = ("connected", "failed", "needs_auth")
 
 
-async def direct_calls(count: int, warmup: int) -> list[float]:
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(command=sys.executable, args=[str(SCRIPT), "stdio"])
-    samples = []
-    with open(os.devnull, "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            for index in range(warmup + count):
-                started = time.perf_counter()
-                await session.call_tool("add", {"a": 1, "b": 2})
-                if index >= warmup:
-                    samples.append((time.perf_counter() - started) * 1000)
-    return samples
+def _answered(result: Any) -> None:
+    assert not result.is_error, result.content
 
 
 def turn(client: httpx.Client, text: str) -> tuple[float, dict]:
@@ -96,7 +83,8 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     mcp_turn = Metric("turn calling the MCP tool", "ms", 40.0)
     builtin_turn = Metric("turn calling todoread (built-in)", "ms", 40.0)
     progress(f"direct calls x {count}")
-    direct.samples = asyncio.run(direct_calls(count, warmup))
+    add = {"a": 1, "b": 2}
+    direct.samples = asyncio.run(mcp_call_times([str(SCRIPT), "stdio"], "add", add, count, warmup, _answered))
     with workspace("opensession-bench-mcp-") as (base, project, config):
         server_config = {"type": "local", "command": [sys.executable, str(SCRIPT), "stdio"]}
         (project / "opencode.json").write_text(json.dumps({"mcp": {"local": server_config}}))

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from uvicorn.config import LifespanType
 
 from app.api.app import create_app
 from app.settings import Settings
@@ -68,27 +69,34 @@ class ThreadServer:
         self._thread.join(timeout=15)
 
 
-@contextmanager
-def thread_server(settings: Settings) -> Iterator[ThreadServer]:
+def start_in_thread(app: Any, port: int, *, lifespan: LifespanType = "on") -> tuple[uvicorn.Server, threading.Thread]:
+    """uvicorn serving ``app`` on 127.0.0.1:``port`` in a daemon thread, returned once it listens."""
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host="127.0.0.1",
-        port=settings.port,
+        port=port,
         # uvicorn reports SSE streams it cancels at teardown as errors; ours log on
         # their own loggers ("opensession.*"), so real failures stay visible.
         log_level="critical",
-        lifespan="on",
+        lifespan=lifespan,
         timeout_graceful_shutdown=0.2,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="opensession-test-server", daemon=True)
     thread.start()
-    handle = ThreadServer(settings, f"http://127.0.0.1:{settings.port}", server, thread)
     deadline = time.monotonic() + 15
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
             raise RuntimeError("test server failed to start")
         time.sleep(0.01)
+    return server, thread
+
+
+@contextmanager
+def thread_server(settings: Settings) -> Iterator[ThreadServer]:
+    server, thread = start_in_thread(create_app(settings), settings.port)
+    handle = ThreadServer(settings, f"http://127.0.0.1:{settings.port}", server, thread)
     try:
         yield handle
     finally:

@@ -27,7 +27,8 @@ def add_attach(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _auth() -> tuple[str, str] | None:
+def auth() -> tuple[str, str] | None:
+    """Basic auth credentials, as OpenCode's own clients take them from the environment."""
     password = os.environ.get("OPENCODE_SERVER_PASSWORD") or os.environ.get("OPENSESSION_PASSWORD")
     if not password:
         return None
@@ -35,7 +36,7 @@ def _auth() -> tuple[str, str] | None:
     return username, password
 
 
-def _error_message(response: httpx.Response) -> str:
+def error_message(response: httpx.Response) -> str:
     """The server's own message from an OpenCode error body (named or tagged), else the status."""
     try:
         body = response.json()
@@ -54,6 +55,12 @@ def _error_message(response: httpx.Response) -> str:
     return f"HTTP {response.status_code} {response.reason_phrase}"
 
 
+def json_body(response: httpx.Response) -> Any:
+    """The decoded JSON body, None when there is none; ValueError when it is not JSON (OpenCode
+    answers unknown routes with its web app)."""
+    return response.json() if response.content else None
+
+
 class Api:
     """The calls the commands make, with errors turned into CliError."""
 
@@ -61,7 +68,7 @@ class Api:
         import httpx
 
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, auth=_auth(), timeout=httpx.Timeout(30.0, read=None))
+        self._http = httpx.Client(base_url=self.base_url, auth=auth(), timeout=httpx.Timeout(30.0, read=None))
 
     def close(self) -> None:
         self._http.close()
@@ -72,7 +79,7 @@ class Api:
         if response.status_code == 404 and response.request.url.path.startswith("/opensession/"):
             raise CliError(f"{self.base_url} has no {response.request.url.path} (not an opensession server?)")
         if response.status_code >= 400:
-            raise CliError(_error_message(response))
+            raise CliError(error_message(response))
         return response
 
     @contextmanager
@@ -90,11 +97,9 @@ class Api:
             kwargs["params"] = {**kwargs.get("params", {}), "directory": directory}
         with self._reaching():
             response = self._check(self._http.request(method, path, **kwargs))
-        if not response.content:
-            return None
         try:
-            return response.json()
-        except ValueError:  # OpenCode answers unknown routes with its web app
+            return json_body(response)
+        except ValueError:
             raise CliError(f"{self.base_url} has no {path} (not an opensession server?)") from None
 
     @contextmanager

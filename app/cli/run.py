@@ -17,10 +17,8 @@ import sys
 from typing import Any
 
 from app.cli.client import Api, add_attach, connect, target_directory
-from app.cli.common import CliError
+from app.cli.common import NON_INTERACTIVE_RULES, CliError, error_text, event_session
 
-# The command line cannot answer questions: a turn that would ask one is told no at once.
-NON_INTERACTIVE_RULES = [{"permission": "question", "pattern": "*", "action": "deny"}]
 PERMISSION_EVENTS = ("permission.asked", "permission.updated")
 REPLIES = {"o": "once", "a": "always", "r": "reject", "": "reject"}
 OUTPUT_LINES = 8  # lines of a tool's output shown under it
@@ -84,21 +82,6 @@ def _agent(api: Api, name: str | None, directory: str) -> str | None:
     return name
 
 
-def _session_of(properties: dict[str, Any]) -> str | None:
-    """The session an event belongs to, wherever its payload names it."""
-    for holder in (properties, properties.get("info"), properties.get("part")):
-        if isinstance(holder, dict) and isinstance(holder.get("sessionID"), str):
-            return str(holder["sessionID"])
-    return None
-
-
-def _error_text(error: dict[str, Any]) -> str:
-    data = error.get("data")
-    if isinstance(data, dict) and data.get("message"):
-        return str(data["message"])
-    return str(error.get("name", "unknown error"))
-
-
 class Turn:
     """Follows one turn's events and renders them; remembers whether it failed."""
 
@@ -130,7 +113,7 @@ class Turn:
         info: dict[str, Any] = props["info"] if isinstance(props.get("info"), dict) else {}
         if kind == "session.created" and info.get("parentID") in self.sessions:
             self.sessions.add(info["id"])
-        owner = _session_of(props)
+        owner = event_session(props)
         if owner not in self.sessions:
             return False
         if self.as_json:
@@ -142,7 +125,7 @@ class Turn:
         if kind == "session.status":  # the turn ends at the session.idle that follows "idle"
             self.busy = self.busy or props.get("status", {}).get("type") in ("busy", "retry")
         elif kind == "session.error" and isinstance(props.get("error"), dict):
-            self._fail(_error_text(props["error"]))
+            self._fail(error_text(props["error"]))
         elif kind == "message.updated" and info.get("role") == "assistant":
             self._assistant(info)
         elif kind == "message.part.updated":
@@ -156,7 +139,7 @@ class Turn:
 
     def _assistant(self, info: dict[str, Any]) -> None:
         if isinstance(info.get("error"), dict) and info["error"].get("name") != "MessageAbortedError":
-            self._fail(_error_text(info["error"]))
+            self._fail(error_text(info["error"]))
         if not self.header_shown and not self.as_json:
             self.header_shown = True
             self._note(f"> {info.get('agent', '?')} · {info.get('providerID', '?')}/{info.get('modelID', '?')}")
