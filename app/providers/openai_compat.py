@@ -4,9 +4,12 @@ configured as OpenCode users already do with ``@ai-sdk/openai-compatible`` in op
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
+from functools import cache
 from typing import Any
 
+import certifi
 import httpx
 from httpx_sse import aconnect_sse
 
@@ -26,7 +29,8 @@ from app.providers.base import (
 from app.providers.media import TOOL_ATTACHMENTS_PROMPT
 from app.providers.options import OPENAI_PACKAGE
 
-KEEPALIVE_CONNECTIONS = 1000
+POOLS = 8
+KEEPALIVE_PER_POOL = 32
 _FINISH = {
     "stop": "stop",
     "length": "length",
@@ -107,6 +111,12 @@ def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
+@cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every pool: httpx would load the CA bundle again for each (~60 ms)."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 class OpenAICompatibleProvider:
     """One HTTP client (a keep-alive connection pool) per provider, URL and key. ``missing_key``:
     the provider needs a key and has none; each request fails with a ProviderAuthError saying so."""
@@ -124,14 +134,25 @@ class OpenAICompatibleProvider:
         self._missing_key = missing_key
         self._url = base_url.rstrip("/") + "/chat/completions"
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(
-            headers={**auth, "content-type": "application/json", **headers},
-            timeout=httpx.Timeout(300.0, connect=15.0),
-            # Every concurrent turn keeps its connection for the next one (httpx keeps only 20 by
-            # default: with more sessions streaming at once, each turn beyond that opened anew).
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
-            trust_env=False,
-        )
+        self._headers = {**auth, "content-type": "application/json", **headers}
+        self._pools: dict[int, httpx.AsyncClient] = {}
+
+    def _pool(self, session_id: str | None) -> httpx.AsyncClient:
+        """The connection pool a session's requests use. Turns keep their connections for the
+        next ones (httpx keeps 20 per pool by default: with more sessions streaming at once, each
+        turn beyond that opened a new one), but an httpx pool checks every idle connection on
+        each request, so many connections go in several small pools, a session always to one."""
+        shard = hash(session_id) % POOLS
+        pool = self._pools.get(shard)
+        if pool is None:
+            pool = self._pools[shard] = httpx.AsyncClient(
+                headers=self._headers,
+                verify=_tls_context(),
+                timeout=httpx.Timeout(300.0, connect=15.0),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_PER_POOL),
+                trust_env=False,
+            )
+        return pool
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         if self._missing_key:
@@ -150,7 +171,8 @@ class OpenAICompatibleProvider:
         finish, usage = "unknown", Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
         try:
-            async with aconnect_sse(self._client, "POST", self._url, content=dumpb(body), headers=headers) as source:
+            pool = self._pool(request.session_id)
+            async with aconnect_sse(pool, "POST", self._url, content=dumpb(body), headers=headers) as source:
                 response = source.response
                 if response.status_code >= 400:
                     text = (await response.aread()).decode(errors="replace")
@@ -193,4 +215,6 @@ class OpenAICompatibleProvider:
         yield Finish(finish, usage)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for pool in self._pools.values():
+            await pool.aclose()
+        self._pools.clear()
