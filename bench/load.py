@@ -35,6 +35,7 @@ import sys
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,18 +59,20 @@ STAMP = "@t="  # a delta's text carries the time the stub wrote it: "...@t=<unix
 EVENT_TIMEOUT_S = 120.0
 STALLED_RCVBUF = 4096
 STALLED_DRAIN_S = 5.0
+STALLED_PAD = 20_000
 STALLED_QUEUE_BYTES = 1024 * 1024  # small enough for the quick run's stalled subscriber to reach
 
 
-def answer(body: dict[str, Any]) -> list[str]:
-    """The stub's reply: the last prompt's text echoed, then a stamped delta (titles: a title)."""
+def answer(body: dict[str, Any], pad: int = 0) -> list[str]:
+    """The stub's reply: the last prompt's text echoed (and ``pad`` bytes of filler), then a
+    stamped delta (titles: a title)."""
     messages = body.get("messages") or []
     last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     content = last.get("content")
     text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content or [])
     if "title" in json.dumps(messages[:1]).lower() and "generator" in json.dumps(messages[:1]).lower():
         return ["Load test"]
-    return [f"Reply to {text.strip()}", f" {STAMP}{time.time():.6f}"]
+    return [f"Reply to {text.strip()}" + (" " + "x" * pad if pad else ""), f" {STAMP}{time.time():.6f}"]
 
 
 @dataclass
@@ -77,6 +80,9 @@ class Scenario:
     name: str
     subscribers: int
     stalled: bool = False
+    # Filler bytes per reply: a stalled subscriber must be sent more than the kernel's socket
+    # buffers hold (a few MB on loopback) before anything queues up for it in the server.
+    pad: int = 0
 
 
 @dataclass
@@ -285,7 +291,8 @@ def _client(port: int, pid: int, scenario: Scenario, sessions: int, prompts: int
 
 
 def _scenario(scenario: Scenario, sessions: int, prompts: int, queue_bytes: int) -> tuple[Outcome, InstantStub]:
-    with workspace("opensession-load-bench-") as (base, project, config), InstantStub(answer) as stub:
+    stub_answer = partial(answer, pad=scenario.pad)
+    with workspace("opensession-load-bench-") as (base, project, config), InstantStub(stub_answer) as stub:
         provider = {
             "npm": "@ai-sdk/openai-compatible",
             "options": {"baseURL": f"http://127.0.0.1:{stub.port}/v1", "apiKey": "bench-key"},
@@ -319,7 +326,7 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     scenarios = [
         (Scenario("no subscribers", 0), 50, 150, 3.0),
         (Scenario(f"{crowd} subscribers", crowd), 100, 100, None),
-        (Scenario("10 subscribers + 1 that never reads", 10, stalled=True), 100, 100, None),
+        (Scenario("10 subscribers + 1 that never reads", 10, stalled=True, pad=STALLED_PAD), 100, 100, None),
     ]
     metrics: list[Metric] = []
     for scenario, accept_target, rate_target, cpu_target in scenarios:
