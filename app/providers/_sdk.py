@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.providers.base import ProviderError
+from app.providers.base import ProviderError, missing_key_message
 
 # Continuation state is kept for this many tool calls (oldest dropped first: only recent turns
 # are continued).
@@ -60,7 +60,7 @@ class SDKProvider:
     def _check_key(self) -> None:
         if not self._api_key:
             raise ProviderError(
-                f"{self.label} API key is missing: set {self.key_env} or provider.{self.id}.options.apiKey",
+                missing_key_message(self.label, self.id, [self.key_env]),
                 name="ProviderAuthError",
                 provider_id=self.id,
             )

@@ -132,7 +132,8 @@ def _model_ids(provider: ProviderConfig) -> list[str]:
     """A provider's models as OpenCode lists them: the catalog's, then those only opencode.json
     declares."""
     known = _catalog_models(provider.id)
-    return known + [m for m in provider.models if m not in set(known)]
+    catalogued = set(known)
+    return known + [m for m in provider.models if m not in catalogued]
 
 
 def _listed(provider_id: str, model_ids: list[str]) -> list[str]:
