@@ -106,6 +106,17 @@ def providers(listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**p, "models": {mid: model(m) for mid, m in p["models"].items()}} for p in listed]
 
 
+def mode(agent: dict[str, Any]) -> dict[str, Any]:
+    """An agent (today's ``Agent`` shape) as a 0.x mode: the tools it denies outright are ``false``."""
+    rules = agent.get("permission") or []
+    result: dict[str, Any] = {
+        "name": agent["name"],
+        "tools": {r["permission"]: False for r in rules if r["pattern"] == "*" and r["action"] == "deny"},
+    }
+    result |= {key: agent[key] for key in ("prompt", "model") if key in agent}
+    return result
+
+
 def event(event_type: str, properties: dict[str, Any]) -> dict[str, Any] | None:
     """An event as the 0.x union has it, or ``None`` when it has no 0.x equivalent."""
     if event_type == "permission.asked":

@@ -119,22 +119,9 @@ async def app_init() -> Response:
 
 @router.get("/mode", operation_id="app.modes", include_in_schema=False)
 async def modes(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    """The primary agents as 0.x modes: the tools an agent denies outright are ``false``."""
-    listed = []
-    for agent in runtime.agents.all(directory).values():
-        if agent.mode == "subagent":
-            continue
-        mode: dict[str, Any] = {
-            "name": agent.name,
-            "tools": {r["permission"]: False for r in agent.rules if r["pattern"] == "*" and r["action"] == "deny"},
-        }
-        if agent.prompt:
-            mode["prompt"] = agent.prompt
-        if agent.model and "/" in agent.model:
-            provider_id, model_id = agent.model.split("/", 1)
-            mode["model"] = {"providerID": provider_id, "modelID": model_id}
-        listed.append(mode)
-    return JSONBody(listed)
+    """The primary agents as 0.x modes."""
+    agents = runtime.agents.all(directory).values()
+    return JSONBody([stainless.mode(agent.as_wire()) for agent in agents if agent.mode != "subagent"])
 
 
 @router.get("/project/current", operation_id="project.current")
