@@ -21,7 +21,7 @@ from app.runtime.history._compaction import (
     overflows,
     transcript,
 )
-from app.runtime.history._context import chat_messages, system_prompts
+from app.runtime.history._context import model_messages, system_prompts
 from app.runtime.history._diffs import SessionDiffs
 from app.runtime.history._domain import HistoryDomain
 from app.runtime.history._import import Importer
@@ -42,8 +42,8 @@ __all__ = [
     "Snapshot",
     "Snapshots",
     "Window",
-    "chat_messages",
     "commit_staged",
+    "model_messages",
     "overflows",
     "system_prompts",
     "transcript",

@@ -6,6 +6,7 @@ empty assistant messages (aborted before any text) are skipped.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from app.jsonutil import dumps
@@ -79,6 +80,21 @@ def chat_messages(
         )
         result += [_tool_message(p, model) for p in calls]
     return result
+
+
+async def model_messages(
+    history: list[MessageWithParts], queued_user_ids: set[str], model: ModelInfo, directory: str
+) -> list[dict[str, Any]]:
+    """``chat_messages``, in a worker thread only when the history mentions project files (reading
+    them blocks); a text-only history is translated at once, without a thread hand-off per step."""
+    reads = any(
+        p.get("type") == "file" and str(p.get("url") or "").startswith("file:")
+        for message in history
+        for p in message["parts"]
+    )
+    if reads:
+        return await asyncio.to_thread(chat_messages, history, queued_user_ids, model, directory)
+    return chat_messages(history, queued_user_ids, model, directory)
 
 
 def system_prompts(

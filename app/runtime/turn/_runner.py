@@ -21,7 +21,6 @@ shutdown settles nothing, so the next start recovers the work.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +50,7 @@ from app.runtime.history import (
     HistoryDomain,
     Snapshot,
     Window,
-    chat_messages,
+    model_messages,
     overflows,
     system_prompts,
     transcript,
@@ -269,8 +268,8 @@ class Runner:
                 system=system + await self._skills_prompt(session, agent, tools),
                 # Prompts admitted but still waiting (read now: more may have arrived) are not
                 # shown to the model yet.
-                messages=await asyncio.to_thread(
-                    chat_messages, tail, await self.infra.queries.waiting_user_ids(session_id), model, directory
+                messages=await model_messages(
+                    tail, await self.infra.queries.waiting_user_ids(session_id), model, directory
                 ),
                 session_id=session_id,
                 tools=tools,
