@@ -133,3 +133,44 @@ async def test_writer_lock_serves_urgent_writers_first_and_never_loses_a_hand_ov
     doomed.cancel()  # ...which is cancelled before it runs: the lock must reach ``follower``
     await asyncio.wait_for(follower, 1)
     assert order[-1] == "after"
+
+
+async def test_sqlite_writes_never_suspend_and_the_wal_is_checkpointed_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite writes run on the loop's thread: a write transaction that awaits nothing else never
+    suspends, so another task cannot run between its check and its write (nor queue behind a
+    hand-off). The automatic checkpoint is off on that connection; the WAL is still copied back
+    every CHECKPOINT_EVERY commits, by a thread, so it stays small however much is written."""
+    from app.store import sqlite as engine
+
+    monkeypatch.setattr(engine, "CHECKPOINT_EVERY", 20)
+    db = engine.SqliteDatabase(f"sqlite:///{tmp_path / 'wal.db'}")
+    await db.open()
+    try:
+        async with db.write() as scope:
+            scope.execute("CREATE TABLE blob (id INTEGER PRIMARY KEY, body BLOB)", {})
+        interleaved: list[int] = []
+
+        async def bystander() -> None:
+            while True:
+                interleaved.append(len(interleaved))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(bystander())
+        await asyncio.sleep(0)
+        for i in range(600):  # 600 x 8 KiB: about 5 MiB through the WAL
+            seen = len(interleaved)
+            async with db.write() as scope:
+                rows = await scope.fetch("SELECT count(*) FROM blob")
+                row = {"id": rows[0][0], "body": b"x" * 8192}
+                scope.execute("INSERT INTO blob (id, body) VALUES (:id, :body)", row)
+            assert len(interleaved) == seen, "a write transaction let another task run"
+            if i % 50 == 0:
+                await asyncio.sleep(0.01)  # let a checkpoint finish now and then
+        watcher.cancel()
+        assert (await db.fetch("SELECT count(*) FROM blob"))[0][0] == 600
+        wal = Path(f"{db.path}-wal").stat().st_size
+        assert wal < 2 * 1024 * 1024, f"the WAL grew to {wal} bytes: it is not being checkpointed"
+    finally:
+        await db.close()

@@ -214,6 +214,9 @@ class Database(ABC):
     the database rather than cached, and live events travel through ``listen``/``notify``."""
 
     shared = False
+    # The driver's statements complete without suspending (SQLite on the loop's thread): then a
+    # commit cannot be interrupted half-way and needs no task of its own to finish in.
+    writes_inline = False
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -280,14 +283,17 @@ class Database(ABC):
                     await scope.settle()  # no batch may still be running when we roll back
                 await self._end(commit=False)
                 raise
-            finishing = asyncio.ensure_future(self._commit(scope))
-            try:
-                await asyncio.shield(finishing)
-            except asyncio.CancelledError:
-                # Let the commit (or its rollback) finish before anyone else uses the connection.
-                with suppress(BaseException):
-                    await finishing
-                raise
+            if self.writes_inline:
+                await self._commit(scope)
+            else:
+                finishing = asyncio.ensure_future(self._commit(scope))
+                try:
+                    await asyncio.shield(finishing)
+                except asyncio.CancelledError:
+                    # Let the commit (or its rollback) finish before anyone else uses the connection.
+                    with suppress(BaseException):
+                        await finishing
+                    raise
             for callback in scope.callbacks:
                 callback()
         finally:
