@@ -135,16 +135,17 @@ async def test_writer_lock_serves_urgent_writers_first_and_never_loses_a_hand_ov
     assert order[-1] == "after"
 
 
-async def test_sqlite_writes_never_suspend_and_the_wal_is_checkpointed_off_the_loop(
+async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wal_small(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SQLite writes run on the loop's thread: a write transaction that awaits nothing else never
-    suspends, so another task cannot run between its check and its write (nor queue behind a
-    hand-off). The automatic checkpoint is off on that connection; the WAL is still copied back
-    every CHECKPOINT_EVERY commits, by a thread, so it stays small however much is written."""
+    """SQLite writes run on the loop's thread: between a transaction's check and its write no other
+    task runs. The transactions of one loop iteration are committed together, each still atomic on
+    its own (one that fails takes nothing else with it), and each caller resumes only once its
+    writes are durable. The automatic checkpoint is off on the writer; the WAL is still copied
+    back by a thread, so it stays small however much is written."""
     from app.store import sqlite as engine
 
-    monkeypatch.setattr(engine, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(engine, "CHECKPOINT_EVERY", 5)
     db = engine.SqliteDatabase(f"sqlite:///{tmp_path / 'wal.db'}")
     await db.open()
     try:
@@ -157,20 +158,32 @@ async def test_sqlite_writes_never_suspend_and_the_wal_is_checkpointed_off_the_l
                 interleaved.append(len(interleaved))
                 await asyncio.sleep(0)
 
-        watcher = asyncio.create_task(bystander())
-        await asyncio.sleep(0)
-        for i in range(600):  # 600 x 8 KiB: about 5 MiB through the WAL
-            seen = len(interleaved)
+        async def insert(i: int) -> int:
             async with db.write() as scope:
-                rows = await scope.fetch("SELECT count(*) FROM blob")
-                row = {"id": rows[0][0], "body": b"x" * 8192}
-                scope.execute("INSERT INTO blob (id, body) VALUES (:id, :body)", row)
-            assert len(interleaved) == seen, "a write transaction let another task run"
-            if i % 50 == 0:
-                await asyncio.sleep(0.01)  # let a checkpoint finish now and then
+                seen = len(interleaved)
+                rows = await scope.fetch("SELECT count(*) FROM blob WHERE id = :id", {"id": i})
+                assert rows[0][0] == 0
+                scope.execute("INSERT INTO blob (id, body) VALUES (:id, :body)", {"id": i, "body": b"x" * 8192})
+                assert len(interleaved) == seen, "a write transaction let another task run"
+            # Resumed only once durable: another connection sees the row.
+            return len(await db.fetch("SELECT id FROM blob WHERE id = :id", {"id": i}))
+
+        async def failing() -> None:
+            async with db.write() as scope:
+                scope.execute("INSERT INTO blob (id, body) VALUES (:id, :body)", {"id": -1, "body": b""})
+                await scope.fetch("SELECT count(*) FROM blob")
+                raise RuntimeError("changed my mind")
+
+        watcher = asyncio.create_task(bystander())
+        for batch in range(30):  # 30 x 20 x 8 KiB: 5 MiB, about 10 MiB of WAL unless checkpointed
+            jobs = [insert(batch * 20 + i) for i in range(20)]
+            results = await asyncio.gather(*jobs[:10], failing(), *jobs[10:], return_exceptions=True)
+            assert isinstance(results[10], RuntimeError)
+            assert [r for i, r in enumerate(results) if i != 10] == [1] * 20
+            await asyncio.sleep(0.005)  # let a checkpoint finish now and then
         watcher.cancel()
-        assert (await db.fetch("SELECT count(*) FROM blob"))[0][0] == 600
+        assert (await db.fetch("SELECT count(*), min(id) FROM blob"))[0] == (600, 0)
         wal = Path(f"{db.path}-wal").stat().st_size
-        assert wal < 2 * 1024 * 1024, f"the WAL grew to {wal} bytes: it is not being checkpointed"
+        assert wal < 4 * 1024 * 1024, f"the WAL grew to {wal} bytes: it is not being checkpointed"
     finally:
         await db.close()

@@ -125,7 +125,10 @@ class EventLog:
     def __init__(self, db: Database, bus: EventBus) -> None:
         self.db = db
         self.bus = bus
+        # Each session's last seq as the writer sees it, and as readers see it (durable).
         self._last_seq: dict[str, int] = {}
+        self._committed_seq: dict[str, int] = {}
+        db.on_lost_writes(self._last_seq.clear)
         self._cursor = 0
         self._relay: ClusterRelay | None = None
         # This server instance, as other processes on a shared database know it (leases, relay).
@@ -157,7 +160,7 @@ class EventLog:
 
     async def committed_seq(self, session_id: str) -> int:
         """The session's last committed ``seq`` (-1 before its first event)."""
-        last = None if self.db.shared else self._last_seq.get(session_id)
+        last = None if self.db.shared else self._committed_seq.get(session_id)
         if last is None:
             row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
             last = row[0] if row and row[0] is not None else -1
@@ -184,15 +187,21 @@ class EventLog:
                 for payload in notifications(relay.origin, tx.events):
                     scope.execute(sql.NOTIFY, {"channel": CHANNEL, "payload": payload})
 
-            def committed() -> None:
+            def visible() -> None:  # the next transaction continues the sessions' sequences
+                for session_id, seq in tx.next_seq.items():
+                    self._last_seq[session_id] = seq - 1
+
+            def durable() -> None:
                 if relay is not None:
                     relay.committed(tx.events)
                     return
                 for session_id, seq in tx.next_seq.items():
-                    self._last_seq[session_id] = seq - 1
+                    self._committed_seq[session_id] = seq - 1
                 self.bus.publish_many(tx.events)
 
-            scope.after_commit(committed)
+            if relay is None:
+                scope.after_commit(visible)
+            scope.when_durable(durable)
 
     def publish(self, event: Event) -> None:
         """Publish an ephemeral event (never stored) at once (to every process when shared)."""

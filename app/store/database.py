@@ -11,8 +11,11 @@ Invariants, on both engines:
 - This process writes through exactly one writer connection, guarded by an asyncio lock, so its
   write transactions are serialized and commit in the order they took the lock. Readers use
   their own connections.
-- Callbacks registered with ``WriteScope.after_commit`` run after the commit succeeded and before
-  the lock is released, so live fan-out happens in exactly the order transactions committed.
+- Callbacks registered with ``WriteScope.after_commit`` run once the transaction's writes are
+  visible to the transactions after it, before the lock is released (in-memory caches of rows);
+  those registered with ``when_durable`` run once they are durable, in the order the transactions
+  committed, so live fan-out follows commit order. On PostgreSQL both happen at the commit; SQLite
+  commits the transactions of one event-loop iteration together (``app.store.sqlite``).
 - A cancelled caller never leaves a half-finished commit on the shared writer connection.
 """
 
@@ -105,6 +108,7 @@ class WriteScope:
         self._appended: list[tuple[str, Params]] = []
         self._in_flight: asyncio.Future[None] | None = None
         self.callbacks: list[Callable[[], None]] = []
+        self.durable_callbacks: list[Callable[[], None]] = []
 
     def execute(self, sql: str, params: Params) -> None:
         self._queued.append((sql, params))
@@ -166,7 +170,12 @@ class WriteScope:
             start = end
 
     def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once later transactions see this one's writes (cache upkeep)."""
         self.callbacks.append(callback)
+
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once this transaction is durable (publishing what it recorded)."""
+        self.durable_callbacks.append(callback)
 
 
 class WriterLock:
@@ -221,6 +230,23 @@ class Database(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self._write_lock = WriterLock()
+        self._lost_writes_listeners: list[Callable[[], None]] = []
+
+    def on_lost_writes(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` if writes that later transactions already saw are lost after all (a
+        group commit failed): what was cached from them must be forgotten."""
+        self._lost_writes_listeners.append(callback)
+
+    def _lost_writes(self) -> None:
+        for callback in self._lost_writes_listeners:
+            callback()
+
+    def _durable(self, callbacks: list[Callable[[], None]]) -> asyncio.Future[None] | None:
+        """Called under the lock right after a commit: run ``callbacks`` once it is durable. The
+        commit is durable already here; an engine that defers it returns what to wait for."""
+        for callback in callbacks:
+            callback()
+        return None
 
     @abstractmethod
     async def open(self) -> None:
@@ -273,6 +299,7 @@ class Database(ABC):
     async def write(self, *, urgent: bool = False) -> AsyncIterator[WriteScope]:
         """A write transaction; ``urgent`` ones (admissions) go first among those waiting."""
         await self._write_lock.acquire(urgent=urgent)
+        durable: asyncio.Future[None] | None = None
         try:
             await self._begin()
             scope = WriteScope(self._writer())
@@ -296,8 +323,11 @@ class Database(ABC):
                     raise
             for callback in scope.callbacks:
                 callback()
+            durable = self._durable(scope.durable_callbacks)
         finally:
             self._write_lock.release()
+        if durable is not None:
+            await asyncio.shield(durable)
 
     async def _commit(self, scope: WriteScope) -> None:
         try:

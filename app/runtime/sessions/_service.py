@@ -69,7 +69,8 @@ def is_default_title(title: str) -> bool:
 
 class _InfoCache:
     """Committed session infos (as JSON text) of recently used sessions, so the hot path does
-    not re-read a row it wrote a moment ago. Entries change only after a commit."""
+    not re-read a row it wrote a moment ago. Entries change only after a commit (and are all
+    dropped if a commit other transactions already built on is lost)."""
 
     def __init__(self, size: int = 2048) -> None:
         self._size = size
@@ -91,12 +92,16 @@ class _InfoCache:
     def drop(self, session_id: str) -> None:
         self._entries.pop(session_id, None)
 
+    def clear(self) -> None:
+        self._entries.clear()
+
 
 class SessionService:
     def __init__(self, log: EventLog, queries: Queries) -> None:
         self.log = log
         self.queries = queries
         self._cache = _InfoCache()
+        log.db.on_lost_writes(self._cache.clear)
 
     async def create(
         self,
