@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from tests.helpers import assistant_text, create_session, text_prompt
-from tests.servers import ThreadServer
+from tests.servers import StubReply, ThreadServer, openai_stub
 from tests.sse import EventCollector
 
 PROMPTS = 50
@@ -70,3 +74,42 @@ def test_sessions_run_concurrently(server: ThreadServer, client: httpx.Client) -
         assert busy == {first: {"type": "busy"}, second: {"type": "busy"}}
         events.wait_idle(first)
         events.wait_idle(second)
+
+
+HUGE_REPLY_DELTAS = 15_000
+
+
+@pytest.mark.slow
+def test_a_huge_reply_starves_neither_admissions_nor_other_sessions(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """Admission first, and fairness: while one session streams a huge reply as fast as its model
+    sends it, prompts to it and to other sessions are admitted, and the other sessions' turns run
+    to their end, all before the huge reply is over."""
+
+    def reply(body: dict[str, Any]) -> StubReply:
+        if "title generator" in json.dumps(body["messages"][:1]):
+            return StubReply(content=["A title"])
+        prompt = json.dumps(body["messages"][-1])
+        return StubReply(content=["x"] * HUGE_REPLY_DELTAS) if "huge" in prompt else StubReply(content=["short"])
+
+    with openai_stub(reply, keep_alive=True) as stub:
+        provider = {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": stub.url}, "models": {"m": {}}}
+        (project_dir / "opencode.json").write_text(json.dumps({"model": "stub/m", "provider": {"stub": provider}}))
+        huge = create_session(client)["id"]
+        others = [create_session(client)["id"] for _ in range(5)]
+        with EventCollector(f"{server.url}/event") as events:
+            assert client.post(f"/session/{huge}/prompt_async", json=text_prompt("a huge reply")).status_code == 204
+            events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == huge)
+            for sid in others:
+                assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("a short one")).status_code == 204
+            assert client.post(f"/session/{huge}/prompt_async", json=text_prompt("and then")).status_code == 204
+            for sid in others:
+                events.wait_for(lambda f, sid=sid: f.type == "session.idle" and f.properties["sessionID"] == sid)
+            assert client.get("/session/status").json().get(huge) == {"type": "busy"}, "the huge reply ended first"
+            events.wait_for(lambda f: f.type == "session.idle" and f.properties["sessionID"] == huge, timeout=120)
+    replies = [m for m in client.get(f"/session/{huge}/message").json() if m["info"]["role"] == "assistant"]
+    assert [len(assistant_text(m)) for m in replies] == [HUGE_REPLY_DELTAS, len("short")]
+    for sid in others:
+        answers = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "assistant"]
+        assert [assistant_text(m) for m in answers] == ["short"]
