@@ -89,7 +89,7 @@ def test_a_prompt_admitted_while_an_abort_settles_is_answered(server: ThreadServ
     with EventCollector(f"{server.url}/event") as events:
         for _ in range(25):
             sid = create_session(client)["id"]
-            client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:0.05 first"))
+            client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 first"))
             events.wait_for(lambda f, sid=sid: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
 
             async def race(sid: str = sid) -> None:
