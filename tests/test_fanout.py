@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.events import deltas
 from app.events.bus import EventBus, Overflowed
 from app.events.model import Event
 from app.settings import Settings
@@ -133,10 +134,10 @@ def test_a_subscriber_over_its_byte_limit_is_cut_off_and_resumes_without_loss(se
         keeper.wait_for(lambda f: f.type == "server.connected")
         stalled = RawStream(settings.port, path)
         stalled.read_until(lambda frames: bool(frames))  # subscribed; from now on it reads nothing
-        subscribers = on_server_loop(server, lambda: server.runtime.bus.subscriber_count)
+        streams = on_server_loop(server, lambda: server.runtime.feeds.streams)
         for i in range(60):  # until the stalled subscriber is cut off
             keeper.wait_for(is_idle(big_turn(client, i)), timeout=30)  # it keeps up: at most a turn behind
-            if on_server_loop(server, lambda: server.runtime.bus.subscriber_count) < subscribers:
+            if on_server_loop(server, lambda: server.runtime.feeds.streams) < streams:
                 break
         stalled.read_until(lambda _frames: False)
         stalled.close()
@@ -292,30 +293,20 @@ def next_delta(part: str, text: str) -> Event:
     return Event("session.next.text.delta", props)
 
 
-@pytest.mark.asyncio
-async def test_a_subscriber_that_is_behind_gets_one_delta_per_run(settings: Settings) -> None:
-    """Deltas of one target merge once the queue holds more than one event, passing over deltas
-    of other targets (the V2 twin) but never over any other event; the merged delta is the last
-    one with the texts joined."""
-    bus = bus_of(settings)
-    behind = bus.subscribe()
-    keeping_up = bus.subscribe()
+@pytest.mark.usefixtures("database_url")
+def test_deltas_handed_out_together_merge_into_one_per_run() -> None:
+    """A delta joins an earlier one of its target, passing over deltas of other targets (the V2
+    twin) but never over any other event; the merged delta is the last one with the texts joined."""
     updated = Event("message.part.updated", {"part": {"id": "p2"}}, durable=True, cursor=7)
     events = [delta("p1", "a"), next_delta("p1", "a"), delta("p1", "b"), next_delta("p1", "b")]
     events += [delta("p1", "c"), updated, delta("p1", "d"), delta("p2", "e"), delta("p2", "f")]
-    for event in events:
-        bus.publish(event)
-        if event is events[0]:
-            assert [await keeping_up.next(timeout=1)] == events[:1]
-    received = behind.ready(100)
-    assert [(e.type, e.properties["delta"]) for e in received if e is not updated] == [
+    merged = deltas.coalesce(events)
+    assert [(e.type, e.properties["delta"]) for e in merged if e is not updated] == [
         ("message.part.delta", "abc"),  # passed over the V2 twins, not over ``updated``
         ("session.next.text.delta", "ab"),
         ("message.part.delta", "d"),
         ("message.part.delta", "ef"),
     ]
-    assert received[2] is updated
-    merged = received[0]
-    assert merged.id == events[4].id and merged.cursor == events[4].cursor and not merged.durable
-    # The other took the first delta at once: the next merges only began with two queued.
-    assert [e.properties.get("delta") for e in keeping_up.ready(100)] == ["ab", "bc", None, "d", "ef"]
+    assert merged[2] is updated
+    first = merged[0]
+    assert first.id == events[4].id and first.cursor == events[4].cursor and not first.durable
