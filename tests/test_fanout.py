@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from app.events import deltas
-from app.events.bus import EventBus, Overflowed
+from app.events.bus import EVERYTHING, EventBus, Overflowed
+from app.events.feed import Feeds, Kind
 from app.events.model import Event
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
@@ -310,3 +311,35 @@ def test_deltas_handed_out_together_merge_into_one_per_run() -> None:
     assert merged[2] is updated
     first = merged[0]
     assert first.id == events[4].id and first.cursor == events[4].cursor and not first.durable
+
+
+@pytest.mark.asyncio
+async def test_streams_of_one_kind_and_route_share_one_feed(settings: Settings) -> None:
+    """The bus sees one subscriber; an event is encoded once and every stream gets the very same
+    batch; a stream that joins gets only what is published after it joined."""
+    bus = bus_of(settings)
+    feeds = Feeds(bus, interval=3600)
+    rendered: list[str] = []
+
+    def render(event: Event) -> bytes:
+        rendered.append(event.type)
+        return b"data: %s\n\n" % event.type.encode()
+
+    def kind() -> Kind:
+        return Kind(lambda _e: True, lambda e: e.encoded("k", render), lambda e: e.cursor, lambda: b"")
+
+    first, second = feeds.join("k", EVERYTHING, kind), feeds.join("k", EVERYTHING, kind)
+    bus.publish(Event("one", {}))
+    late = feeds.join("k", EVERYTHING, kind)  # "one" was published before it came
+    bus.publish(Event("two", {}))
+    assert bus.subscriber_count == 1 and feeds.streams == 3
+    ones = await first.take()
+    assert [b.chunk for b in ones] == [b"data: one\n\n"]
+    twos = await first.take()
+    assert [b.chunk for b in twos] == [b"data: two\n\n"]
+    assert await second.take() == ones + twos  # the same batches, not copies
+    assert await late.take() == twos
+    assert rendered == ["one", "two"]
+    for tap in (first, second, late):
+        tap.close()
+    assert bus.subscriber_count == 0 and feeds.streams == 0
