@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from app.events.model import Event
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer, thread_server
-from tests.sse import EventCollector, Frame
+from tests.sse import EventCollector, Frame, first_frame
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -343,3 +344,24 @@ async def test_streams_of_one_kind_and_route_share_one_feed(settings: Settings) 
     for tap in (first, second, late):
         tap.close()
     assert bus.subscriber_count == 0 and feeds.streams == 0
+
+
+def stream_count(server: ThreadServer) -> int:
+    return int(on_server_loop(server, lambda: server.runtime.feeds.streams))
+
+
+def test_a_client_that_goes_away_releases_its_stream_and_shutdown_ends_the_others(settings: Settings) -> None:
+    """A dropped connection leaves its feed (nothing is kept for it); at shutdown every open
+    stream ends with the terminating chunk instead of keeping the server waiting."""
+    with thread_server(settings) as server:
+        first_frame(f"{server.url}/event")  # connects, reads one frame, drops the connection
+        deadline = time.monotonic() + 30
+        while stream_count(server) and time.monotonic() < deadline:  # the server notices soon
+            time.sleep(0.02)
+        assert stream_count(server) == 0
+        open_stream = RawStream(settings.port, "/global/event")
+        open_stream.read_until(lambda frames: bool(frames))
+        assert stream_count(server) == 1
+    open_stream.read_until(lambda _frames: False)
+    assert open_stream.ended
+    open_stream.close()

@@ -14,14 +14,24 @@ Speed: streams do not subscribe to the bus one by one. The streams of one kind a
 feed (app/events/feed.py) that filters and encodes an event once (stored JSON is spliced in, not
 decoded and re-encoded) and hands every stream the same chunk of bytes for a batch of events; a
 stream writes whatever batches it has in one send.
+
+The response is our own small ASGI app (``EventStream``), not sse-starlette's
+``EventSourceResponse``: that one runs every send inside an anyio cancel scope (its send timeout),
+a task group and a per-message encode, which with 100 subscribers cost about as much as the sends
+themselves. Ours writes the ready-made chunks as ``http.response.body`` messages with
+``asyncio.timeout`` as the send timeout, watches ``receive`` in one task per stream to notice a
+client that went away, and ends with a proper final chunk. At shutdown the server
+(app/api/server.py) ends the streams first, as sse-starlette did, so it does not wait for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
-from sse_starlette import EventSourceResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from app import ids
 from app.events import bus
@@ -31,11 +41,13 @@ from app.events.model import Event
 from app.runtime.errors import InvalidInput
 from app.runtime.service import Runtime
 
-SSE_HEADERS = {
-    "Cache-Control": "no-cache, no-transform",
-    "X-Accel-Buffering": "no",
-    "X-Content-Type-Options": "nosniff",
-}
+SSE_HEADERS = [
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"connection", b"keep-alive"),
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+]
 REPLAY_BATCH = 1000
 HEARTBEAT_COMMENT = b": heartbeat\n\n"
 MAX_POSITION = 2**63 - 1  # positions are SQLite integers
@@ -109,7 +121,7 @@ class StreamSpec:
         return rendered
 
 
-async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncIterator[bytes]:
+async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncGenerator[bytes, None]:
     tap = spec.tap(runtime)
     origin = after if after is not None else runtime.bus.cursor  # read with the tap, no await between
     sent = origin  # the position a client that has everything yielded so far resumes from
@@ -129,8 +141,7 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
                     sent = replayed_to
                 if len(events) < REPLAY_BATCH:
                     break
-        while True:
-            batches = await tap.take()
+        while batches := await tap.take():  # none: the server shuts down
             batch = batches[0] if len(batches) == 1 else tap.merged(batches)  # behind: merge deltas
             if 0 <= batch.first_durable <= replayed_to:  # just after the replay: drop what it sent
                 fresh = [e for e in batch.events if not (e.durable and spec.position(e) <= replayed_to)]
@@ -149,16 +160,49 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
         tap.close()
 
 
-def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventSourceResponse:
-    """A stream whose client takes longer than ``stream_send_timeout`` to accept a write is closed
-    (with the subscriber's queue bounded, a client that never reads holds bounded memory)."""
-    return EventSourceResponse(
-        _stream(runtime, spec, after),
-        headers=SSE_HEADERS,
-        ping=0,
-        sep="\n",
-        send_timeout=runtime.settings.stream_send_timeout,
-    )
+class EventStream(Response):
+    """The response of an event stream: its chunks as they come, until the stream ends (then a
+    final chunk) or the client goes away (then the stream's generator is closed, releasing its
+    tap). A stream whose client takes longer than ``send_timeout`` to accept a write is dropped
+    (with the tap's queue bounded, a client that never reads holds bounded memory)."""
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None], send_timeout: float) -> None:
+        super().__init__()
+        self._chunks = chunks
+        self._send_timeout = send_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def listen() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            task.cancel()
+
+        listener = asyncio.create_task(listen())
+        try:
+            async for chunk in self._chunks:
+                async with asyncio.timeout(self._send_timeout):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()  # the client went away: nothing to tell anyone
+        except TimeoutError:
+            pass  # the client does not read: the server closes the connection, its tap is released
+        finally:
+            listener.cancel()
+            await self._chunks.aclose()
+
+
+def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventStream:
+    return EventStream(_stream(runtime, spec, after), runtime.settings.stream_send_timeout)
 
 
 def legacy_envelope(event: Event) -> bytes:

@@ -91,12 +91,12 @@ class Tap:
             self._batches.append(batch)
             self._events += count
             self._bytes += size
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        self.wake()
 
     async def take(self) -> list[Batch]:
-        """Every batch queued, waiting for one if none is; raises ``Overflowed`` once cut off."""
-        if not self._batches and not self.overflowed:
+        """Every batch queued, waiting for one if none is; raises ``Overflowed`` once cut off;
+        none once the feeds closed (the server shuts down)."""
+        if not self._batches and not self.overflowed and not self._feed.closed:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
@@ -104,6 +104,8 @@ class Tap:
                 self._waiter = None
         if self.overflowed:
             raise Overflowed
+        if self._feed.closed:
+            return []
         batches, self._batches = self._batches, []
         self._events = self._bytes = 0
         return batches
@@ -119,12 +121,17 @@ class Tap:
     def close(self) -> None:
         self._feed.leave(self)
 
+    def wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
 
 class Feed:
     """One bus subscriber batching events for every stream of one kind and route."""
 
     def __init__(self, feeds: Feeds, key: tuple[str, Route], kind: Kind) -> None:
         self.kind = kind
+        self.closed = False  # the server shuts down: streams end
         self._feeds = feeds
         self._key = key
         self._taps: set[Tap] = set()
@@ -182,6 +189,11 @@ class Feed:
         self._feeds.streams += 1
         return tap
 
+    def close(self) -> None:
+        self.closed = True
+        for tap in self._taps:
+            tap.wake()
+
     def leave(self, tap: Tap) -> None:
         if tap not in self._taps:
             return
@@ -202,6 +214,7 @@ class Feeds:
         self.limits = bus.limits
         self.streams = 0  # streams of every feed together
         self._feeds: dict[tuple[str, Route], Feed] = {}
+        self.closed = False
 
     def join(self, name: str, route: Route, make: Callable[[], Kind]) -> Tap:
         """A tap on the feed of streams of kind ``name`` on ``route`` (``make`` describes the
@@ -210,8 +223,15 @@ class Feeds:
         feed = self._feeds.get(key)
         if feed is None:
             feed = self._feeds[key] = Feed(self, key, make())
+            feed.closed = self.closed
             self.bus.attach(feed, route)
         return feed.join()
+
+    def close(self) -> None:
+        """End every stream (it writes its final chunk): the server is shutting down."""
+        self.closed = True
+        for feed in self._feeds.values():
+            feed.close()
 
     def drop(self, key: tuple[str, Route], feed: Feed) -> None:
         if self._feeds.get(key) is feed:
