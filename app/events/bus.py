@@ -4,15 +4,15 @@ Routing: a subscription names what it filters on (a directory, a session, or not
 bus keeps an index by it, so an event is offered only to the subscribers of its directory, of its
 session and to those that take everything; ``accept`` decides anything finer.
 
-Bounds: a subscriber's pending events are limited both in number (``max_events``) and in bytes
-(``max_bytes``, the size of the frames its stream will write for them, as its ``weigh`` reports).
-One that reaches either limit is cut off rather than allowed to grow memory: what was queued for
-it is dropped at once (the memory is released even if it never reads again), its stream ends with
-a last frame saying so, and the client reconnects with the last id it saw while the durable log
-fills the gap. A single event is always taken into an empty queue, whatever its size.
+Bounds: a subscription's pending events are limited both in number (``max_events``) and in bytes
+(``max_bytes``, as its ``weigh`` reports). One that reaches either limit is cut off rather than
+allowed to grow memory: what was queued for it is dropped at once (the memory is released even if
+it never reads again) and its next read raises ``Overflowed``; the durable log has all of it. A
+single event is always taken into an empty queue, whatever its size.
 
 Event streams do not subscribe one by one: the streams of one kind and route share a feed
-(app/events/feed.py), attached to the bus as a single subscriber.
+(app/events/feed.py), attached to the bus as a single ``Subscriber``; each stream's queue there
+has the same limits.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from typing import Protocol
 from app.events.model import Event
 
 Accept = Callable[[Event], bool]
-# The bytes an event takes while queued for a subscriber (its stream's frame); 0 means the stream
-# writes nothing for it, so it is not queued at all.
+# The bytes an event takes while queued for a subscription; 0 means it is not queued at all.
 Weigh = Callable[[Event], int]
 Route = tuple[str, str | None]
 EVERYTHING: Route = ("directory", None)

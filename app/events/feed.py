@@ -199,8 +199,9 @@ class Feed:
             return
         self._taps.discard(tap)
         self._feeds.streams -= 1
-        if not self._taps:
-            self.flush()  # nobody is left to get it; only the timers go
+        if not self._taps:  # nobody is left: what is pending goes with the feed
+            if self._flush is not None:
+                self._flush.cancel()
             self._beat.cancel()
             self._feeds.drop(self._key, self)
 
