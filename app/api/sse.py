@@ -91,7 +91,9 @@ def session_position(event: Event) -> int:
 class StreamSpec:
     accept: Accept
     encode: Encode
-    kind: str  # key under which an event caches its frames for this stream
+    # How this stream filters and encodes: the key of an event's cached frames for it and, with the
+    # route, of the feed its streams share (app/events/feed.py).
+    kind: str
     position: Callable[[Event], int]
     replay: Replay
     heartbeat: Callable[[], bytes]
