@@ -365,3 +365,22 @@ def test_a_client_that_goes_away_releases_its_stream_and_shutdown_ends_the_other
     open_stream.read_until(lambda _frames: False)
     assert open_stream.ended
     open_stream.close()
+
+
+def test_a_stream_whose_client_stops_reading_is_dropped_after_the_send_timeout(settings: Settings) -> None:
+    """No byte limit in reach here: a client that stops reading blocks the stream's write, and
+    once a write has waited longer than ``stream_send_timeout`` the connection is dropped (without
+    the terminating chunk) and the stream released."""
+    settings = settings.model_copy(update={"subscriber_queue_bytes": 1 << 30, "stream_send_timeout": 0.5})
+    with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        stalled = RawStream(settings.port, "/event")
+        stalled.read_until(lambda frames: bool(frames))  # subscribed; from now on it reads nothing
+        for i in range(60):  # until the kernel buffers are full and the write has waited
+            big_turn(client, i)
+            if stream_count(server) == 0:
+                break
+        assert stream_count(server) == 0
+        with pytest.raises((EOFError, ConnectionResetError)):
+            stalled.read_until(lambda _frames: False)
+        assert not stalled.ended
+        stalled.close()

@@ -165,8 +165,10 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
 class EventStream(Response):
     """The response of an event stream: its chunks as they come, until the stream ends (then a
     final chunk) or the client goes away (then the stream's generator is closed, releasing its
-    tap). A stream whose client takes longer than ``send_timeout`` to accept a write is dropped
-    (with the tap's queue bounded, a client that never reads holds bounded memory)."""
+    tap). A stream whose client leaves a write waiting longer than ``send_timeout`` is dropped
+    (with the tap's queue bounded, a client that never reads holds bounded memory); the check
+    runs every half timeout, so such a write is given up 1 to 1.5 timeouts after it began. A
+    timer per write would cost more than the write itself does in Python."""
 
     def __init__(self, chunks: AsyncGenerator[bytes, None], send_timeout: float) -> None:
         super().__init__()
@@ -177,29 +179,40 @@ class EventStream(Response):
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         task = asyncio.current_task()
         assert task is not None
-        gone = False
+        loop = asyncio.get_running_loop()
+        writing = 0.0  # loop time the pending write began; 0: none pending
+        ended = False  # the client went away or let a write wait too long: no final chunk
 
-        async def listen() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
+        async def watch() -> None:
+            nonlocal ended
+            message = asyncio.ensure_future(receive())
+            try:
+                while True:
+                    await asyncio.wait((message,), timeout=self._send_timeout / 2)
+                    if message.done():
+                        if message.result()["type"] == "http.disconnect":
+                            break
+                        message = asyncio.ensure_future(receive())
+                    elif writing and loop.time() - writing > self._send_timeout:
+                        break
+            finally:
+                message.cancel()
+            ended = True
             task.cancel()
 
-        listener = asyncio.create_task(listen())
+        watcher = asyncio.create_task(watch())
         try:
             async for chunk in self._chunks:
-                async with asyncio.timeout(self._send_timeout):
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                writing = loop.time()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                writing = 0.0
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not gone:
+            if not ended:
                 raise
-            task.uncancel()  # the client went away: nothing to tell anyone
-        except TimeoutError:
-            pass  # the client does not read: the server closes the connection, its tap is released
+            task.uncancel()  # nobody to tell: the server closes the connection, the tap is released
         finally:
-            listener.cancel()
+            watcher.cancel()
             await self._chunks.aclose()
 
 
