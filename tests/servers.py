@@ -22,6 +22,8 @@ import uvicorn
 from uvicorn.config import LifespanType
 
 from app.api.app import create_app
+from app.api.server import Server
+from app.runtime.service import Runtime
 from app.settings import Settings
 from tests.stubs import SSE, Answer, Stub, sse_stub
 
@@ -69,8 +71,11 @@ class ThreadServer:
         self._thread.join(timeout=15)
 
 
-def start_in_thread(app: Any, port: int, *, lifespan: LifespanType = "on") -> tuple[uvicorn.Server, threading.Thread]:
-    """uvicorn serving ``app`` on 127.0.0.1:``port`` in a daemon thread, returned once it listens."""
+def start_in_thread(
+    app: Any, port: int, *, lifespan: LifespanType = "on", runtime: Runtime | None = None
+) -> tuple[uvicorn.Server, threading.Thread]:
+    """uvicorn serving ``app`` on 127.0.0.1:``port`` in a daemon thread, returned once it listens
+    (opensession's server, which ends its event streams at shutdown, when ``runtime`` is given)."""
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -81,7 +86,7 @@ def start_in_thread(app: Any, port: int, *, lifespan: LifespanType = "on") -> tu
         lifespan=lifespan,
         timeout_graceful_shutdown=0.2,
     )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(config) if runtime is None else Server(config, runtime)
     thread = threading.Thread(target=server.run, name="opensession-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 15
@@ -95,7 +100,8 @@ def start_in_thread(app: Any, port: int, *, lifespan: LifespanType = "on") -> tu
 
 @contextmanager
 def thread_server(settings: Settings) -> Iterator[ThreadServer]:
-    server, thread = start_in_thread(create_app(settings), settings.port)
+    app = create_app(settings)
+    server, thread = start_in_thread(app, settings.port, runtime=app.state.runtime)
     handle = ThreadServer(settings, f"http://127.0.0.1:{settings.port}", server, thread)
     try:
         yield handle

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from app.events.bus import EventBus, Overflowed
+from app.events import deltas
+from app.events.bus import EVERYTHING, EventBus, Overflowed
+from app.events.feed import Feeds, Kind
 from app.events.model import Event
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer, thread_server
-from tests.sse import EventCollector, Frame
+from tests.sse import EventCollector, Frame, first_frame
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -133,10 +136,10 @@ def test_a_subscriber_over_its_byte_limit_is_cut_off_and_resumes_without_loss(se
         keeper.wait_for(lambda f: f.type == "server.connected")
         stalled = RawStream(settings.port, path)
         stalled.read_until(lambda frames: bool(frames))  # subscribed; from now on it reads nothing
-        subscribers = on_server_loop(server, lambda: server.runtime.bus.subscriber_count)
+        streams = on_server_loop(server, lambda: server.runtime.feeds.streams)
         for i in range(60):  # until the stalled subscriber is cut off
             keeper.wait_for(is_idle(big_turn(client, i)), timeout=30)  # it keeps up: at most a turn behind
-            if on_server_loop(server, lambda: server.runtime.bus.subscriber_count) < subscribers:
+            if on_server_loop(server, lambda: server.runtime.feeds.streams) < streams:
                 break
         stalled.read_until(lambda _frames: False)
         stalled.close()
@@ -292,30 +295,92 @@ def next_delta(part: str, text: str) -> Event:
     return Event("session.next.text.delta", props)
 
 
-@pytest.mark.asyncio
-async def test_a_subscriber_that_is_behind_gets_one_delta_per_run(settings: Settings) -> None:
-    """Deltas of one target merge once the queue holds more than one event, passing over deltas
-    of other targets (the V2 twin) but never over any other event; the merged delta is the last
-    one with the texts joined."""
-    bus = bus_of(settings)
-    behind = bus.subscribe()
-    keeping_up = bus.subscribe()
+@pytest.mark.usefixtures("database_url")
+def test_deltas_handed_out_together_merge_into_one_per_run() -> None:
+    """A delta joins an earlier one of its target, passing over deltas of other targets (the V2
+    twin) but never over any other event; the merged delta is the last one with the texts joined."""
     updated = Event("message.part.updated", {"part": {"id": "p2"}}, durable=True, cursor=7)
     events = [delta("p1", "a"), next_delta("p1", "a"), delta("p1", "b"), next_delta("p1", "b")]
     events += [delta("p1", "c"), updated, delta("p1", "d"), delta("p2", "e"), delta("p2", "f")]
-    for event in events:
-        bus.publish(event)
-        if event is events[0]:
-            assert [await keeping_up.next(timeout=1)] == events[:1]
-    received = behind.ready(100)
-    assert [(e.type, e.properties["delta"]) for e in received if e is not updated] == [
+    merged = deltas.coalesce(events)
+    assert [(e.type, e.properties["delta"]) for e in merged if e is not updated] == [
         ("message.part.delta", "abc"),  # passed over the V2 twins, not over ``updated``
         ("session.next.text.delta", "ab"),
         ("message.part.delta", "d"),
         ("message.part.delta", "ef"),
     ]
-    assert received[2] is updated
-    merged = received[0]
-    assert merged.id == events[4].id and merged.cursor == events[4].cursor and not merged.durable
-    # The other took the first delta at once: the next merges only began with two queued.
-    assert [e.properties.get("delta") for e in keeping_up.ready(100)] == ["ab", "bc", None, "d", "ef"]
+    assert merged[2] is updated
+    first = merged[0]
+    assert first.id == events[4].id and first.cursor == events[4].cursor and not first.durable
+
+
+@pytest.mark.asyncio
+async def test_streams_of_one_kind_and_route_share_one_feed(settings: Settings) -> None:
+    """The bus sees one subscriber; an event is encoded once and every stream gets the very same
+    batch; a stream that joins gets only what is published after it joined."""
+    bus = bus_of(settings)
+    feeds = Feeds(bus, interval=3600)
+    rendered: list[str] = []
+
+    def render(event: Event) -> bytes:
+        rendered.append(event.type)
+        return b"data: %s\n\n" % event.type.encode()
+
+    def kind() -> Kind:
+        return Kind(lambda _e: True, lambda e: e.encoded("k", render), lambda e: e.cursor, lambda: b"")
+
+    first, second = feeds.join("k", EVERYTHING, kind), feeds.join("k", EVERYTHING, kind)
+    bus.publish(Event("one", {}))
+    late = feeds.join("k", EVERYTHING, kind)  # "one" was published before it came
+    bus.publish(Event("two", {}))
+    assert bus.subscriber_count == 1 and feeds.streams == 3
+    ones = await first.take()
+    assert [b.chunk for b in ones] == [b"data: one\n\n"]
+    twos = await first.take()
+    assert [b.chunk for b in twos] == [b"data: two\n\n"]
+    assert await second.take() == ones + twos  # the same batches, not copies
+    assert await late.take() == twos
+    assert rendered == ["one", "two"]
+    for tap in (first, second, late):
+        tap.close()
+    assert bus.subscriber_count == 0 and feeds.streams == 0
+
+
+def stream_count(server: ThreadServer) -> int:
+    return int(on_server_loop(server, lambda: server.runtime.feeds.streams))
+
+
+def test_a_client_that_goes_away_releases_its_stream_and_shutdown_ends_the_others(settings: Settings) -> None:
+    """A dropped connection leaves its feed (nothing is kept for it); at shutdown every open
+    stream ends with the terminating chunk instead of keeping the server waiting."""
+    with thread_server(settings) as server:
+        first_frame(f"{server.url}/event")  # connects, reads one frame, drops the connection
+        deadline = time.monotonic() + 30
+        while stream_count(server) and time.monotonic() < deadline:  # the server notices soon
+            time.sleep(0.02)
+        assert stream_count(server) == 0
+        open_stream = RawStream(settings.port, "/global/event")
+        open_stream.read_until(lambda frames: bool(frames))
+        assert stream_count(server) == 1
+    open_stream.read_until(lambda _frames: False)
+    assert open_stream.ended
+    open_stream.close()
+
+
+def test_a_stream_whose_client_stops_reading_is_dropped_after_the_send_timeout(settings: Settings) -> None:
+    """No byte limit in reach here: a client that stops reading blocks the stream's write, and
+    once a write has waited longer than ``stream_send_timeout`` the connection is dropped (without
+    the terminating chunk) and the stream released."""
+    settings = settings.model_copy(update={"subscriber_queue_bytes": 1 << 30, "stream_send_timeout": 0.5})
+    with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        stalled = RawStream(settings.port, "/event")
+        stalled.read_until(lambda frames: bool(frames))  # subscribed; from now on it reads nothing
+        for i in range(60):  # until the kernel buffers are full and the write has waited
+            big_turn(client, i)
+            if stream_count(server) == 0:
+                break
+        assert stream_count(server) == 0
+        with pytest.raises((EOFError, ConnectionResetError)):
+            stalled.read_until(lambda _frames: False)
+        assert not stalled.ended
+        stalled.close()

@@ -10,36 +10,45 @@ the opening ``server.connected`` carries the position the stream starts from (th
 resumed from, or for a new stream the last event published before it subscribed), and
 heartbeats carry no ``id:`` at all (EventSource then keeps the last one it saw).
 
-Speed: a frame is encoded once per event and stream kind and shared by all subscribers (stored
-JSON is spliced in, not decoded and re-encoded), as the event is queued: its size counts against
-the subscriber's byte limit, and an event the stream has no frame for is not queued at all.
-Whatever is already queued is written in one chunk, so a burst costs one send per subscriber
-rather than one per event (and a subscriber that is behind gets consecutive deltas merged).
+Speed: streams do not subscribe to the bus one by one. The streams of one kind and route share a
+feed (app/events/feed.py) that filters and encodes an event once (stored JSON is spliced in, not
+decoded and re-encoded) and hands every stream the same chunk of bytes for a batch of events; a
+stream writes whatever batches it has in one send.
+
+The response is our own small ASGI app (``EventStream``), not sse-starlette's
+``EventSourceResponse``: that one runs every send inside an anyio cancel scope (its send timeout),
+a task group and a per-message encode, which with 100 subscribers cost about as much as the sends
+themselves. Ours writes the ready-made chunks as ``http.response.body`` messages with
+``asyncio.timeout`` as the send timeout, watches ``receive`` in one task per stream to notice a
+client that went away, and ends with a proper final chunk. At shutdown the server
+(app/api/server.py) ends the streams first, as sse-starlette did, so it does not wait for them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
-from sse_starlette import EventSourceResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from app import ids
+from app.events import bus
 from app.events.bus import Accept, Overflowed
+from app.events.feed import Kind, Tap
 from app.events.model import Event
 from app.runtime.errors import InvalidInput
 from app.runtime.service import Runtime
 
-SSE_HEADERS = {
-    "Cache-Control": "no-cache, no-transform",
-    "X-Accel-Buffering": "no",
-    "X-Content-Type-Options": "nosniff",
-}
+SSE_HEADERS = [
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"connection", b"keep-alive"),
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+]
 REPLAY_BATCH = 1000
-LIVE_BATCH = 256
-WRITES_PER_SECOND = 4000  # live writes of all streams together, under sustained traffic
-MAX_WRITE_INTERVAL = 0.015  # seconds: the most a stream holds back an event (fan-out p99 target 20 ms)
 HEARTBEAT_COMMENT = b": heartbeat\n\n"
 MAX_POSITION = 2**63 - 1  # positions are SQLite integers
 
@@ -82,7 +91,9 @@ def session_position(event: Event) -> int:
 class StreamSpec:
     accept: Accept
     encode: Encode
-    kind: str  # key under which an event caches its frames for this stream
+    # How this stream filters and encodes: the key of an event's cached frames for it and, with the
+    # route, of the feed its streams share (app/events/feed.py).
+    kind: str
     position: Callable[[Event], int]
     replay: Replay
     heartbeat: Callable[[], bytes]
@@ -97,6 +108,12 @@ class StreamSpec:
     def frames(self, event: Event) -> bytes:
         return event.encoded(self.kind, self._render)
 
+    def tap(self, runtime: Runtime) -> Tap:
+        """This stream's place on the feed of its kind and route (one kind of stream filters and
+        encodes alike on a route, so its streams share the feed)."""
+        on = bus.route(directory=self.directory, session=self.session)
+        return runtime.feeds.join(self.kind, on, lambda: Kind(self.accept, self.frames, self.position, self.heartbeat))
+
     def _render(self, event: Event) -> bytes:
         position = self.position(event)
         payload = self.encode(event)
@@ -106,12 +123,9 @@ class StreamSpec:
         return rendered
 
 
-async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncIterator[bytes]:
-    subscription = runtime.bus.subscribe(
-        spec.accept, directory=spec.directory, session=spec.session, weigh=lambda e: len(spec.frames(e))
-    )
-    origin = after if after is not None else runtime.bus.cursor  # read with the subscription, no await between
-    interval = runtime.settings.heartbeat_seconds
+async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncGenerator[bytes, None]:
+    tap = spec.tap(runtime)
+    origin = after if after is not None else runtime.bus.cursor  # read with the tap, no await between
     sent = origin  # the position a client that has everything yielded so far resumes from
     try:
         if spec.connected is not None:
@@ -120,59 +134,90 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
         if after is not None:
             replayed_to = after
             while True:
-                batch = await spec.replay(replayed_to)
-                if batch:
-                    replayed_to = spec.position(batch[-1])
-                    chunk = b"".join(spec.frames(event) for event in batch if spec.accept(event))
+                events = await spec.replay(replayed_to)
+                if events:
+                    replayed_to = spec.position(events[-1])
+                    chunk = b"".join(spec.frames(event) for event in events if spec.accept(event))
                     if chunk:
                         yield chunk
                     sent = replayed_to
-                if len(batch) < REPLAY_BATCH:
+                if len(events) < REPLAY_BATCH:
                     break
-        loop = asyncio.get_running_loop()
-        written = -MAX_WRITE_INTERVAL  # when the last live chunk was written (loop time)
-        while True:
-            event = await subscription.next(interval)
-            if event is None:
-                yield spec.heartbeat()
-                continue
-            # Under sustained traffic a stream waits between writes, so what arrives meanwhile goes
-            # out in the same write (and consecutive deltas merge): with many subscribers, a send
-            # per event each costs more than the turns themselves. The wait grows with the number
-            # of streams (all of them together write about WRITES_PER_SECOND times a second),
-            # up to MAX_WRITE_INTERVAL; the first event after a quiet moment goes out at once.
-            spacing = min(MAX_WRITE_INTERVAL, runtime.bus.subscriber_count / WRITES_PER_SECOND)
-            pause = written + spacing - loop.time()
-            if pause > 0:
-                await asyncio.sleep(pause)
-            written = loop.time()
-            ready = [event, *subscription.ready(LIVE_BATCH)]
-            fresh = [e for e in ready if not (e.durable and spec.position(e) <= replayed_to)]
-            chunk = b"".join(spec.frames(e) for e in fresh)
-            if chunk:
-                yield chunk
+        while batches := await tap.take():  # none: the server shuts down
+            batch = batches[0] if len(batches) == 1 else tap.merged(batches)  # behind: merge deltas
+            if 0 <= batch.first_durable <= replayed_to:  # just after the replay: drop what it sent
+                fresh = [e for e in batch.events if not (e.durable and spec.position(e) <= replayed_to)]
+                batch = tap.batch(fresh)
+            if batch.chunk:
+                yield batch.chunk
             # Every frame's id is a safe resume position (an ephemeral frame carries the cursor of
             # the last durable event before it, which may be one this stream filtered out).
-            sent = max([sent, *(spec.position(e) for e in fresh)])  # only events with a frame are queued
+            sent = max(sent, batch.position)
     except Overflowed:
         # Cut off for falling behind: say so, with where to resume, and end the response.
         if spec.overflow is not None:
             yield spec.overflow(sent)
         return
     finally:
-        subscription.close()
+        tap.close()
 
 
-def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventSourceResponse:
-    """A stream whose client takes longer than ``stream_send_timeout`` to accept a write is closed
-    (with the subscriber's queue bounded, a client that never reads holds bounded memory)."""
-    return EventSourceResponse(
-        _stream(runtime, spec, after),
-        headers=SSE_HEADERS,
-        ping=0,
-        sep="\n",
-        send_timeout=runtime.settings.stream_send_timeout,
-    )
+class EventStream(Response):
+    """The response of an event stream: its chunks as they come, until the stream ends (then a
+    final chunk) or the client goes away (then the stream's generator is closed, releasing its
+    tap). A stream whose client leaves a write waiting longer than ``send_timeout`` is dropped
+    (with the tap's queue bounded, a client that never reads holds bounded memory); the check
+    runs every half timeout, so such a write is given up 1 to 1.5 timeouts after it began. A
+    timer per write would cost more than the write itself does in Python."""
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None], send_timeout: float) -> None:
+        super().__init__()
+        self._chunks = chunks
+        self._send_timeout = send_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        writing = 0.0  # loop time the pending write began; 0: none pending
+        ended = False  # the client went away or let a write wait too long: no final chunk
+
+        async def watch() -> None:
+            nonlocal ended
+            message = asyncio.ensure_future(receive())
+            try:
+                while True:
+                    await asyncio.wait((message,), timeout=self._send_timeout / 2)
+                    if message.done():
+                        if message.result()["type"] == "http.disconnect":
+                            break
+                        message = asyncio.ensure_future(receive())
+                    elif writing and loop.time() - writing > self._send_timeout:
+                        break
+            finally:
+                message.cancel()
+            ended = True
+            task.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            async for chunk in self._chunks:
+                writing = loop.time()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                writing = 0.0
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not ended:
+                raise
+            task.uncancel()  # nobody to tell: the server closes the connection, the tap is released
+        finally:
+            watcher.cancel()
+            await self._chunks.aclose()
+
+
+def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventStream:
+    return EventStream(_stream(runtime, spec, after), runtime.settings.stream_send_timeout)
 
 
 def legacy_envelope(event: Event) -> bytes:

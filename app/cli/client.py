@@ -123,6 +123,7 @@ def _local_server() -> Iterator[str]:
     import uvicorn
 
     from app.api.app import create_app
+    from app.api.server import Server
     from app.settings import Settings
 
     settings = Settings()
@@ -130,8 +131,9 @@ def _local_server() -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(settings), log_level="error", access_log=False, timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
+    app = create_app(settings)
+    config = uvicorn.Config(app, log_level="error", access_log=False, timeout_graceful_shutdown=1)
+    server = Server(config, app.state.runtime)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="opensession-local", daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_SECONDS

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import sys
+from contextlib import suppress
 from typing import Any
 
 from app import __version__
 from app.cli.common import check_database
+
+STARTUP_FAILURE = 3  # the exit status uvicorn gives a server that did not start
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 
@@ -68,18 +71,23 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api.app import create_app
+    from app.api.server import Server
 
     print(
         f"opensession {__version__} listening on http://{settings.hostname}:{settings.port} "
         f"(database: {settings.database_url})",
         flush=True,
     )
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.hostname,
         port=settings.port,
         log_level=args.log_level,
         access_log=False,
         timeout_graceful_shutdown=5,
     )
-    return 0
+    server = Server(config, app.state.runtime)
+    with suppress(KeyboardInterrupt):
+        server.run()
+    return 0 if server.started else STARTUP_FAILURE

@@ -4,18 +4,15 @@ Routing: a subscription names what it filters on (a directory, a session, or not
 bus keeps an index by it, so an event is offered only to the subscribers of its directory, of its
 session and to those that take everything; ``accept`` decides anything finer.
 
-Bounds: a subscriber's pending events are limited both in number (``max_events``) and in bytes
-(``max_bytes``, the size of the frames its stream will write for them, as its ``weigh`` reports).
-One that reaches either limit is cut off rather than allowed to grow memory: what was queued for
-it is dropped at once (the memory is released even if it never reads again), its stream ends with
-a last frame saying so, and the client reconnects with the last id it saw while the durable log
-fills the gap. A single event is always taken into an empty queue, whatever its size.
+Bounds: a subscription's pending events are limited both in number (``max_events``) and in bytes
+(``max_bytes``, as its ``weigh`` reports). One that reaches either limit is cut off rather than
+allowed to grow memory: what was queued for it is dropped at once (the memory is released even if
+it never reads again) and its next read raises ``Overflowed``; the durable log has all of it. A
+single event is always taken into an empty queue, whatever its size.
 
-Merging: for a subscriber already more than one event behind, a text delta joins a queued delta
-of the same target (app/events/deltas.py) when only deltas of other targets lie between them, so
-it gets the same text in fewer frames. Those deltas are ephemeral and for other parts or the other
-protocol's view of the part, which no client orders against this one; and as nothing durable lies
-between, the merged frame may carry the last delta's id.
+Event streams do not subscribe one by one: the streams of one kind and route share a feed
+(app/events/feed.py), attached to the bus as a single ``Subscriber``; each stream's queue there
+has the same limits.
 """
 
 from __future__ import annotations
@@ -24,35 +21,33 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from app.events import deltas
 from app.events.model import Event
 
 Accept = Callable[[Event], bool]
-# The bytes an event takes while queued for a subscriber (its stream's frame); 0 means the stream
-# writes nothing for it, so it is not queued at all.
+# The bytes an event takes while queued for a subscription; 0 means it is not queued at all.
 Weigh = Callable[[Event], int]
 Route = tuple[str, str | None]
 EVERYTHING: Route = ("directory", None)
-MERGE_LOOKBACK = 4  # queued deltas of other targets a delta may pass over to join its own
+
+
+def route(*, directory: str | None = None, session: str | None = None) -> Route:
+    """What a subscriber filters on: ``session`` if given, else ``directory`` (None: everything)."""
+    return ("session", session) if session is not None else ("directory", directory)
 
 
 class Overflowed(Exception):
     """The subscriber fell too far behind and was disconnected from the bus."""
 
 
-@dataclass(slots=True)
-class _Run:
-    """Queued deltas of one target, handed out as one."""
-
-    key: deltas.DeltaKey
-    events: list[Event]
-    size: int
+class Subscriber(Protocol):
+    def offer(self, event: Event) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What a subscriber may have pending: entries (a merged run counts once) and weighed bytes."""
+    """What a subscriber may have pending: entries and weighed bytes."""
 
     max_events: int
     max_bytes: int
@@ -73,7 +68,7 @@ class Subscription:
     _weigh: Weigh
     _limits: Limits
     _route: Route
-    _entries: deque[Event | _Run] = field(default_factory=deque)
+    _entries: deque[Event] = field(default_factory=deque)
     _bytes: int = 0
     _waiter: asyncio.Future[None] | None = None
     overflowed: bool = False
@@ -88,9 +83,6 @@ class Subscription:
         if entries and self._bytes + size > self._limits.max_bytes:
             self._overflow()
             return
-        if len(entries) > 1 and deltas.is_delta(event) and self._merge(event, size):
-            self._bytes += size
-            return
         if len(entries) >= self._limits.max_events:
             self._overflow()
             return
@@ -98,25 +90,6 @@ class Subscription:
         self._bytes += size
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-
-    def _merge(self, event: Event, size: int) -> bool:
-        """Join ``event`` to a queued delta of its target among the last queued deltas."""
-        key = deltas.target(event)
-        entries = self._entries
-        for index in range(len(entries) - 1, max(-1, len(entries) - 1 - MERGE_LOOKBACK), -1):
-            entry = entries[index]
-            if isinstance(entry, _Run):
-                if entry.key == key:
-                    entry.events.append(event)
-                    entry.size += size
-                    return True
-                continue
-            if not deltas.is_delta(entry):
-                return False
-            if deltas.target(entry) == key:
-                entries[index] = _Run(key, [entry, event], self._weigh(entry) + size)
-                return True
-        return False
 
     def _overflow(self) -> None:
         self.overflowed = True
@@ -128,9 +101,6 @@ class Subscription:
 
     def _take(self) -> Event:
         entry = self._entries.popleft()
-        if isinstance(entry, _Run):
-            self._bytes -= entry.size
-            return deltas.merged(entry.events)
         self._bytes -= self._weigh(entry)
         return entry
 
@@ -152,7 +122,7 @@ class Subscription:
 
     @property
     def backlog(self) -> int:
-        """Frames queued and not yet handed out (merged deltas count once)."""
+        """Events queued and not yet handed out."""
         return len(self._entries)
 
     @property
@@ -170,9 +140,9 @@ class Subscription:
 
 class EventBus:
     def __init__(self, queue_size: int, queue_bytes: int = 8 * 1024 * 1024) -> None:
-        self._limits = Limits(queue_size, queue_bytes)
-        # Subscriptions by route: EVERYTHING, ("directory", d) or ("session", s).
-        self._routes: dict[Route, set[Subscription]] = {}
+        self.limits = Limits(queue_size, queue_bytes)
+        # Subscribers by route: EVERYTHING, ("directory", d) or ("session", s).
+        self._routes: dict[Route, set[Subscriber]] = {}
         self.cursor = 0  # cursor of the last durable event published
 
     def subscribe(
@@ -184,17 +154,23 @@ class EventBus:
         weigh: Weigh = _unit,
     ) -> Subscription:
         """Events of ``session`` only, else of ``directory`` only, else all, that ``accept`` takes."""
-        route: Route = ("session", session) if session is not None else ("directory", directory)
-        subscription = Subscription(self, accept, weigh, self._limits, route)
-        self._routes.setdefault(route, set()).add(subscription)
+        subscription = Subscription(self, accept, weigh, self.limits, route(directory=directory, session=session))
+        self.attach(subscription, subscription._route)
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        subscribers = self._routes.get(subscription._route)
+        self.detach(subscription, subscription._route)
+
+    def attach(self, subscriber: Subscriber, on: Route) -> None:
+        """Offer ``subscriber`` every event published on route ``on`` from now on."""
+        self._routes.setdefault(on, set()).add(subscriber)
+
+    def detach(self, subscriber: Subscriber, on: Route) -> None:
+        subscribers = self._routes.get(on)
         if subscribers is not None:
-            subscribers.discard(subscription)
+            subscribers.discard(subscriber)
             if not subscribers:
-                del self._routes[subscription._route]
+                del self._routes[on]
 
     @property
     def subscriber_count(self) -> int:
@@ -213,10 +189,10 @@ class EventBus:
             self._offer(routes.get(("session", event.session_id)), event)
 
     @staticmethod
-    def _offer(subscribers: set[Subscription] | None, event: Event) -> None:
+    def _offer(subscribers: set[Subscriber] | None, event: Event) -> None:
         if subscribers:  # a copy: an overflowing subscriber leaves the set while we iterate
-            for subscription in tuple(subscribers):
-                subscription.offer(event)
+            for subscriber in tuple(subscribers):
+                subscriber.offer(event)
 
     def publish_many(self, events: Iterable[Event]) -> None:
         for event in events:

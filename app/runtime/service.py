@@ -11,6 +11,7 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.config import ConfigError
+from app.events.feed import Feeds
 from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
@@ -69,6 +70,7 @@ class Runtime:
         )
         # What the translators call, by name (each owned by its domain).
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
+        self.feeds = Feeds(infra.bus, settings.heartbeat_seconds)  # the event streams' share of the bus
         self.config, self.registry = infra.config, infra.registry
         self.sessions, self.coordinator = sessions.service, sessions.coordinator
         self.history, self.compactions = history.service, history.snapshots

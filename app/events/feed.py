@@ -1,0 +1,244 @@
+"""Live fan-out to event streams: the streams of one kind and route share a feed.
+
+Why: with 100 subscribers, a prompt's ~20 events meant 2,000 queue entries, wake-ups and
+sends, each a few tens of microseconds of Python: the subscribers cost several times the turn
+itself. A feed is one subscriber of the bus for all its streams: it accepts and encodes an event
+once, gathers what arrives within a short spacing into one batch (consecutive deltas of a part
+merged, app/events/deltas.py) and hands that batch, one shared chunk of bytes, to every stream:
+work per event and stream is gone, what is left is one append, one wake-up and one send per
+stream and batch.
+
+Spacing: a batch goes out at once after a quiet moment; under sustained traffic the next waits
+until ``spacing()`` has passed since the last, so all streams together write about
+``WRITES_PER_SECOND`` times a second, each event waiting at most ``MAX_WRITE_INTERVAL``.
+
+Bounds: a stream's pending batches are limited in events (a merged run counts once) and in bytes
+(``Limits`` of the bus); a stream that reaches either is cut off at once, its batches dropped, and
+it ends with a frame saying where to resume. A single batch is always taken into an empty queue. A
+stream that falls more than one batch behind gets the deltas of the batches it takes at once
+merged again, so it catches up with fewer frames.
+
+Heartbeats: after ``interval`` seconds without a batch the feed hands every stream a heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.events import deltas
+from app.events.bus import Accept, EventBus, Limits, Overflowed, Route
+from app.events.model import Event
+
+WRITES_PER_SECOND = 4000  # live writes of all streams together, under sustained traffic
+MAX_WRITE_INTERVAL = 0.015  # seconds: the most a feed holds back an event (fan-out p99 target 50 ms)
+
+Frames = Callable[[Event], bytes]  # an event's frames on this kind of stream; b"" means none
+Position = Callable[[Event], int]  # the resume position an event's frame carries
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Events a feed handed out together, with their frames joined once for every stream."""
+
+    chunk: bytes
+    events: list[Event]
+    position: int  # the highest position among ``events`` (-1: none, a heartbeat)
+    first_durable: int  # the lowest position of a durable event among them (-1: none)
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What a feed does with an event: the same for every stream of its kind and route."""
+
+    accept: Accept
+    frames: Frames
+    position: Position
+    heartbeat: Callable[[], bytes]
+
+    def batch(self, events: list[Event], chunk: bytes | None = None) -> Batch:
+        position, first_durable = -1, -1
+        for event in events:
+            at = self.position(event)
+            position = max(position, at)
+            if event.durable and (first_durable < 0 or at < first_durable):
+                first_durable = at
+        if chunk is None:
+            chunk = b"".join(self.frames(event) for event in events)
+        return Batch(chunk, events, position, first_durable)
+
+
+@dataclass(eq=False, slots=True)
+class Tap:
+    """One stream's queue of batches: filled by its feed, drained by the stream."""
+
+    _feed: Feed
+    _batches: list[Batch] = field(default_factory=list)
+    _events: int = 0
+    _bytes: int = 0
+    _waiter: asyncio.Future[None] | None = None
+    overflowed: bool = False
+
+    def push(self, batch: Batch, limits: Limits) -> None:
+        size, count = len(batch.chunk), len(batch.events)
+        if self._batches and (self._bytes + size > limits.max_bytes or self._events + count > limits.max_events):
+            self.overflowed = True
+            self._feed.leave(self)
+            self._batches.clear()  # release what it held: the log has all of it
+            self._events = self._bytes = 0
+        else:
+            self._batches.append(batch)
+            self._events += count
+            self._bytes += size
+        self.wake()
+
+    async def take(self) -> list[Batch]:
+        """Every batch queued, waiting for one if none is; raises ``Overflowed`` once cut off;
+        none once the feeds closed (the server shuts down)."""
+        if not self._batches and not self.overflowed and not self._feed.closed:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self.overflowed:
+            raise Overflowed
+        if self._feed.closed:
+            return []
+        batches, self._batches = self._batches, []
+        self._events = self._bytes = 0
+        return batches
+
+    def merged(self, batches: list[Batch]) -> Batch:
+        """Several batches taken at once as one, their deltas merged across them."""
+        events = [event for batch in batches for event in batch.events]
+        return self.batch(deltas.coalesce(events)) if events else batches[-1]  # else heartbeats only
+
+    def batch(self, events: list[Event]) -> Batch:
+        return self._feed.kind.batch(events)
+
+    def close(self) -> None:
+        self._feed.leave(self)
+
+    def wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class Feed:
+    """One bus subscriber batching events for every stream of one kind and route."""
+
+    def __init__(self, feeds: Feeds, key: tuple[str, Route], kind: Kind) -> None:
+        self.kind = kind
+        self.closed = False  # the server shuts down: streams end
+        self._feeds = feeds
+        self._key = key
+        self._taps: set[Tap] = set()
+        self._pending: list[Event] = []
+        self._loop = asyncio.get_running_loop()
+        self._flushed = -MAX_WRITE_INTERVAL  # loop time of the last batch
+        self._flush: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._beat = self._loop.call_later(feeds.interval, self._heartbeat)
+
+    def offer(self, event: Event) -> None:
+        """From ``EventBus.publish``: keep the event for the next batch if this kind has frames
+        for it, and make sure that batch is on its way."""
+        kind = self.kind
+        if not kind.accept(event) or not kind.frames(event):
+            return
+        self._pending.append(event)
+        if self._flush is None:
+            due = self._flushed + self._feeds.spacing()
+            if due <= self._loop.time():
+                self._flush = self._loop.call_soon(self.flush)
+            else:
+                self._flush = self._loop.call_at(due, self.flush)
+
+    def flush(self) -> None:
+        """Hand what is pending to every stream as one batch."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        if not self._pending:
+            return
+        events, self._pending = deltas.coalesce(self._pending), []
+        self._flushed = self._loop.time()
+        self._hand(self.kind.batch(events))
+
+    def _hand(self, batch: Batch) -> None:
+        limits = self._feeds.limits
+        for tap in tuple(self._taps):  # a copy: an overflowing tap leaves the set
+            tap.push(batch, limits)
+
+    def _heartbeat(self) -> None:
+        quiet = self._loop.time() - self._flushed
+        interval = self._feeds.interval
+        if quiet >= interval:
+            self._hand(self.kind.batch([], self.kind.heartbeat()))
+            self._flushed = self._loop.time()
+            quiet = 0.0
+        self._beat = self._loop.call_later(interval - quiet, self._heartbeat)
+
+    def join(self) -> Tap:
+        """A new stream: it gets every event published from now on (what is pending was
+        published before it came, so that goes out first, to the others)."""
+        self.flush()
+        tap = Tap(self)
+        self._taps.add(tap)
+        self._feeds.streams += 1
+        return tap
+
+    def close(self) -> None:
+        self.closed = True
+        for tap in self._taps:
+            tap.wake()
+
+    def leave(self, tap: Tap) -> None:
+        if tap not in self._taps:
+            return
+        self._taps.discard(tap)
+        self._feeds.streams -= 1
+        if not self._taps:  # nobody is left: what is pending goes with the feed
+            if self._flush is not None:
+                self._flush.cancel()
+            self._beat.cancel()
+            self._feeds.drop(self._key, self)
+
+
+class Feeds:
+    """The feeds of one bus by stream kind and route, created with their first stream."""
+
+    def __init__(self, bus: EventBus, interval: float) -> None:
+        self.bus = bus
+        self.interval = interval  # seconds without a batch before streams get a heartbeat
+        self.limits = bus.limits
+        self.streams = 0  # streams of every feed together
+        self._feeds: dict[tuple[str, Route], Feed] = {}
+        self.closed = False
+
+    def join(self, name: str, route: Route, make: Callable[[], Kind]) -> Tap:
+        """A tap on the feed of streams of kind ``name`` on ``route`` (``make`` describes the
+        kind when the feed does not exist yet: streams of one name must filter and encode alike)."""
+        key = (name, route)
+        feed = self._feeds.get(key)
+        if feed is None:
+            feed = self._feeds[key] = Feed(self, key, make())
+            feed.closed = self.closed
+            self.bus.attach(feed, route)
+        return feed.join()
+
+    def close(self) -> None:
+        """End every stream (it writes its final chunk): the server is shutting down."""
+        self.closed = True
+        for feed in self._feeds.values():
+            feed.close()
+
+    def drop(self, key: tuple[str, Route], feed: Feed) -> None:
+        if self._feeds.get(key) is feed:
+            del self._feeds[key]
+            self.bus.detach(feed, key[1])
+
+    def spacing(self) -> float:
+        """How long a feed waits between batches under sustained traffic."""
+        return min(MAX_WRITE_INTERVAL, self.streams / WRITES_PER_SECOND)
