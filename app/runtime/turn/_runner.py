@@ -26,7 +26,7 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.config import ConfigError
+from app.config import ConfigError, reading
 from app.events.log import Transaction
 from app.events.model import Event
 from app.jsonutil import loads
@@ -143,7 +143,8 @@ class Runner:
         turn = Turn()
         try:
             steps = 1
-            more = await self._step(session_id, batch, signal, turn)
+            with reading():  # each step reads the configuration once (an edit applies to the next)
+                more = await self._step(session_id, batch, signal, turn)
             while more:
                 steers = [
                     row
@@ -151,9 +152,10 @@ class Runner:
                     if row.delivery == "steer" and row.promoted_seq is None and not is_compaction(row)
                 ]
                 steps += 1
-                more = await self._step(
-                    session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
-                )
+                with reading():
+                    more = await self._step(
+                        session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
+                    )
         finally:
             for input_id in turn.inputs:
                 self.inputs.waiters.settle(input_id)
