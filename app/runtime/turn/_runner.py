@@ -299,7 +299,8 @@ class Runner:
         async with self.infra.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model, end, changed)
             await recorder.complete(tx, [] if more else turn.inputs)
-            await self.sessions.service.mutate(tx, session_id, lambda s: _add_usage(s, usage))
+            # As it now stands: a title stored during the step is not asked for again.
+            session = await self.sessions.service.mutate(tx, session_id, lambda s: _add_usage(s, usage))
             if snapshot is not None:
                 await tx.emit(
                     "session.next.compaction.ended",
