@@ -103,17 +103,15 @@ class Permissions(PendingRequests[Pending]):
             *({"permission": row[2], "pattern": row[3], "action": "allow"} for row in saved),
         ]
 
-    async def disabled_tools(self, session: dict[str, Any], agent: str | None, names: list[str]) -> set[str]:
-        """Tools a rule denies outright: they are not offered to the model at all (``write`` and
-        ``edit`` both fall under the ``edit`` permission, as in OpenCode)."""
-        rules = await self.rules_for(session, agent)
+    @staticmethod
+    def disabled_tools(rules: list[Rule], names: list[str]) -> set[str]:
+        """Tools ``rules`` (``rules_for``) deny outright: they are not offered to the model at all
+        (``write`` and ``edit`` both fall under the ``edit`` permission, as in OpenCode)."""
         return {name for name in names if evaluate(PERMISSION_OF.get(name, name), "*", rules) == "deny"}
 
-    async def denied(
-        self, session: dict[str, Any], agent: str | None, permission: str, patterns: list[str]
-    ) -> set[str]:
-        """The patterns a rule denies ``permission`` for (skills an agent may not load are not listed)."""
-        rules = await self.rules_for(session, agent)
+    @staticmethod
+    def denied(rules: list[Rule], permission: str, patterns: list[str]) -> set[str]:
+        """The patterns ``rules`` deny ``permission`` for (skills an agent may not load are not listed)."""
         return {p for p in patterns if evaluate(permission, p, rules) == "deny"}
 
     async def ask(
