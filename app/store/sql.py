@@ -249,8 +249,17 @@ PART_IDS_FROM = compile_sql(
 MESSAGE_COUNT = compile_sql(
     select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id"))
 )
+# With whether each message is a prompt admitted and not yet promoted into a step (the model's
+# context leaves those out): one read where a step made two.
 MESSAGES_AFTER_SEQ = compile_sql(
-    select(messages.c.id, messages.c.info)
+    select(
+        messages.c.id,
+        messages.c.info,
+        select(inputs.c.id)
+        .where(inputs.c.id == messages.c.id, inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None))
+        .exists()
+        .label("waiting"),
+    )
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
     .order_by(messages.c.seq, messages.c.id)
 )
@@ -276,11 +285,6 @@ UNSETTLED_INPUTS = compile_sql(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
     .order_by(inputs.c.admitted_seq)
-)
-WAITING_USER_IDS = compile_sql(
-    select(inputs.c.id).where(
-        inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None)
-    )
 )
 
 

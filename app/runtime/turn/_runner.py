@@ -269,11 +269,9 @@ class Runner:
             request = ChatRequest(
                 model=model,
                 system=system + skills,
-                # Prompts admitted but still waiting (read now: more may have arrived) are not
-                # shown to the model yet.
-                messages=await model_messages(
-                    tail, await self.infra.queries.waiting_user_ids(session_id), model, directory
-                ),
+                # Prompts admitted but still waiting (read with the window) are not shown to the
+                # model yet.
+                messages=await model_messages(tail, context.waiting, model, directory),
                 session_id=session_id,
                 tools=tools,
                 **tuning,
