@@ -189,9 +189,19 @@ class Queries:
     async def messages_after_seq(self, session_id: str, seq: int) -> tuple[list[MessageWithParts], set[str]]:
         """Messages that entered the session after log position ``seq``, in entry order, and the
         ids of those that are prompts admitted but not yet promoted into a step."""
-        rows = await self.db.fetch(sql.MESSAGES_AFTER_SEQ, {"session_id": session_id, "seq": seq})
-        waiting = {row[0] for row in rows if row[2]}
-        return [m.decode() for m in await self._with_parts(session_id, rows, whole_session=False)], waiting
+        found: dict[str, RawMessage] = {}
+        waiting: set[str] = set()
+        for message_id, info, is_waiting, part in await self.db.fetch(
+            sql.MESSAGES_AFTER_SEQ, {"session_id": session_id, "seq": seq}
+        ):
+            message = found.get(message_id)
+            if message is None:
+                message = found[message_id] = RawMessage(message_id, info, [])
+                if is_waiting:
+                    waiting.add(message_id)
+            if part is not None:
+                message.parts.append(part)
+        return [m.decode() for m in found.values()], waiting
 
     async def latest_snapshot(self, session_id: str) -> Row | None:
         return await self.db.fetch_one(sql.LATEST_SNAPSHOT, {"session_id": session_id})

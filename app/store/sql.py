@@ -249,8 +249,9 @@ PART_IDS_FROM = compile_sql(
 MESSAGE_COUNT = compile_sql(
     select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id"))
 )
-# With whether each message is a prompt admitted and not yet promoted into a step (the model's
-# context leaves those out): one read where a step made two.
+# The messages after a log position with their parts (a row per part, one with no part for a
+# message without any) and whether each is a prompt admitted and not yet promoted into a step (the
+# model's context leaves those out): one read where a step made three.
 MESSAGES_AFTER_SEQ = compile_sql(
     select(
         messages.c.id,
@@ -259,9 +260,11 @@ MESSAGES_AFTER_SEQ = compile_sql(
         .where(inputs.c.id == messages.c.id, inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None))
         .exists()
         .label("waiting"),
+        parts.c.data,
     )
+    .select_from(messages.outerjoin(parts, parts.c.message_id == messages.c.id))
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
-    .order_by(messages.c.seq, messages.c.id)
+    .order_by(messages.c.seq, messages.c.id, parts.c.id)
 )
 FORK_TITLES = compile_sql(
     select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
