@@ -12,9 +12,12 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from platformdirs import user_config_dir
 
@@ -25,8 +28,55 @@ _COMMENT = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.S)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 
 
+T = TypeVar("T")
+
+
 class ConfigError(ValueError):
     """The configuration file exists but cannot be used; the message names the file."""
+
+
+class _Reading:
+    """The configuration as one piece of work saw it (see ``reading``): what was looked up, by key."""
+
+    __slots__ = ("memo", "open")
+
+    def __init__(self) -> None:
+        self.memo: dict[Hashable, Any] = {}
+        self.open = True
+
+
+_READING: ContextVar[_Reading | None] = ContextVar("config_reading", default=None)
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """Within the block (a prompt's admission, a turn's step) the configuration files are checked
+    on disk once per directory, and what ``memoized`` derives from them is computed once: a step
+    looks its configuration up a dozen times, and each look-up stat()ed up to six files. An
+    edit takes effect from the next block on. A block nested in another one shares it; a task
+    started inside the block stops sharing it when the block ends."""
+    if (outer := _READING.get()) is not None and outer.open:
+        yield
+        return
+    current = _Reading()
+    token = _READING.set(current)
+    try:
+        yield
+    finally:
+        current.open = False
+        _READING.reset(token)
+
+
+def memoized(key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``, once per ``reading`` block for ``key`` (every time outside one). ``key``
+    names the owner too (e.g. ``(self, directory)``): several loaders may share a block."""
+    current = _READING.get()
+    if current is None or not current.open:
+        return compute()
+    if key in current.memo:
+        return current.memo[key]
+    value = current.memo[key] = compute()
+    return value
 
 
 def _strip_jsonc(text: str) -> str:
@@ -122,7 +172,7 @@ def _candidates(directory: Path, user_dir: Path) -> tuple[str, ...]:
 
 def _stamp(candidates: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
     """The candidates that are regular files now, with their mtime and size: one ``stat`` each
-    (configuration is looked up many times per turn, so this is what a look-up costs)."""
+    (what a look-up costs outside a ``reading`` block)."""
     found = []
     for path in candidates:
         try:
@@ -170,6 +220,11 @@ class ConfigLoader:
         return self._user_dir
 
     def load(self, directory: str) -> OpenCodeConfig:
+        """The directory's configuration: as the files are now, or as the enclosing ``reading``
+        block first saw them."""
+        return memoized((self, directory), lambda: self._load(directory))
+
+    def _load(self, directory: str) -> OpenCodeConfig:
         candidates = self._candidates.get(directory)
         if candidates is None:
             candidates = self._candidates[directory] = _candidates(Path(directory), self._user_dir)

@@ -27,13 +27,30 @@ PREFIXES = {
     "pty": "pty",
 }
 
+_TAIL = 14
+# Random bytes are drawn from the OS this many ids at a time: a getrandom() call per id was most
+# of an id's cost (system calls are slow here).
+_POOL_IDS = 256
+
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
+_pool = b""
+_pool_at = 0
 
 
-def _next_value() -> int:
-    global _last_ms, _counter
+def _forget_pool() -> None:
+    """A forked child must not hand out its parent's random tails."""
+    global _pool, _pool_at
+    _pool, _pool_at = b"", 0
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _next() -> tuple[int, bytes]:
+    """The next monotonic value and random tail (base62 characters), under one lock."""
+    global _last_ms, _counter, _pool, _pool_at
     with _lock:
         now = int(time.time() * 1000)
         if now > _last_ms:
@@ -41,17 +58,19 @@ def _next_value() -> int:
         _counter += 1
         if _counter >= 0x1000:  # more than 4095 ids in one ms: borrow the next millisecond
             _last_ms, _counter = _last_ms + 1, 1
-        return _last_ms * 0x1000 + _counter
+        if _pool_at >= len(_pool):
+            _pool, _pool_at = os.urandom(_TAIL * _POOL_IDS).translate(_BYTE_TO_BASE62), 0
+        tail = _pool[_pool_at : _pool_at + _TAIL]
+        _pool_at += _TAIL
+        return _last_ms * 0x1000 + _counter, tail
 
 
 def new_id(kind: str, *, descending: bool = False) -> str:
     prefix = PREFIXES[kind]
-    value = _next_value()
+    value, tail = _next()
     if descending:
         value = ~value
-    head = (value & _MASK48).to_bytes(6, "big").hex()
-    tail = os.urandom(14).translate(_BYTE_TO_BASE62).decode()
-    return f"{prefix}_{head}{tail}"
+    return f"{prefix}_{value & _MASK48:012x}{tail.decode()}"
 
 
 def session_id() -> str:

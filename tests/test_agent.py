@@ -108,6 +108,24 @@ def test_always_is_saved_across_a_restart(settings: Settings, tmp_path: Path) ->
         assert forgotten.status_code == 204 and client.get("/api/permission/saved").json()["data"] == []
 
 
+def test_a_forgotten_always_asks_again_on_the_next_turn(server: ThreadServer, client: httpx.Client) -> None:
+    """Saved rules are kept between turns on SQLite; saving and forgetting one both apply at once."""
+    sid = create_session(client, permission=ASK_BASH)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("TOOL:bash echo once"))
+        client.post(f"/permission/{_asked(events, sid)['id']}/reply", json={"reply": "always"})
+        events.wait_idle(sid)
+    reply = client.post(f"/session/{sid}/message", json=text_prompt("TOOL:bash echo again")).json()
+    assert reply["parts"][1]["text"] == "Tool result seen: again "  # no question asked
+    saved = client.get("/api/permission/saved").json()["data"]
+    assert client.delete(f"/api/permission/saved/{saved[0]['id']}").status_code == 204
+    with EventCollector(f"{server.url}/event") as events:
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("TOOL:bash echo third"))
+        assert _asked(events, sid)["patterns"] == ["echo third"]
+        client.post(f"/permission/{_asked(events, sid)['id']}/reply", json={"reply": "once"})
+        events.wait_idle(sid)
+
+
 def test_abort_kills_bash_and_leaves_no_request(server: ThreadServer, client: httpx.Client, project_dir: Path) -> None:
     sid = create_session(client)["id"]
     with EventCollector(f"{server.url}/event") as events:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.config import ConfigError, ConfigLoader, OpenCodeConfig, ProviderConfig
+from app.config import ConfigError, ConfigLoader, OpenCodeConfig, ProviderConfig, memoized
 from app.providers import catalog
 from app.providers.base import ModelInfo, Provider, missing_key_message
 from app.providers.credentials import Credentials
@@ -214,6 +214,11 @@ class ProviderRegistry:
         self._views: dict[str, _View] = {}
 
     def _view(self, directory: str) -> _View:
+        """The directory's view, checked against the credentials file and the environment once
+        per configuration ``reading`` (a stat and a hundred variables each time)."""
+        return memoized((self, directory), lambda: self._current_view(directory))
+
+    def _current_view(self, directory: str) -> _View:
         config = self._config.load(directory)
         stamp = (self.credentials.version(), _env_stamp(config))
         view = self._views.get(directory)

@@ -10,7 +10,7 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.config import ConfigError
+from app.config import ConfigError, reading
 from app.events.feed import Feeds
 from app.events.model import Event
 from app.providers.registry import ModelRef
@@ -158,12 +158,14 @@ class Runtime:
 
     async def prompt(self, session_id: str, request: PromptRequest, *, resume: bool = True) -> Admitted:
         """Admit, then wake the session's drain (unless ``resume`` is false: a running drain still
-        picks the prompt up). Returns once the prompt is durable."""
-        admitted = await self.admission.admit(session_id, request)
-        directory = self.sessions.cached_directory(session_id)
-        if directory is not None:
-            self.workspace.watch(directory)
-            self.extensions.warm(directory)  # MCP servers connect meanwhile; admission never waits
+        picks the prompt up). Returns once the prompt is durable. The configuration is read once
+        for all of it."""
+        with reading():
+            admitted = await self.admission.admit(session_id, request)
+            directory = self.sessions.cached_directory(session_id)
+            if directory is not None:
+                self.workspace.watch(directory)
+                self.extensions.warm(directory)  # MCP servers connect meanwhile; admission never waits
         if resume and not request.no_reply:
             self.coordinator.wake(session_id)
         return admitted

@@ -186,10 +186,22 @@ class Queries:
         row = await self.db.fetch_one(sql.MESSAGE_COUNT, {"session_id": session_id})
         return int(row[0]) if row else 0
 
-    async def messages_after_seq(self, session_id: str, seq: int) -> list[MessageWithParts]:
-        """Messages that entered the session after log position ``seq``, in entry order."""
-        rows = await self.db.fetch(sql.MESSAGES_AFTER_SEQ, {"session_id": session_id, "seq": seq})
-        return [m.decode() for m in await self._with_parts(session_id, rows, whole_session=False)]
+    async def messages_after_seq(self, session_id: str, seq: int) -> tuple[list[MessageWithParts], set[str]]:
+        """Messages that entered the session after log position ``seq``, in entry order, and the
+        ids of those that are prompts admitted but not yet promoted into a step."""
+        found: dict[str, RawMessage] = {}
+        waiting: set[str] = set()
+        for message_id, info, is_waiting, part in await self.db.fetch(
+            sql.MESSAGES_AFTER_SEQ, {"session_id": session_id, "seq": seq}
+        ):
+            message = found.get(message_id)
+            if message is None:
+                message = found[message_id] = RawMessage(message_id, info, [])
+                if is_waiting:
+                    waiting.add(message_id)
+            if part is not None:
+                message.parts.append(part)
+        return [m.decode() for m in found.values()], waiting
 
     async def latest_snapshot(self, session_id: str) -> Row | None:
         return await self.db.fetch_one(sql.LATEST_SNAPSHOT, {"session_id": session_id})
@@ -258,7 +270,3 @@ class Queries:
 
     async def sessions_with_unsettled_inputs(self) -> list[str]:
         return [row[0] for row in await self.db.fetch(sql.SESSIONS_WITH_UNSETTLED_INPUTS)]
-
-    async def waiting_user_ids(self, session_id: str) -> set[str]:
-        """User messages admitted but not yet promoted into a step."""
-        return {row[0] for row in await self.db.fetch(sql.WAITING_USER_IDS, {"session_id": session_id})}

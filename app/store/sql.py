@@ -249,10 +249,22 @@ PART_IDS_FROM = compile_sql(
 MESSAGE_COUNT = compile_sql(
     select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id"))
 )
+# The messages after a log position with their parts (a row per part, one with no part for a
+# message without any) and whether each is a prompt admitted and not yet promoted into a step (the
+# model's context leaves those out): one read where a step made three.
 MESSAGES_AFTER_SEQ = compile_sql(
-    select(messages.c.id, messages.c.info)
+    select(
+        messages.c.id,
+        messages.c.info,
+        select(inputs.c.id)
+        .where(inputs.c.id == messages.c.id, inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None))
+        .exists()
+        .label("waiting"),
+        parts.c.data,
+    )
+    .select_from(messages.outerjoin(parts, parts.c.message_id == messages.c.id))
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
-    .order_by(messages.c.seq, messages.c.id)
+    .order_by(messages.c.seq, messages.c.id, parts.c.id)
 )
 FORK_TITLES = compile_sql(
     select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
@@ -276,11 +288,6 @@ UNSETTLED_INPUTS = compile_sql(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
     .order_by(inputs.c.admitted_seq)
-)
-WAITING_USER_IDS = compile_sql(
-    select(inputs.c.id).where(
-        inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None)
-    )
 )
 
 

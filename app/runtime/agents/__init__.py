@@ -10,7 +10,7 @@ Invariant: a reply (to a permission or a question) is taken before anything is a
 request answered once is never answered again (an abort that wins makes the reply a 404).
 """
 
-from app.runtime.agents._definitions import Agents, tools_rules
+from app.runtime.agents._definitions import Agents, Rule, tools_rules
 from app.runtime.agents._domain import AgentsDomain
 from app.runtime.agents._permissions import Denied, Permissions, Rejected
 from app.runtime.agents._questions import QuestionRejected, Questions
@@ -23,5 +23,6 @@ __all__ = [
     "QuestionRejected",
     "Questions",
     "Rejected",
+    "Rule",
     "tools_rules",
 ]

@@ -90,30 +90,47 @@ class Permissions(PendingRequests[Pending]):
         self.log = log
         self.config = config
         self.agents = agents
+        # Saved rules per project, kept where this process is the database's only writer (SQLite):
+        # every step read them. ``_saves`` counts changes, so a read that raced one is not kept.
+        self._saved: dict[str, list[Rule]] = {}
+        self._saves = 0
 
     def not_found(self, request_id: str) -> Exception:
         return PermissionNotFound(request_id)
 
     async def rules_for(self, session: dict[str, Any], agent: str | None = None) -> list[Rule]:
-        saved = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": session["projectID"]})
         return [
             *self.agents.get(session["directory"], agent).rules,
             *config_rules(self.config.load(session["directory"]).raw.get("permission")),
             *(session.get("permission") or []),
-            *({"permission": row[2], "pattern": row[3], "action": "allow"} for row in saved),
+            *await self._saved_rules(session["projectID"]),
         ]
 
-    async def disabled_tools(self, session: dict[str, Any], agent: str | None, names: list[str]) -> set[str]:
-        """Tools a rule denies outright: they are not offered to the model at all (``write`` and
-        ``edit`` both fall under the ``edit`` permission, as in OpenCode)."""
-        rules = await self.rules_for(session, agent)
+    async def _saved_rules(self, project_id: str) -> list[Rule]:
+        """The ``always`` answers saved for the project, as allow rules (shared: not to be changed)."""
+        kept = self._saved.get(project_id)
+        if kept is not None:
+            return kept
+        saves = self._saves
+        rows = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": project_id})
+        rules = [{"permission": row[2], "pattern": row[3], "action": "allow"} for row in rows]
+        if not self.log.db.shared and saves == self._saves:
+            self._saved[project_id] = rules
+        return rules
+
+    def _changed_saved(self) -> None:
+        self._saves += 1
+        self._saved.clear()
+
+    @staticmethod
+    def disabled_tools(rules: list[Rule], names: list[str]) -> set[str]:
+        """Tools ``rules`` (``rules_for``) deny outright: they are not offered to the model at all
+        (``write`` and ``edit`` both fall under the ``edit`` permission, as in OpenCode)."""
         return {name for name in names if evaluate(PERMISSION_OF.get(name, name), "*", rules) == "deny"}
 
-    async def denied(
-        self, session: dict[str, Any], agent: str | None, permission: str, patterns: list[str]
-    ) -> set[str]:
-        """The patterns a rule denies ``permission`` for (skills an agent may not load are not listed)."""
-        rules = await self.rules_for(session, agent)
+    @staticmethod
+    def denied(rules: list[Rule], permission: str, patterns: list[str]) -> set[str]:
+        """The patterns ``rules`` deny ``permission`` for (skills an agent may not load are not listed)."""
         return {p for p in patterns if evaluate(permission, p, rules) == "deny"}
 
     async def ask(
@@ -203,6 +220,7 @@ class Permissions(PendingRequests[Pending]):
 
     async def _save(self, pending: Pending) -> None:
         async with self.log.db.write() as scope:
+            scope.after_commit(self._changed_saved)
             for pattern in pending.info["always"]:
                 scope.execute(
                     sql.INSERT_SAVED_PERMISSION,
@@ -222,6 +240,7 @@ class Permissions(PendingRequests[Pending]):
     async def forget(self, saved_id: str) -> None:
         async with self.log.db.write() as scope:
             scope.execute(sql.DELETE_SAVED_PERMISSION, {"id": saved_id})
+            scope.after_commit(self._changed_saved)
 
 
 def _v2_request(info: dict[str, Any]) -> dict[str, Any]:

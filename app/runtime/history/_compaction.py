@@ -48,10 +48,12 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """What the model sees next: the newest summary (if any) and the messages after it."""
+    """What the model sees next: the newest summary (if any) and the messages after it, less the
+    prompts admitted but not yet promoted into a step (``waiting``: their ids)."""
 
     snapshot: Snapshot | None
     tail: list[MessageWithParts]
+    waiting: frozenset[str] = frozenset()
 
     @property
     def version(self) -> int:
@@ -103,8 +105,8 @@ class Snapshots:
 
     async def window(self, session_id: str) -> Window:
         snapshot = await self.latest(session_id)
-        tail = await self.queries.messages_after_seq(session_id, snapshot.through_seq if snapshot else -1)
-        return Window(snapshot, [m for m in tail if not is_bookkeeping(m)])
+        tail, waiting = await self.queries.messages_after_seq(session_id, snapshot.through_seq if snapshot else -1)
+        return Window(snapshot, [m for m in tail if not is_bookkeeping(m)], frozenset(waiting))
 
     async def write(
         self, session_id: str, *, replaces: int, through_seq: int, message_id: str, reason: str, summary: str

@@ -7,6 +7,7 @@ empty assistant messages (aborted before any text) are skipped.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from app.jsonutil import dumps
@@ -44,7 +45,7 @@ def _tool_message(part: dict[str, Any], model: ModelInfo) -> dict[str, Any]:
 
 
 def chat_messages(
-    history: list[MessageWithParts], queued_user_ids: set[str], model: ModelInfo, directory: str
+    history: list[MessageWithParts], queued_user_ids: AbstractSet[str], model: ModelInfo, directory: str
 ) -> list[dict[str, Any]]:
     """OpenAI chat messages: tool calls become an assistant ``tool_calls`` entry followed by one
     ``tool`` message per call, with its result. Files (the user's, and tools' attachments) become
@@ -83,7 +84,7 @@ def chat_messages(
 
 
 async def model_messages(
-    history: list[MessageWithParts], queued_user_ids: set[str], model: ModelInfo, directory: str
+    history: list[MessageWithParts], queued_user_ids: AbstractSet[str], model: ModelInfo, directory: str
 ) -> list[dict[str, Any]]:
     """``chat_messages``, in a worker thread only when the history mentions project files (reading
     them blocks); a text-only history is translated at once, without a thread hand-off per step."""

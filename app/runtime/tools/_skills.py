@@ -68,12 +68,14 @@ def parse(path: Path) -> Skill | None:
     return Skill(name, description, str(path), match.group(2))
 
 
-def _found(root: Path, subdirs: tuple[str, ...]) -> list[Path]:
+def _found(root: str, subdirs: tuple[str, ...]) -> list[Path]:
+    """The SKILL.md files under ``root/<subdir>``. Paths are strings until a folder exists: every
+    step of a turn looks in six folders, and pathlib's objects cost more than the look itself."""
     found: list[Path] = []
     for sub in subdirs:
-        base = root / sub if sub else root
-        if base.is_dir():
-            found += sorted(p for p in base.rglob("SKILL.md") if p.is_file())
+        base = os.path.join(root, sub) if sub else root
+        if os.path.isdir(base):
+            found += sorted(p for p in Path(base).rglob("SKILL.md") if p.is_file())
     return found
 
 
@@ -84,14 +86,14 @@ class Skills:
         self.config = config
 
     def all(self, directory: str) -> list[Skill]:
-        root = Path(directory)
-        files = _found(root / ".claude", ("skills",)) + _found(root / ".agents", ("skills",))
-        for config_dir in (self.config.user_dir, root / ".opencode"):
+        files = _found(os.path.join(directory, ".claude"), ("skills",))
+        files += _found(os.path.join(directory, ".agents"), ("skills",))
+        for config_dir in (str(self.config.user_dir), os.path.join(directory, ".opencode")):
             files += _found(config_dir, ("skill", "skills"))
         paths = (self.config.load(directory).raw.get("skills") or {}).get("paths") or []
         for item in paths if isinstance(paths, list) else []:
             if isinstance(item, str):
-                files += _found(root / Path(item).expanduser(), ("",))
+                files += _found(os.path.join(directory, os.path.expanduser(item)), ("",))
         skills: dict[str, Skill] = {}
         for path in files:
             skill = parse(path)

@@ -26,7 +26,7 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.config import ConfigError
+from app.config import ConfigError, reading
 from app.events.log import Transaction
 from app.events.model import Event
 from app.jsonutil import loads
@@ -43,6 +43,7 @@ from app.providers.base import (
 from app.providers.options import tune
 from app.providers.registry import ModelNotFoundError, ModelRef
 from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.agents import Rule
 from app.runtime.errors import Conflict
 from app.runtime.history import (
     SUMMARY_INSTRUCTION,
@@ -143,7 +144,8 @@ class Runner:
         turn = Turn()
         try:
             steps = 1
-            more = await self._step(session_id, batch, signal, turn)
+            with reading():  # each step reads the configuration once (an edit applies to the next)
+                more = await self._step(session_id, batch, signal, turn)
             while more:
                 steers = [
                     row
@@ -151,9 +153,10 @@ class Runner:
                     if row.delivery == "steer" and row.promoted_seq is None and not is_compaction(row)
                 ]
                 steps += 1
-                more = await self._step(
-                    session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
-                )
+                with reading():
+                    more = await self._step(
+                        session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
+                    )
         finally:
             for input_id in turn.inputs:
                 self.inputs.waiters.settle(input_id)
@@ -259,18 +262,16 @@ class Runner:
             context = await self.history.snapshots.window(session_id)
             tail = [m for m in context.tail if m["info"]["id"] != info["id"]]
             summary = context.snapshot.summary if context.snapshot else None
-            tools = None if last_step else await self._tool_specs(session, agent, model.model_id)
+            tools, skills = (None, []) if last_step else await self._offered(session, agent, model.model_id)
             system = system_prompts(
                 directory, prompt.get("system"), summary, self.inputs.admission.agents.get(directory, agent).prompt
             )
             request = ChatRequest(
                 model=model,
-                system=system + await self._skills_prompt(session, agent, tools),
-                # Prompts admitted but still waiting (read now: more may have arrived) are not
-                # shown to the model yet.
-                messages=await model_messages(
-                    tail, await self.infra.queries.waiting_user_ids(session_id), model, directory
-                ),
+                system=system + skills,
+                # Prompts admitted but still waiting (read with the window) are not shown to the
+                # model yet.
+                messages=await model_messages(tail, context.waiting, model, directory),
                 session_id=session_id,
                 tools=tools,
                 **tuning,
@@ -297,7 +298,8 @@ class Runner:
         async with self.infra.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model, end, changed)
             await recorder.complete(tx, [] if more else turn.inputs)
-            await self.sessions.service.mutate(tx, session_id, lambda s: _add_usage(s, usage))
+            # As it now stands: a title stored during the step is not asked for again.
+            session = await self.sessions.service.mutate(tx, session_id, lambda s: _add_usage(s, usage))
             if snapshot is not None:
                 await tx.emit(
                     "session.next.compaction.ended",
@@ -328,18 +330,29 @@ class Runner:
         end = await self.snapshots.track(directory) or start
         return end, await self.snapshots.changed(directory, start, end)
 
-    async def _tool_specs(self, session: dict[str, Any], agent: str, model_id: str) -> list[dict[str, Any]] | None:
+    async def _offered(
+        self, session: dict[str, Any], agent: str, model_id: str
+    ) -> tuple[list[dict[str, Any]] | None, list[str]]:
+        """The tools offered to ``model_id`` and the system prompt listing the skills, under the
+        agent's permission rules (read once for both)."""
+        rules = await self.toolcalls.permissions.rules_for(session, agent)
+        tools = await self._tool_specs(session, rules, model_id)
+        return tools, self._skills_prompt(session, rules, tools)
+
+    async def _tool_specs(
+        self, session: dict[str, Any], rules: list[Rule], model_id: str
+    ) -> list[dict[str, Any]] | None:
         """The built-in tools ``model_id`` is offered, then the MCP servers' (waiting for servers
         still connecting)."""
         offered = offered_for(model_id)
         mcp = {n: t for n, t in (await self.toolcalls.extensions.tools(session["directory"])).items() if n not in TOOLS}
-        disabled = await self.toolcalls.permissions.disabled_tools(session, agent, [*offered, *mcp])
+        disabled = self.toolcalls.permissions.disabled_tools(rules, [*offered, *mcp])
         names = [name for name in offered if name not in disabled]
         specs = function_specs(names) + [tool.function_spec for name, tool in mcp.items() if name not in disabled]
         return specs or None
 
-    async def _skills_prompt(
-        self, session: dict[str, Any], agent: str, tools: list[dict[str, Any]] | None
+    def _skills_prompt(
+        self, session: dict[str, Any], rules: list[Rule], tools: list[dict[str, Any]] | None
     ) -> list[str]:
         """OpenCode lists the skills an agent may load in the system prompt, when it offers ``skill``
         (with none to load, nothing is added: the request stays as it was without skills)."""
@@ -347,7 +360,7 @@ class Runner:
         if skills is None or not any(t["function"]["name"] == "skill" for t in tools or []):
             return []
         found = skills.all(session["directory"])
-        denied = await self.toolcalls.permissions.denied(session, agent, "skill", [s.name for s in found])
+        denied = self.toolcalls.permissions.denied(rules, "skill", [s.name for s in found])
         allowed = [s for s in found if s.name not in denied]
         if not allowed:
             return []

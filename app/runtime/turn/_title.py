@@ -30,7 +30,9 @@ class TitleGenerator:
         self._sessions = sessions
         self._registry = registry
         self._agents = agents
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Per session, the title being generated: the session's next turns (queued prompts) end
+        # before it is stored, and asking the model for another title each time is wasted work.
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def _model(self, directory: str, turn_model: ModelRef) -> tuple[Provider, ModelInfo]:
         agent = self._agents.all(directory).get("title")
@@ -41,16 +43,16 @@ class TitleGenerator:
     def schedule(self, session: dict[str, Any], user_text: str, turn_model: ModelRef) -> None:
         """A title for a session still under its default one, written by the model OpenCode
         would pick for a turn on ``turn_model`` (chosen only when a title is wanted)."""
-        if not is_default_title(session["title"]) or not user_text.strip():
+        if not is_default_title(session["title"]) or not user_text.strip() or session["id"] in self._tasks:
             return
         try:
             provider, model = self._model(session["directory"], turn_model)
         except (ModelNotFoundError, ConfigError) as exc:  # opencode.json changed since the turn began
             log.info("no model for the title of %s: %s", session["id"], exc)
             return
-        task = asyncio.create_task(self._generate(session["id"], user_text, provider, model))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        session_id = session["id"]
+        task = self._tasks[session_id] = asyncio.create_task(self._generate(session_id, user_text, provider, model))
+        task.add_done_callback(lambda _task: self._tasks.pop(session_id, None))
 
     async def _generate(self, session_id: str, user_text: str, provider: Provider, model: ModelInfo) -> None:
         # A title outlives the drain that scheduled it: it writes under no drain lease (a rename
@@ -85,7 +87,8 @@ class TitleGenerator:
 
     async def stop(self) -> None:
         """At shutdown: a title is not worth waiting for (a remote model may take long)."""
-        for task in self._tasks:
+        tasks = list(self._tasks.values())
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
