@@ -87,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
-    server = Server(config, app.state.runtime)
+    server = Server(config, app.state.runtime, freeze_heap=True)
     with suppress(KeyboardInterrupt):
         server.run()
     return 0 if server.started else STARTUP_FAILURE

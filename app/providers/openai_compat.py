@@ -120,6 +120,11 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
+def warm() -> None:
+    """Load the CA bundle ahead of the first request (``registry.load_modules``)."""
+    _tls_context()
+
+
 class OpenAICompatibleProvider:
     """One HTTP client (a keep-alive connection pool) per provider, URL and key. ``missing_key``:
     the provider needs a key and has none; each request fails with a ProviderAuthError saying so."""

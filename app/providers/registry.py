@@ -6,6 +6,7 @@ are reused across turns."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -67,12 +68,24 @@ class NativeProvider:
     package: str  # the npm package a provider block may name and still mean this provider
     key_env: str  # the environment variable its key comes from (named when it is missing)
     create: Callable[[str, str | None, str | None, dict[str, str]], Provider]
+    modules: tuple[str, ...]  # what its first request imports (``ProviderRegistry.first_use``)
 
 
 NATIVE = {
-    "anthropic": NativeProvider(ANTHROPIC_PACKAGE, "ANTHROPIC_API_KEY", _anthropic),
-    "openai": NativeProvider(OPENAI_PACKAGE, "OPENAI_API_KEY", _openai),
+    "anthropic": NativeProvider(
+        ANTHROPIC_PACKAGE, "ANTHROPIC_API_KEY", _anthropic, ("app.providers.anthropic", "anthropic")
+    ),
+    "openai": NativeProvider(OPENAI_PACKAGE, "OPENAI_API_KEY", _openai, ("app.providers.openai_responses", "openai")),
 }
+OPENAI_COMPATIBLE_MODULES = ("app.providers.openai_compat",)
+
+
+def load_modules(modules: tuple[str, ...]) -> None:
+    """Import ``modules`` and run their ``warm()`` if they have one (a thread may do this)."""
+    for name in modules:
+        warm = getattr(importlib.import_module(name), "warm", None)
+        if warm is not None:
+            warm()
 
 
 class ModelNotFoundError(LookupError):
@@ -258,6 +271,16 @@ class ProviderRegistry:
             provider_id, model_id = configured.split("/", 1)
             return ModelRef(provider_id, model_id)
         return ModelRef(ECHO_MODEL.provider_id, ECHO_MODEL.model_id)
+
+    def first_use(self, directory: str) -> tuple[str, ...]:
+        """The modules the first turn on ``directory``'s default model imports (its client, its
+        SDK): loaded on a thread while the server is idle after start-up (``load_modules``),
+        they no longer stall the event loop, and every request on it, during that turn."""
+        ref = self.default_model(directory)
+        if (ref.provider_id, ref.model_id) == (ECHO_MODEL.provider_id, ECHO_MODEL.model_id):
+            return ()
+        native = NATIVE.get(ref.provider_id)
+        return native.modules if native is not None else OPENAI_COMPATIBLE_MODULES
 
     def resolve(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo]:
         """The client and description of a model; a model no connected provider offers raises

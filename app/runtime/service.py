@@ -13,7 +13,7 @@ from app.clock import now_ms
 from app.config import ConfigError, reading
 from app.events.feed import Feeds
 from app.events.model import Event
-from app.providers.registry import ModelRef
+from app.providers.registry import ModelRef, load_modules
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import AgentsDomain
 from app.runtime.errors import PermissionNotFound, QuestionNotFound, SessionNotFound
@@ -93,6 +93,9 @@ class Runtime:
         await self.log.start()
         with suppress(ConfigError):  # read now so ignored plugins are named at start;
             self.config.load(self.settings.directory)  # a broken file is reported where it is used
+            modules = self.registry.first_use(self.settings.directory)
+            if modules:
+                self._background.append(asyncio.create_task(asyncio.to_thread(load_modules, modules)))
         await self._sessions.start(self.infra, self.files.changed_since)
         if self._sessions.cluster is not None:
             self._join_cluster(self._sessions.cluster)
