@@ -3,9 +3,11 @@
 Each scenario starts a fresh ``opensession serve`` (as ``bench/bench.py`` does) whose model is an
 instant OpenAI-compatible stub in a process of its own (``bench/stub.py``), declared in the
 project's opencode.json. The client runs in a third process (uvloop): it opens the scenario's
-``GET /event`` subscribers, then drives S sessions x P prompts concurrently through
-``prompt_async`` (each session posts its prompts back to back, the sessions in parallel) and
-waits until every session is idle. Then it checks every reply and every stream:
+``GET /event`` subscribers and one keep-alive connection per session, then drives S sessions x P
+prompts concurrently through ``prompt_async`` (each session posts its prompts back to back on its
+connection, the sessions in parallel) and waits until every session is idle. Subscribers and
+posters are raw HTTP/1.1 on asyncio (``Subscriber``, ``Poster``): the client shares the machine's
+CPUs with the server, and httpx would have cost it most of one. Then it checks every reply and every stream:
 
 - each session holds its P prompts in the order sent, and its last reply answers the last prompt;
 - each subscriber that kept up received every durable event (compared with a replay of the log

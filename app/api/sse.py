@@ -18,9 +18,9 @@ stream writes whatever batches it has in one send.
 The response is our own small ASGI app (``EventStream``), not sse-starlette's
 ``EventSourceResponse``: that one runs every send inside an anyio cancel scope (its send timeout),
 a task group and a per-message encode, which with 100 subscribers cost about as much as the sends
-themselves. Ours writes the ready-made chunks as ``http.response.body`` messages with
-``asyncio.timeout`` as the send timeout, watches ``receive`` in one task per stream to notice a
-client that went away, and ends with a proper final chunk. At shutdown the server
+themselves. Ours writes the ready-made chunks as ``http.response.body`` messages, watches
+``receive`` in one task per stream to notice a client that went away (the same task gives up a
+write that waits too long: the send timeout), and ends with a proper final chunk. At shutdown the server
 (app/api/server.py) ends the streams first, as sse-starlette did, so it does not wait for them.
 """
 
