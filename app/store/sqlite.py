@@ -133,9 +133,11 @@ class _Writer:
 
     Group commit: most of a small transaction's cost is its COMMIT, which writes every page it
     touched to the WAL (about 0.1 ms for an admission). So each transaction is a SAVEPOINT inside
-    one SQLite transaction that stays open until the end of the loop iteration, when one COMMIT
-    makes all of them durable; their ``when_durable`` callbacks (publishing) run then, in order,
-    and only then are their callers resumed (a prompt is acknowledged once durable, as before).
+    one SQLite transaction. The first one to end in a loop iteration commits at once (an idle
+    server adds no latency); those that end later in the same iteration, which only happens under
+    load, stay open until the iteration ends, when one COMMIT makes all of them durable. Their
+    ``when_durable`` callbacks (publishing) run at the commit, in order, and only then are their
+    callers resumed (a prompt is acknowledged once durable, as before).
     A transaction that fails rolls back to its savepoint and takes nothing else with it; a COMMIT
     that fails fails every transaction of the group (and ``on_lost_writes`` listeners drop what
     they cached from them).
@@ -154,6 +156,7 @@ class _Writer:
         self._group: _Group | None = None
         self._in_savepoint = False
         self._commit_due = False  # the iteration ended while a transaction was still open
+        self._committed_in_iteration = False  # then later transactions wait for its end
         self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opensession-sqlite-checkpoint")
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._checkpointing: asyncio.Future[None] | None = None
@@ -208,7 +211,7 @@ class _Writer:
         assert self._group is not None, "no transaction"
         group = self._group
         group.callbacks.extend(callbacks)
-        if self._commit_due:
+        if self._commit_due or not self._committed_in_iteration:
             self._commit_group()
         return group.committed
 
@@ -234,12 +237,18 @@ class _Writer:
             except Exception:  # one broken subscriber must not keep the others from their events
                 log.exception("a callback after commit failed")
         group.committed.set_result(None)
+        if not self._committed_in_iteration:
+            self._committed_in_iteration = True
+            asyncio.get_running_loop().call_soon(self._next_iteration)
         self._commits += 1
         if self._commits >= CHECKPOINT_EVERY and self._checkpointing is None:
             self._commits = 0
             loop = asyncio.get_running_loop()
             self._checkpointing = loop.run_in_executor(self._checkpointer, self._checkpoint)
             self._checkpointing.add_done_callback(self._checkpointed)
+
+    def _next_iteration(self) -> None:
+        self._committed_in_iteration = False
 
     def _checkpoint(self) -> None:
         if self._checkpoint_conn is None:
