@@ -187,3 +187,39 @@ async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wa
         assert wal < 4 * 1024 * 1024, f"the WAL grew to {wal} bytes: it is not being checkpointed"
     finally:
         await db.close()
+
+
+async def test_a_failing_transaction_that_held_up_a_group_commit_still_lets_it_commit(tmp_path: Path) -> None:
+    """Transactions that ended in one loop iteration after the first wait for its end; if one
+    still open then (it awaits something) fails instead of ending, the others commit all the same
+    and their callers resume."""
+    from app.store import sqlite as engine
+
+    db = engine.SqliteDatabase(f"sqlite:///{tmp_path / 'group.db'}")
+    await db.open()
+    try:
+        async with db.write() as scope:
+            scope.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)", {})
+        release = asyncio.Event()
+
+        async def insert(i: int) -> None:
+            async with db.write() as scope:
+                scope.execute("INSERT INTO t (id) VALUES (:id)", {"id": i})
+
+        async def slow_and_failing() -> None:
+            async with db.write() as scope:
+                scope.execute("INSERT INTO t (id) VALUES (:id)", {"id": 99})
+                await release.wait()  # open across the end of the iteration the others ended in
+                raise RuntimeError("gave up")
+
+        first, second = asyncio.create_task(insert(1)), asyncio.create_task(insert(2))
+        failing = asyncio.create_task(slow_and_failing())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 5)
+        with pytest.raises(RuntimeError):
+            await failing
+        assert [row[0] for row in await db.fetch("SELECT id FROM t ORDER BY id")] == [1, 2]
+    finally:
+        await db.close()

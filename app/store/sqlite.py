@@ -205,6 +205,8 @@ class _Writer:
             with contextlib.suppress(sqlite3.Error):
                 self._connection().execute("ROLLBACK TO tx")
                 self._connection().execute("RELEASE tx")
+            if self._commit_due:  # the transactions of the group before this one still commit
+                self._commit_group()
 
     def durable(self, callbacks: list[Callable[[], None]]) -> asyncio.Future[None]:
         """What the transaction just released waits on: its group's COMMIT."""
