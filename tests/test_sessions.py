@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from tests.helpers import create_session, text_prompt
+from tests.servers import ThreadServer
 
 DEFAULT_TITLE = re.compile(r"^New session - \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 
@@ -89,3 +94,37 @@ def test_todo_diff_and_status_when_idle(client: httpx.Client) -> None:
     assert client.get(f"/session/{session['id']}/todo").json() == []
     assert client.get(f"/session/{session['id']}/diff").json() == []
     assert client.get("/session/status").json() == {}
+
+
+def test_a_session_read_that_races_a_write_does_not_overwrite_it_in_the_cache(
+    server: ThreadServer, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session read from a reader connection while a write changes it returns the row as it
+    was; it must not then replace the written info in the cache (later reads, and the next
+    read-modify-write, would see the old row)."""
+    sid = create_session(client)["id"]
+    sessions = server.runtime.sessions
+    original = sessions.queries.session
+    read_done, let_go = threading.Event(), asyncio.Event()
+
+    async def slow_read(session_id: str) -> dict[str, Any] | None:
+        info = await original(session_id)
+        read_done.set()
+        await let_go.wait()
+        return info
+
+    monkeypatch.setattr(sessions.queries, "session", slow_read)
+
+    async def race() -> tuple[str, str]:
+        sessions._cache.clear()  # the next get reads the row
+        reading = asyncio.create_task(sessions.get(sid))
+        await asyncio.to_thread(read_done.wait, 5)
+        await sessions.update(sid, lambda info: info.update(title="renamed"))
+        let_go.set()
+        stale = await reading
+        return stale["title"], (await sessions.get(sid))["title"]
+
+    stale, now = asyncio.run_coroutine_threadsafe(race(), server.loop).result(10)
+    assert stale != "renamed"  # read before the write
+    assert now == "renamed"
+    assert client.get(f"/session/{sid}").json()["title"] == "renamed"

@@ -220,7 +220,7 @@ class Permissions(PendingRequests[Pending]):
 
     async def _save(self, pending: Pending) -> None:
         async with self.log.db.write() as scope:
-            scope.after_commit(self._changed_saved)
+            scope.when_durable(self._changed_saved)  # once readers see it
             for pattern in pending.info["always"]:
                 scope.execute(
                     sql.INSERT_SAVED_PERMISSION,
@@ -240,7 +240,7 @@ class Permissions(PendingRequests[Pending]):
     async def forget(self, saved_id: str) -> None:
         async with self.log.db.write() as scope:
             scope.execute(sql.DELETE_SAVED_PERMISSION, {"id": saved_id})
-            scope.after_commit(self._changed_saved)
+            scope.when_durable(self._changed_saved)  # once readers see it
 
 
 def _v2_request(info: dict[str, Any]) -> dict[str, Any]:

@@ -70,11 +70,14 @@ def is_default_title(title: str) -> bool:
 class _InfoCache:
     """Committed session infos (as JSON text) of recently used sessions, so the hot path does
     not re-read a row it wrote a moment ago. Entries change only after a commit (and are all
-    dropped if a commit other transactions already built on is lost)."""
+    dropped if a commit other transactions already built on is lost). A row read from a reader
+    connection is kept only if no write changed the cache while it was being read: else it may
+    be older than what the write put there."""
 
     def __init__(self, size: int = 2048) -> None:
         self._size = size
         self._entries: OrderedDict[str, str] = OrderedDict()
+        self.generation = 0  # changes with every put, drop and clear
 
     def get(self, session_id: str) -> dict[str, Any] | None:
         raw = self._entries.get(session_id)
@@ -84,15 +87,23 @@ class _InfoCache:
         return loads(raw)  # a fresh copy: callers may change it
 
     def put(self, info: dict[str, Any]) -> None:
+        self.generation += 1
         self._entries[info["id"]] = dumps(info)
         self._entries.move_to_end(info["id"])
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)
 
+    def put_read(self, info: dict[str, Any], generation: int) -> None:
+        """Keep ``info``, read when the cache was at ``generation``, unless it changed since."""
+        if generation == self.generation:
+            self.put(info)
+
     def drop(self, session_id: str) -> None:
+        self.generation += 1
         self._entries.pop(session_id, None)
 
     def clear(self) -> None:
+        self.generation += 1
         self._entries.clear()
 
 
@@ -164,10 +175,11 @@ class SessionService:
     async def get(self, session_id: str) -> dict[str, Any]:
         info = self._cache.get(session_id)
         if info is None:
+            generation = self._cache.generation
             info = await self.queries.session(session_id)
             if info is None:
                 raise SessionNotFound(session_id)
-            self._cache.put(info)
+            self._cache.put_read(info, generation)
         return info
 
     def cached_directory(self, session_id: str) -> str | None:
