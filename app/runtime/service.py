@@ -81,6 +81,8 @@ class Runtime:
         self.commands = self.turn.commands
         self.terminals = Terminals.build(infra)
         self._background: list[asyncio.Task[None]] = []
+        # Loading what the default model's first turn needs, on a thread, after start-up.
+        self.warming: asyncio.Task[None] | None = None
         self.started_ms = 0
 
     async def _drain(self, session_id: str, signal: AbortSignal) -> None:
@@ -95,7 +97,8 @@ class Runtime:
             self.config.load(self.settings.directory)  # a broken file is reported where it is used
             modules = self.registry.first_use(self.settings.directory)
             if modules:
-                self._background.append(asyncio.create_task(asyncio.to_thread(load_modules, modules)))
+                self.warming = asyncio.create_task(asyncio.to_thread(load_modules, modules))
+                self._background.append(self.warming)
         await self._sessions.start(self.infra, self.files.changed_since)
         if self._sessions.cluster is not None:
             self._join_cluster(self._sessions.cluster)
