@@ -268,7 +268,9 @@ async def _wait_idle(client: httpx.AsyncClient, sessions: set[str]) -> None:
 
 async def _drive(port: int, pid: int, scenario: Scenario, sessions: int, prompts: int) -> Outcome:
     outcome = Outcome()
-    limits = httpx.Limits(max_connections=sessions + 10, max_keepalive_connections=sessions + 10)
+    # Idle connections are dropped before the server's 5 s keep-alive timeout would close them
+    # under a request (a ReadError on a loaded machine, where the prompts take longer than that).
+    limits = httpx.Limits(max_connections=sessions + 10, max_keepalive_connections=sessions + 10, keepalive_expiry=4.0)
     async with httpx.AsyncClient(
         base_url=f"http://{HOST}:{port}", limits=limits, timeout=EVENT_TIMEOUT_S, trust_env=False
     ) as client:
