@@ -115,6 +115,9 @@ class ModelRef:
         return f"{self.provider_id}/{self.model_id}"
 
 
+ECHO_REF = ModelRef(ECHO_MODEL.provider_id, ECHO_MODEL.model_id)
+
+
 def _model_info(provider: ProviderConfig, model_id: str) -> ModelInfo:
     """The catalog's description of the model refined by its opencode.json entry; a malformed
     entry raises ``ConfigError``."""
@@ -270,14 +273,14 @@ class ProviderRegistry:
         if configured and "/" in configured:
             provider_id, model_id = configured.split("/", 1)
             return ModelRef(provider_id, model_id)
-        return ModelRef(ECHO_MODEL.provider_id, ECHO_MODEL.model_id)
+        return ECHO_REF
 
     def first_use(self, directory: str) -> tuple[str, ...]:
         """The modules the first turn on ``directory``'s default model imports (its client, its
         SDK): loaded on a thread while the server is idle after start-up (``load_modules``),
         they no longer stall the event loop, and every request on it, during that turn."""
         ref = self.default_model(directory)
-        if (ref.provider_id, ref.model_id) == (ECHO_MODEL.provider_id, ECHO_MODEL.model_id):
+        if ref == ECHO_REF:
             return ()
         native = NATIVE.get(ref.provider_id)
         return native.modules if native is not None else OPENAI_COMPATIBLE_MODULES
@@ -287,7 +290,7 @@ class ProviderRegistry:
         ``ModelNotFoundError`` with OpenCode's suggestions. Cached until opencode.json, the saved
         credentials or the key variables change, so a key saved with PUT /auth is used from the
         next turn on."""
-        if (ref.provider_id, ref.model_id) == (ECHO_MODEL.provider_id, ECHO_MODEL.model_id):
+        if ref == ECHO_REF:
             return self._echo, ECHO_MODEL
         view = self._view(directory)
         found = view.resolved.get(ref)
