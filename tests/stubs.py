@@ -39,6 +39,7 @@ class Stub:
     paths: list[str] = field(default_factory=list)
     connections: int = 0  # TCP connections accepted (a client reusing its connection opens one)
     answer: Callable[[dict[str, Any]], Answer] = lambda _body: Answer()
+    recording: threading.Lock = field(default_factory=threading.Lock)
 
     def chat(self) -> list[dict[str, Any]]:
         """The turns' requests (not the title generator's)."""
@@ -70,9 +71,10 @@ def sse_stub(path_prefix: str = "", keep_alive: bool = True) -> Iterator[Stub]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-            stub.requests.append(body)
-            stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-            stub.paths.append(self.path)
+            with stub.recording:  # the three lists stay parallel
+                stub.requests.append(body)
+                stub.headers.append({k.lower(): v for k, v in self.headers.items()})
+                stub.paths.append(self.path)
             answer = stub.answer(body)
             if answer.status != 200:
                 payload = (answer.body if isinstance(answer.body, str) else json.dumps(answer.body or {})).encode()

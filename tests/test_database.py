@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -223,3 +224,68 @@ async def test_a_failing_transaction_that_held_up_a_group_commit_still_lets_it_c
         assert [row[0] for row in await db.fetch("SELECT id FROM t ORDER BY id")] == [1, 2]
     finally:
         await db.close()
+
+
+def _quick_statements() -> dict[str, str]:
+    from app.store import sql
+
+    return {name: value for name, value in vars(sql).items() if isinstance(value, sql.Statement) and value.quick}
+
+
+async def test_quick_reads_run_inline_and_see_only_committed_writes(tmp_path: Path) -> None:
+    """A quick read (a keyed lookup) completes without suspending, on a connection of its own: it
+    sees what is committed, never a transaction still open. Other reads go to a reader thread."""
+    from app.store import sql
+    from app.store.sqlite import SqliteDatabase
+
+    db = SqliteDatabase(f"sqlite:///{tmp_path / 'quick.db'}")
+    await db.open()
+    try:
+        info = '{"id": "ses_1"}'
+        row = {"id": "ses_1", "directory": "/d", "parent_id": None, "title": "t", "time_created": 1}
+        async with db.write() as scope:
+            scope.execute(sql.UPSERT_SESSION, row | {"time_updated": 1, "info": info})
+
+        def completes_without_suspending(read: Any) -> Any:
+            coroutine = read.__await__()
+            try:
+                coroutine.send(None)
+            except StopIteration as done:
+                return done.value
+            coroutine.close()
+            raise AssertionError("the read suspended")
+
+        assert completes_without_suspending(db.fetch(sql.SESSION_INFO, {"id": "ses_1"})) == [(info,)]
+        async with db.write() as scope:
+            scope.execute(sql.UPSERT_SESSION, row | {"time_updated": 2, "info": '{"id": "ses_1", "v": 2}'})
+            await scope.flush()
+            assert completes_without_suspending(db.fetch(sql.SESSION_INFO, {"id": "ses_1"})) == [(info,)]
+        assert await db.fetch(sql.SESSION_INFO, {"id": "ses_1"}) == [('{"id": "ses_1", "v": 2}',)]
+        listing = db.fetch(
+            sql.session_list(directory=False, roots=False, parent=False, start=False, search=False, limit=False), {}
+        )
+        with pytest.raises(AssertionError, match="suspended"):
+            completes_without_suspending(listing)
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("name", sorted(_quick_statements()))
+def test_a_quick_read_never_scans_a_table(tmp_path: Path, name: str) -> None:
+    """What runs inline on the loop's thread must stay small whatever the database holds: every
+    table it reads is searched through an index."""
+    import re
+    import sqlite3
+
+    from sqlalchemy import create_engine
+
+    from app.store.schema import metadata
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'plan.db'}")
+    metadata.create_all(engine)
+    engine.dispose()
+    statement = _quick_statements()[name]
+    with sqlite3.connect(tmp_path / "plan.db") as conn:
+        params = dict.fromkeys(re.findall(r":(\w+)", statement), 1)
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", params)]
+    assert plan and not [step for step in plan if step.startswith("SCAN")], plan

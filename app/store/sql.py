@@ -47,6 +47,7 @@ class Statement(str):
     clause: ClauseElement
     postgres_clause: Callable[[], ClauseElement] | None
     _postgres: tuple[str, tuple[str, ...]] | None
+    quick: bool  # a read that touches few rows through an index (the SQLite engine runs it inline)
 
     def for_postgres(self) -> tuple[str, tuple[str, ...]]:
         if self._postgres is None:
@@ -59,9 +60,12 @@ class Statement(str):
         return self._postgres
 
 
-def compile_sql(statement: ClauseElement, postgres: Callable[[], ClauseElement] | None = None) -> Statement:
+def compile_sql(
+    statement: ClauseElement, postgres: Callable[[], ClauseElement] | None = None, *, quick: bool = False
+) -> Statement:
     """Compile for SQLite now; ``postgres`` builds the PostgreSQL form where the dialects' syntax
-    differs (upserts), otherwise the same clause serves both."""
+    differs (upserts), otherwise the same clause serves both. ``quick`` marks a read bounded by an
+    index lookup: a row or a few, or the turn's own window (see ``SqliteDatabase.fetch``)."""
     # SQLite's compiler pairs a bound LIMIT with an (unneeded) bound OFFSET; drop it.
     text = str(statement.compile(dialect=_DIALECT)).replace(" OFFSET :param_1", "")
     anonymous = re.findall(r":(\w+_\d+)\b", text)
@@ -69,6 +73,7 @@ def compile_sql(statement: ClauseElement, postgres: Callable[[], ClauseElement] 
         raise ValueError(f"statement has anonymous parameters {anonymous}; use bindparam() or literal_column()")
     compiled = Statement(text)
     compiled.clause, compiled.postgres_clause, compiled._postgres = statement, postgres, None
+    compiled.quick = quick
     return compiled
 
 
@@ -119,14 +124,15 @@ DELETE_SESSION_ROWS = {
     for table in (parts, messages, inputs, shares, snapshots, todos)
 }
 UPSERT_TODOS = _upsert(todos)
-TODOS = compile_sql(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")))
+TODOS = compile_sql(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")), quick=True)
 INSERT_SAVED_PERMISSION = compile_sql(
     saved_permissions.insert().values({c.name: bindparam(c.name) for c in saved_permissions.columns})
 )
 SAVED_PERMISSIONS = compile_sql(
     select(saved_permissions)
     .where(saved_permissions.c.project_id == bindparam("project_id"))
-    .order_by(saved_permissions.c.time_created)
+    .order_by(saved_permissions.c.time_created),
+    quick=True,
 )
 ALL_SAVED_PERMISSIONS = compile_sql(select(saved_permissions).order_by(saved_permissions.c.time_created))
 DELETE_SAVED_PERMISSION = compile_sql(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
@@ -137,10 +143,11 @@ LATEST_SNAPSHOT = compile_sql(
     select(snapshots)
     .where(snapshots.c.session_id == bindparam("session_id"))
     .order_by(snapshots.c.version.desc())
-    .limit(literal_column("1"))
+    .limit(literal_column("1")),
+    quick=True,
 )
 INSERT_SHARE = compile_sql(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))
-SHARE_SESSION = compile_sql(select(shares.c.session_id).where(shares.c.token == bindparam("token")))
+SHARE_SESSION = compile_sql(select(shares.c.session_id).where(shares.c.token == bindparam("token")), quick=True)
 PROMOTE_INPUT = compile_sql(
     update(inputs).where(inputs.c.id == bindparam("id")).values(promoted_seq=bindparam("promoted_seq"))
 )
@@ -178,7 +185,8 @@ def _lease_acquire(insert: Insert) -> ClauseElement:
 
 LEASE_ACQUIRE = compile_insert(_lease_acquire)
 LEASE = compile_sql(
-    select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id"))
+    select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id")),
+    quick=True,
 )
 LEASE_RENEW = compile_sql(
     update(leases).where(leases.c.owner == bindparam("owner")).values(expires_at=bindparam("expires_at"))
@@ -195,9 +203,9 @@ EXPIRED_LEASES = compile_sql(select(leases.c.session_id).where(leases.c.expires_
 NOTIFY = compile_sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
 
 # -- reads ----------------------------------------------------------------------------------------
-SESSION_INFO = compile_sql(select(sessions.c.info).where(sessions.c.id == bindparam("id")))
-MAX_CURSOR = compile_sql(select(func.coalesce(func.max(events.c.id), literal_column("0"))))
-MAX_SEQ = compile_sql(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")))
+SESSION_INFO = compile_sql(select(sessions.c.info).where(sessions.c.id == bindparam("id")), quick=True)
+MAX_CURSOR = compile_sql(select(func.coalesce(func.max(events.c.id), literal_column("0"))), quick=True)
+MAX_SEQ = compile_sql(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")), quick=True)
 EVENTS_SINCE = compile_sql(
     select(events).where(events.c.id > bindparam("cursor")).order_by(events.c.id).limit(bindparam("limit"))
 )
@@ -208,11 +216,14 @@ EVENTS_SINCE_IN_DIRECTORY = compile_sql(
     .limit(bindparam("limit"))
 )
 MESSAGE_INFO = compile_sql(
-    select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
+    select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
+    quick=True,
 )
-MESSAGE_ID_EXISTS = compile_sql(select(messages.c.id).where(messages.c.id == bindparam("id")))
-PART_ID_EXISTS = compile_sql(select(parts.c.id).where(parts.c.id == bindparam("id")))
-PARTS_OF_MESSAGE = compile_sql(select(parts.c.data).where(parts.c.message_id == bindparam("id")).order_by(parts.c.id))
+MESSAGE_ID_EXISTS = compile_sql(select(messages.c.id).where(messages.c.id == bindparam("id")), quick=True)
+PART_ID_EXISTS = compile_sql(select(parts.c.id).where(parts.c.id == bindparam("id")), quick=True)
+PARTS_OF_MESSAGE = compile_sql(
+    select(parts.c.data).where(parts.c.message_id == bindparam("id")).order_by(parts.c.id), quick=True
+)
 PARTS_OF_SESSION = compile_sql(
     select(parts.c.message_id, parts.c.data)
     .where(parts.c.session_id == bindparam("session_id"))
@@ -247,7 +258,8 @@ PART_IDS_FROM = compile_sql(
     .order_by(parts.c.id)
 )
 MESSAGE_COUNT = compile_sql(
-    select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id"))
+    select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id")),
+    quick=True,
 )
 # The messages after a log position with their parts (a row per part, one with no part for a
 # message without any) and whether each is a prompt admitted and not yet promoted into a step (the
@@ -264,7 +276,8 @@ MESSAGES_AFTER_SEQ = compile_sql(
     )
     .select_from(messages.outerjoin(parts, parts.c.message_id == messages.c.id))
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
-    .order_by(messages.c.seq, messages.c.id, parts.c.id)
+    .order_by(messages.c.seq, messages.c.id, parts.c.id),
+    quick=True,
 )
 FORK_TITLES = compile_sql(
     select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
@@ -275,19 +288,22 @@ COPY_SOURCE = compile_sql(
     .order_by(messages.c.seq, messages.c.id)
 )
 MESSAGE_SEQ = compile_sql(
-    select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id"))
+    select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
+    quick=True,
 )
 LAST_ASSISTANTS = compile_sql(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.role == literal_column("'assistant'"))
     .order_by(messages.c.id.desc())
-    .limit(bindparam("limit"))
+    .limit(bindparam("limit")),
+    quick=True,
 )
-INPUT_BY_ID = compile_sql(select(inputs).where(inputs.c.id == bindparam("id")))
+INPUT_BY_ID = compile_sql(select(inputs).where(inputs.c.id == bindparam("id")), quick=True)
 UNSETTLED_INPUTS = compile_sql(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
-    .order_by(inputs.c.admitted_seq)
+    .order_by(inputs.c.admitted_seq),
+    quick=True,
 )
 
 
