@@ -259,7 +259,7 @@ def test_what_the_first_turn_imports_is_named_for_loading_ahead(server: ThreadSe
     """After start-up a server loads, on a thread, what the first turn on its default model would
     import on the event loop: nothing for the built-in model, the SDK for a native provider, the
     OpenAI-compatible client (and its CA bundle) otherwise."""
-    from app.providers import openai_compat
+    from app.providers import http
     from app.providers.registry import load_modules
 
     registry = server.runtime.registry
@@ -269,6 +269,6 @@ def test_what_the_first_turn_imports_is_named_for_loading_ahead(server: ThreadSe
     assert registry.first_use(directory) == ("app.providers.anthropic", "anthropic")
     _write_config(project_dir, model="stub/m", provider={"stub": _stub_provider("http://127.0.0.1:9/v1", "m")})
     assert registry.first_use(directory) == ("app.providers.openai_compat",)
-    openai_compat._tls_context.cache_clear()
+    http.tls_context.cache_clear()
     load_modules(registry.first_use(directory))
-    assert openai_compat._tls_context.cache_info().currsize == 1  # the CA bundle is loaded
+    assert http.tls_context.cache_info().currsize == 1  # the CA bundle is loaded

@@ -4,16 +4,14 @@ configured as OpenCode users already do with ``@ai-sdk/openai-compatible`` in op
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import AsyncIterator
-from functools import cache
 from typing import Any
 
-import certifi
 import httpx
 from httpx_sse import aconnect_sse
 
 from app.jsonutil import dumpb
+from app.providers import http
 from app.providers._errors import http_error
 from app.providers.base import (
     ChatRequest,
@@ -29,11 +27,6 @@ from app.providers.base import (
 from app.providers.media import TOOL_ATTACHMENTS_PROMPT
 from app.providers.options import OPENAI_PACKAGE
 
-# 256 keep-alive connections in all, as many as before in 8 pools of 32: an httpx pool polls each
-# of its idle connections (two system calls each) twice per request, so the fewer share a pool,
-# the cheaper a request (50 sessions streaming: ten checks per request in 8 pools, under three in 64).
-POOLS = 64
-KEEPALIVE_PER_POOL = 4
 _FINISH = {
     "stop": "stop",
     "length": "length",
@@ -114,20 +107,13 @@ def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-@cache
-def _tls_context() -> ssl.SSLContext:
-    """One TLS context for every pool: httpx would load the CA bundle again for each (~60 ms)."""
-    return ssl.create_default_context(cafile=certifi.where())
-
-
-def warm() -> None:
-    """Load the CA bundle ahead of the first request (``registry.load_modules``)."""
-    _tls_context()
+warm = http.warm  # what ``registry.load_modules`` runs on a thread before the first turn
 
 
 class OpenAICompatibleProvider:
-    """One HTTP client (a keep-alive connection pool) per provider, URL and key. ``missing_key``:
-    the provider needs a key and has none; each request fails with a ProviderAuthError saying so."""
+    """One HTTP client (a keep-alive connection pool) per provider, URL and key, made on the first
+    request. ``missing_key``: the provider needs a key and has none; each request fails with a
+    ProviderAuthError saying so."""
 
     def __init__(
         self,
@@ -143,24 +129,12 @@ class OpenAICompatibleProvider:
         self._url = base_url.rstrip("/") + "/chat/completions"
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = {**auth, "content-type": "application/json", **headers}
-        self._pools: dict[int, httpx.AsyncClient] = {}
+        self._client: httpx.AsyncClient | None = None
 
-    def _pool(self, session_id: str | None) -> httpx.AsyncClient:
-        """The connection pool a session's requests use. Turns keep their connections for the
-        next ones (httpx keeps 20 per pool by default: with more sessions streaming at once, each
-        turn beyond that opened a new one), but an httpx pool checks every idle connection on
-        each request, so many connections go in many small pools, a session always to one."""
-        shard = hash(session_id) % POOLS
-        pool = self._pools.get(shard)
-        if pool is None:
-            pool = self._pools[shard] = httpx.AsyncClient(
-                headers=self._headers,
-                verify=_tls_context(),
-                timeout=httpx.Timeout(300.0, connect=15.0),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_PER_POOL),
-                trust_env=False,
-            )
-        return pool
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = http.client(headers=self._headers, timeout=httpx.Timeout(300.0, connect=15.0))
+        return self._client
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         if self._missing_key:
@@ -179,8 +153,7 @@ class OpenAICompatibleProvider:
         finish, usage = "unknown", Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
         try:
-            pool = self._pool(request.session_id)
-            async with aconnect_sse(pool, "POST", self._url, content=dumpb(body), headers=headers) as source:
+            async with aconnect_sse(self._http(), "POST", self._url, content=dumpb(body), headers=headers) as source:
                 response = source.response
                 if response.status_code >= 400:
                     text = (await response.aread()).decode(errors="replace")
@@ -223,6 +196,6 @@ class OpenAICompatibleProvider:
         yield Finish(finish, usage)
 
     async def aclose(self) -> None:
-        for pool in self._pools.values():
-            await pool.aclose()
-        self._pools.clear()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
