@@ -136,6 +136,45 @@ async def test_writer_lock_serves_urgent_writers_first_and_never_loses_a_hand_ov
     assert order[-1] == "after"
 
 
+async def test_drain_writes_wait_while_admissions_are_in_flight_but_not_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-urgent write (a drain's) begins only once the urgent ones in flight (admissions, until
+    durable) are done; admissions that never end hold it back no longer than ``HOLD_LIMIT_S``."""
+    from app.store.database import UrgentFirst
+    from app.store.sqlite import SqliteDatabase
+
+    db = SqliteDatabase(f"sqlite:///{tmp_path / 'urgent.db'}")
+    await db.open()
+    try:
+        async with db.write() as scope:
+            scope.execute("CREATE TABLE t (name TEXT)", {})
+        order: list[str] = []
+
+        async def insert(name: str, *, urgent: bool = False) -> None:
+            async with db.write(urgent=urgent) as scope:
+                scope.execute("INSERT INTO t (name) VALUES (:name)", {"name": name})
+                order.append(f"{name} writes")
+            order.append(f"{name} durable")
+
+        # In one loop iteration: the first transaction commits at once, the admission's commit
+        # waits for the iteration's end, and the drain comes to write meanwhile.
+        tasks = [asyncio.create_task(insert("first")), asyncio.create_task(insert("admission", urgent=True))]
+        tasks.append(asyncio.create_task(insert("drain")))
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert order.index("admission durable") < order.index("drain writes"), order
+        assert [r[0] for r in await db.fetch("SELECT name FROM t ORDER BY rowid")] == ["first", "admission", "drain"]
+    finally:
+        await db.close()
+
+    monkeypatch.setattr(UrgentFirst, "HOLD_LIMIT_S", 0.05)
+    urgent = UrgentFirst()
+    stuck = urgent.begin()  # never ends
+    await asyncio.wait_for(urgent.yield_to_urgent(), 5)
+    assert not stuck.done()
+    urgent.end(stuck)
+
+
 async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wal_small(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -215,6 +215,42 @@ class WriterLock:
         self._held = False
 
 
+class UrgentFirst:
+    """Urgent writes (admissions: a client waits for each) are made durable before other writes
+    (drain loops') begin: a non-urgent write first waits while urgent writes are in flight, up to
+    ``HOLD_LIMIT_S``.
+
+    Why, beyond the writer lock's priority lane: under load the event loop itself is the queue. An
+    admission's commit and its caller's wake-up each wait their turn behind every drain step ready
+    at that moment, and each step runs a transaction (statements, a commit, publishing) without
+    suspending. Holding drain transactions back while admissions are in flight (a few milliseconds
+    each) cut the accept p99 of ``bench/load.py`` from 82-110 ms to 48-81 ms, and the held-back
+    transactions commit in larger groups. The limit keeps a flood of admissions from stalling
+    the turns: each drain transaction waits at most that long."""
+
+    HOLD_LIMIT_S = 0.1
+
+    def __init__(self) -> None:
+        self._in_flight: set[asyncio.Future[None]] = set()
+
+    def begin(self) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._in_flight.add(done)
+        return done
+
+    def end(self, done: asyncio.Future[None]) -> None:
+        self._in_flight.discard(done)
+        done.set_result(None)
+
+    async def yield_to_urgent(self) -> None:
+        if not self._in_flight:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.HOLD_LIMIT_S
+        while self._in_flight and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(tuple(self._in_flight), timeout=left)
+
+
 class Database(ABC):
     """What the server needs from a database; ``open_database`` picks the engine from the URL.
 
@@ -230,6 +266,7 @@ class Database(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self._write_lock = WriterLock()
+        self._urgent_first = UrgentFirst()
         self._lost_writes_listeners: list[Callable[[], None]] = []
 
     def on_lost_writes(self, callback: Callable[[], None]) -> None:
@@ -297,7 +334,22 @@ class Database(ABC):
 
     @asynccontextmanager
     async def write(self, *, urgent: bool = False) -> AsyncIterator[WriteScope]:
-        """A write transaction; ``urgent`` ones (admissions) go first among those waiting."""
+        """A write transaction; ``urgent`` ones (admissions) go first (``UrgentFirst``)."""
+        if not urgent:
+            await self._urgent_first.yield_to_urgent()
+            async with self._transaction(urgent=False) as scope:
+                yield scope
+            return
+        done = self._urgent_first.begin()
+        try:
+            async with self._transaction(urgent=True) as scope:
+                yield scope
+        finally:
+            self._urgent_first.end(done)
+
+    @asynccontextmanager
+    async def _transaction(self, *, urgent: bool) -> AsyncIterator[WriteScope]:
+        """One write transaction, returning once it is durable."""
         await self._write_lock.acquire(urgent=urgent)
         durable: asyncio.Future[None] | None = None
         try:
