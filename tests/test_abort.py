@@ -8,6 +8,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.helpers import assistant_text, create_session, text_prompt
 from tests.servers import ThreadServer
@@ -122,3 +123,58 @@ def test_a_prompt_admitted_while_an_abort_settles_is_answered(server: ThreadServ
                 late += 1
                 assert _answered(client, sid, after), "a prompt that got its 204 was dropped"
     assert late, "the race never admitted a prompt after the aborted reply closed"
+
+
+async def test_a_race_runs_in_its_task_and_firing_cancels_only_what_races() -> None:
+    """A race awaits in the calling task: one whose awaitable is ready costs no pass of the event
+    loop (the provider stream is raced once per event). Firing the signal turns the wait of every
+    task racing into Aborted and cancels the awaitable; the tasks are left with no cancellation
+    pending, and a cancellation from elsewhere stays a cancellation."""
+    from app.runtime.abort import Aborted, AbortSignal
+
+    signal = AbortSignal()
+    passes = 0
+
+    async def bystander() -> None:
+        nonlocal passes
+        while True:
+            passes += 1
+            await asyncio.sleep(0)
+
+    async def ready() -> int:
+        return 42
+
+    counting = asyncio.create_task(bystander())
+    await asyncio.sleep(0)
+    before = passes
+    assert [await signal.race(ready()) for _ in range(20)] == [42] * 20
+    assert passes == before, "a race of a ready awaitable let the loop run"
+
+    stream_closed = asyncio.Event()
+
+    async def stream() -> None:
+        try:
+            await asyncio.Event().wait()  # a provider that never answers
+        finally:
+            stream_closed.set()
+
+    async def racer() -> int:
+        with pytest.raises(Aborted):
+            await signal.race(stream())
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    racers = [asyncio.create_task(racer()) for _ in range(3)]
+    elsewhere = asyncio.create_task(signal.race(asyncio.Event().wait()))
+    await asyncio.sleep(0)
+    elsewhere.cancel()  # cancelled by its owner before the signal fires
+    await asyncio.sleep(0)
+    signal.fire("abort")
+    assert await asyncio.wait_for(asyncio.gather(*racers), 5) == [0, 0, 0]
+    assert stream_closed.is_set()
+    with pytest.raises(asyncio.CancelledError):
+        await elsewhere
+    with pytest.raises(Aborted):
+        await signal.race(ready())  # fired: nothing more is awaited
+    counting.cancel()

@@ -196,7 +196,6 @@ class DrainCoordinator:
                 if entry.signal.fired or not entry.pending_wake:
                     break
         finally:
-            entry.signal.close()
             shutting_down = entry.signal.fired and entry.signal.reason == "shutdown"
             if self._entries.get(session_id) is entry:
                 del self._entries[session_id]
