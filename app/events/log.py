@@ -168,8 +168,8 @@ class EventLog:
 
     @asynccontextmanager
     async def transaction(self, *, urgent: bool = False) -> AsyncIterator[Transaction]:
-        """A write transaction recording events; ``urgent`` (an admission a client waits on) goes
-        before drain loops' writes waiting for the writer."""
+        """A write transaction recording events; ``urgent`` ones (a client waits on them: an
+        admission, the part a streamed delta opens) go before drain loops' other writes."""
         async with self.db.write(urgent=urgent) as scope:
             relay = self._relay
             if relay is not None:  # other processes write too: continue from the log's newest cursor

@@ -216,9 +216,9 @@ class WriterLock:
 
 
 class UrgentFirst:
-    """Urgent writes (admissions: a client waits for each) are made durable before other writes
-    (drain loops') begin: a non-urgent write first waits while urgent writes are in flight, up to
-    ``HOLD_LIMIT_S``.
+    """Urgent writes (a client waits for each: admissions, the part a streamed delta opens) are
+    made durable before other writes (drain loops') begin: a non-urgent write first waits while
+    urgent writes are in flight, up to ``HOLD_LIMIT_S``.
 
     Why, beyond the writer lock's priority lane: under load the event loop itself is the queue. An
     admission's commit and its caller's wake-up each wait their turn behind every drain step ready
@@ -334,7 +334,7 @@ class Database(ABC):
 
     @asynccontextmanager
     async def write(self, *, urgent: bool = False) -> AsyncIterator[WriteScope]:
-        """A write transaction; ``urgent`` ones (admissions) go first (``UrgentFirst``)."""
+        """A write transaction; ``urgent`` ones (a client waits on them) go first (``UrgentFirst``)."""
         if not urgent:
             await self._urgent_first.yield_to_urgent()
             async with self._transaction(urgent=False) as scope:

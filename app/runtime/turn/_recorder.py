@@ -140,7 +140,9 @@ class AssistantRecorder:
         """Append streamed ``text`` to the open part of ``kind`` (``text`` or ``reasoning``), or
         to a new one when ``new_part``."""
         if new_part or self._open is None or self._open.part["type"] != kind:
-            async with self.log.transaction() as tx:
+            # Urgent: the subscribers' first delta waits for this part to be durable, so it does
+            # not wait behind admissions (UrgentFirst) as the drain's other writes do.
+            async with self.log.transaction(urgent=True) as tx:
                 await self._close_open(tx)
                 self._open = _StreamingPart(self._new_part(kind, text="", time={"start": now_ms()}))
                 await self.emit_part(tx, dict(self._open.part))
