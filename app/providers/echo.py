@@ -133,24 +133,23 @@ class EchoProvider:
             yield Finish("tool-calls", Usage(input=_estimate_tokens(prompt), output=len(calls)))
             return
         slow = _SLOW.search(prompt)
+        # Seconds before each piece (SLOW:x); 0 still lets the loop run, so the pieces arrive in
+        # separate passes as a network stream's chunks do (else subscribers get them merged).
         delay = float(slow.group(1)) if slow else 0.0
         if last.get("role") == "tool":
             answer = "Tool result seen: " + _text_of(last.get("content")).replace("\n", " ")[:60]
             for piece in split_deltas(answer):
-                if delay:
-                    await asyncio.sleep(delay)
+                await asyncio.sleep(delay)
                 yield TextDelta(piece)
             yield Finish("stop", Usage(input=_estimate_tokens(answer), output=_estimate_tokens(answer)))
             return
         reasoning = "Thinking about the request." if "REASON" in prompt else ""
         for piece in split_deltas(reasoning, 3) if reasoning else []:
-            if delay:
-                await asyncio.sleep(delay)
+            await asyncio.sleep(delay)
             yield ReasoningDelta(piece)
         reply = f"Echo: {prompt}"
         for piece in split_deltas(reply):
-            if delay:
-                await asyncio.sleep(delay)
+            await asyncio.sleep(delay)
             yield TextDelta(piece)
         context = sum(_estimate_tokens(_text_of(m.get("content"))) for m in request.messages)
         usage = Usage(
