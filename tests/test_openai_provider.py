@@ -151,3 +151,42 @@ def test_connection_is_reused_across_turns(project_dir: Path, client: httpx.Clie
             reply = client.post(f"/session/{sid}/message", json=text_prompt(f"turn {turn}")).json()
             assert assistant_text(reply) == "Hello from stub"
         assert len(_chat_requests(stub)) == 3 and stub.connections == opened
+
+
+async def test_transport_failures_are_retryable_provider_errors() -> None:
+    """Over aiohttp's pool (app/providers/http.py) a refused connection and a stream cut short
+    still reach the turn as retryable ProviderErrors, and a healthy answer after a cut comes over
+    a fresh connection."""
+    from app.providers.base import ChatRequest, ModelInfo, ProviderError, TextDelta
+    from app.providers.openai_compat import OpenAICompatibleProvider
+    from tests.servers import free_port
+    from tests.stubs import Answer, sse_stub
+
+    request = ChatRequest(ModelInfo("stub", "m", "m"), [], [{"role": "user", "content": "hi"}])
+
+    async def _stream_all(provider: OpenAICompatibleProvider, request: ChatRequest) -> list[object]:
+        return [event async for event in provider.stream(request)]
+
+    refused = OpenAICompatibleProvider("stub", f"http://127.0.0.1:{free_port()}/v1", None, {})
+    try:
+        with pytest.raises(ProviderError) as failure:
+            await _stream_all(refused, request)
+        assert failure.value.is_retryable and "Connection error" in str(failure.value)
+    finally:
+        await refused.aclose()
+
+    def chunk(text: str) -> tuple[None, dict[str, object]]:
+        return None, {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+    with sse_stub("/v1") as stub:
+        answers = iter([Answer([chunk("par"), chunk("tial")], cut=True), Answer([chunk("whole"), (None, "[DONE]")])])
+        stub.answer = lambda _body: next(answers)
+        provider = OpenAICompatibleProvider("stub", stub.url, None, {})
+        try:
+            with pytest.raises(ProviderError) as cut:
+                await _stream_all(provider, request)
+            assert cut.value.is_retryable, cut.value
+            events = await _stream_all(provider, request)
+            assert [e.text for e in events if isinstance(e, TextDelta)] == ["whole"]
+        finally:
+            await provider.aclose()
