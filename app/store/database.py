@@ -224,9 +224,10 @@ class UrgentFirst:
     admission's commit and its caller's wake-up each wait their turn behind every drain step ready
     at that moment, and each step runs a transaction (statements, a commit, publishing) without
     suspending. Holding drain transactions back while admissions are in flight (a few milliseconds
-    each) cut the accept p99 of ``bench/load.py`` from 82-110 ms to 48-81 ms, and the held-back
-    transactions commit in larger groups. The limit keeps a flood of admissions from stalling
-    the turns: each drain transaction waits at most that long."""
+    each) cut the accept p99 of ``bench/load.py``, relative to each run's CPU per prompt (the
+    machine's speed varies), by about a quarter, and the held-back transactions commit in larger
+    groups. The limit keeps a flood of admissions from stalling the turns: each drain transaction
+    waits at most that long."""
 
     HOLD_LIMIT_S = 0.1
 
