@@ -345,9 +345,11 @@ class SqliteDatabase(Database):
         Why inline: a reader thread costs more than a quick read itself. Each hand-off wakes the
         loop from another thread, and each SQLite call releases the GIL, so under load the loop
         thread kept waiting for a reader thread to give the GIL back in the middle of its own
-        statements. Measured with ``bench/load.py`` (50 sessions x 10 prompts): server CPU went
-        from 5.5 to 3.9 ms per prompt. Listings, replays and scans stay on reader threads, where a
-        large result does not hold up every other session's stream while SQLite reads it."""
+        statements. Measured with ``bench/load.py`` (50 sessions x 10 prompts, runs alternating
+        with the threaded version): server CPU per prompt went from 7.1-7.9 to 5.0-6.3 ms. The
+        price: with no hand-offs a saturated loop runs longer passes, and a delta's fan-out waits
+        for each (bench/README.md, "Load figures"). Listings, replays and scans stay on reader
+        threads, where a large result does not hold up every session's stream while SQLite reads it."""
         if getattr(sql, "quick", False):
             assert self._quick_reader is not None, "database is not open"
             return self._quick_reader.execute(sql, params or {}).fetchall()
