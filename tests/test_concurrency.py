@@ -76,6 +76,47 @@ def test_sessions_run_concurrently(server: ThreadServer, client: httpx.Client) -
         events.wait_idle(second)
 
 
+async def test_a_buffered_burst_from_the_provider_lets_the_loop_run() -> None:
+    """Reading a stream whose events are all buffered never suspends by itself: the turn must let
+    the loop run every ``STREAM_EVENTS_PER_PASS`` events, or one session's burst holds up every
+    other session's admissions and deltas until it is through."""
+    from collections.abc import AsyncIterator
+
+    from app.providers.base import Finish, StreamEvent, TextDelta
+    from app.runtime.abort import AbortSignal
+    from app.runtime.turn._runner import STREAM_EVENTS_PER_PASS, Runner
+
+    burst = 40 * STREAM_EVENTS_PER_PASS
+
+    class Buffered:
+        async def stream(self, _request: object) -> AsyncIterator[StreamEvent]:
+            for _ in range(burst):
+                yield TextDelta("x")  # no await in between: all of it already read
+            yield Finish("stop")
+
+    class Recorder:
+        text = ""
+
+        async def delta(self, _kind: str, text: str, new_part: bool = False) -> None:
+            self.text += text
+
+    passes = 0
+
+    async def bystander() -> None:
+        nonlocal passes
+        while True:
+            await asyncio.sleep(0)
+            passes += 1
+
+    other = asyncio.create_task(bystander())
+    await asyncio.sleep(0)
+    recorder = Recorder()
+    finish, _calls, _parts = await Runner._stream_once(recorder, Buffered(), object(), AbortSignal())  # type: ignore[arg-type]
+    other.cancel()
+    assert finish.reason == "stop" and recorder.text == "x" * burst
+    assert passes >= burst // STREAM_EVENTS_PER_PASS - 1, f"the loop ran {passes} times during a burst of {burst}"
+
+
 HUGE_REPLY_DELTAS = 15_000
 
 

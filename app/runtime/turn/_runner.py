@@ -21,6 +21,7 @@ shutdown settles nothing, so the next start recovers the work.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,10 @@ from app.store import sql
 from app.store.queries import InputRow
 
 MAX_STEERS_PER_STEP = 100
+# A provider's stream is read this many events at a time before the loop runs others: when a
+# burst is buffered (a long reply sent at once), reading it never suspends, and one session would
+# hold the loop, and every other session's admissions and deltas, until its burst was through.
+STREAM_EVENTS_PER_PASS = 32
 MAX_STEPS_PER_TURN = 25  # the last step is offered no tools, so a runaway tool loop ends
 
 
@@ -432,8 +437,12 @@ class Runner:
         stream = provider.stream(request).__aiter__()
         calls: list[ToolCall] = []
         parts: dict[str, dict[str, Any]] = {}
+        count = 0
         try:
             while True:
+                count += 1
+                if count % STREAM_EVENTS_PER_PASS == 0:
+                    await asyncio.sleep(0)
                 try:
                     event = await signal.race(stream.__anext__())
                 except StopAsyncIteration:
