@@ -346,6 +346,25 @@ async def test_streams_of_one_kind_and_route_share_one_feed(settings: Settings) 
     assert bus.subscriber_count == 0 and feeds.streams == 0
 
 
+@pytest.mark.asyncio
+async def test_a_stream_waiting_for_batches_is_not_cut_off_however_much_piles_up(settings: Settings) -> None:
+    """Batches that pile up before a waiting stream's task runs again (a busy loop) are not its
+    client's fault: it gets them all. A stream busy writing (its client not reading) is cut off."""
+    bus = bus_of(settings, subscriber_queue_bytes=1000)
+    feeds = Feeds(bus, interval=3600)
+    kind = Kind(lambda _e: True, lambda e: bytes(e.properties_json()), lambda e: e.cursor, lambda: b"")
+    waiting, busy = feeds.join("k", EVERYTHING, lambda: kind), feeds.join("k", EVERYTHING, lambda: kind)
+    taking = asyncio.ensure_future(waiting.take())
+    await asyncio.sleep(0)  # ``waiting`` waits for batches; ``busy`` is writing, not taking
+    batches = [kind.batch([Event("x", {"text": "y" * 800, "n": n})]) for n in range(3)]
+    for batch in batches:  # handed out before the loop comes round to ``waiting`` again
+        waiting.push(batch, bus.limits)
+        busy.push(batch, bus.limits)
+    assert await taking == batches and not waiting.overflowed
+    assert busy.overflowed
+    waiting.close()
+
+
 def stream_count(server: ThreadServer) -> int:
     return int(on_server_loop(server, lambda: server.runtime.feeds.streams))
 

@@ -81,8 +81,14 @@ class Tap:
     overflowed: bool = False
 
     def push(self, batch: Batch, limits: Limits) -> None:
+        """Queue ``batch``, or cut the stream off if it is over its limits. A stream waiting for
+        batches (``_waiter`` set, until it runs again) is never over them: it is not behind, the
+        loop has not come round to it yet (under load, with large deltas, readers that kept up
+        were cut off that way). Only a stream busy writing what it took, which means its client
+        is not reading, is held to the limits."""
         size, count = len(batch.chunk), len(batch.events)
-        if self._batches and (self._bytes + size > limits.max_bytes or self._events + count > limits.max_events):
+        over = self._bytes + size > limits.max_bytes or self._events + count > limits.max_events
+        if self._batches and over and self._waiter is None:
             self.overflowed = True
             self._feed.leave(self)
             self._batches.clear()  # release what it held: the log has all of it
