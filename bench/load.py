@@ -11,7 +11,7 @@ CPUs with the server, and httpx would have cost it most of one. Then it checks e
 
 - each session holds its P prompts in the order sent, and its last reply answers the last prompt;
 - each subscriber that kept up received every durable event (compared with a replay of the log
-  from where it started) in increasing id order;
+  from where it started) in increasing id order, and none of those reading was cut off;
 - a subscriber that never reads is told (its stream's last frame is ``server.overflow``), its
   stream ends, and the server's resident memory grows by less than the configured limit.
 
@@ -96,6 +96,7 @@ class Outcome:
     client_cpu_s: float = 0.0
     fanout_ms: list[float] = field(default_factory=list)
     missed: int = 0
+    cut_off: int = 0  # subscribers that kept reading yet were cut off (their missed events do not show)
     reordered: int = 0
     bad_replies: list[str] = field(default_factory=list)
     stalled_told: bool | None = None
@@ -306,6 +307,7 @@ async def _drive(port: int, pid: int, scenario: Scenario, sessions: int, prompts
         if stalled is not None:
             outcome.stalled_told, outcome.stalled_ended = await asyncio.to_thread(_drain_stalled, stalled)
         streams = [_stream_ids(sub) for sub in subs]
+        outcome.cut_off = sum(1 for sub in subs if any(b'"server.overflow"' in blob for _, blob in sub.reads))
         for sub in subs:
             if sub.transport is not None:
                 sub.transport.close()
@@ -399,7 +401,8 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
             f"{scenario.name}: {outcome.prompts} prompts in {outcome.wall_s:.2f} s; server CPU "
             f"{per_prompt:.2f} ms/prompt; client CPU {outcome.client_cpu_s / outcome.wall_s:.0%} of wall; "
             f"stub {outcome.stub_requests} requests on {outcome.stub_connections} connections; "
-            f"missed events {outcome.missed}, out of order {outcome.reordered}; "
+            f"missed events {outcome.missed}, out of order {outcome.reordered}, "
+            f"reading subscribers cut off {outcome.cut_off}; "
             f"replies checked: {'all right' if not outcome.bad_replies else '; '.join(outcome.bad_replies[:3])}"
         )
         if scenario.stalled:
