@@ -41,6 +41,12 @@ class SDKProvider:
         """The SDK's async client class, imported here (the first request)."""
         raise NotImplementedError
 
+    def _http_client(self) -> Any:
+        """The SDK's HTTP client on aiohttp's pool (its ``DefaultAioHttpClient``), for the reason
+        ``app/providers/http.py`` gives: httpx's own transport costs several times the CPU per
+        streamed request."""
+        raise NotImplementedError
+
     def _default_headers(self) -> dict[str, str]:
         """Headers sent with every request: opencode.json's ``options.headers`` (and any the API's
         provider adds by default)."""
@@ -54,6 +60,7 @@ class SDKProvider:
                 default_headers=self._default_headers(),
                 max_retries=0,  # the turn runner retries, with OpenCode's policy and status events
                 timeout=300.0,
+                http_client=self._http_client(),
             )
         return self._client
 

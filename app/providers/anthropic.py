@@ -208,6 +208,11 @@ class AnthropicProvider(SDKProvider):
 
         return AsyncAnthropic
 
+    def _http_client(self) -> Any:
+        from anthropic import DefaultAioHttpClient
+
+        return DefaultAioHttpClient()
+
     def _default_headers(self) -> dict[str, str]:
         configured = {key.lower() for key in self._headers}
         return ({} if "anthropic-beta" in configured else {"anthropic-beta": _BETA}) | self._headers

@@ -239,6 +239,11 @@ class OpenAIResponsesProvider(SDKProvider):
 
         return AsyncOpenAI
 
+    def _http_client(self) -> Any:
+        from openai import DefaultAioHttpClient
+
+        return DefaultAioHttpClient()
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         self._check_key()
         import openai
