@@ -365,6 +365,37 @@ async def test_a_stream_waiting_for_batches_is_not_cut_off_however_much_piles_up
     waiting.close()
 
 
+@pytest.mark.asyncio
+async def test_streams_behind_by_the_same_batches_share_one_merge(settings: Settings) -> None:
+    """Streams woken together take the same batches: the merge (and its encoding) is done once and
+    shared, and it keeps every delta's text; different batches are merged anew."""
+    bus = bus_of(settings)
+    feeds = Feeds(bus, interval=3600)
+    encoded: list[str] = []
+
+    def render(event: Event) -> bytes:
+        encoded.append(event.type)
+        return b"data: %s\n\n" % json.dumps(event.properties).encode()
+
+    kind = Kind(lambda _e: True, lambda e: e.encoded("k", render), lambda e: e.cursor, lambda: b"")
+    taps = [feeds.join("k", EVERYTHING, lambda: kind) for _ in range(3)]
+    first, second = kind.batch([delta("p", "Hel")]), kind.batch([delta("p", "lo")])
+    for tap in taps:
+        tap.push(first, bus.limits)
+        tap.push(second, bus.limits)
+    taken = [await tap.take() for tap in taps]
+    assert all(batches == [first, second] for batches in taken)
+    encoded.clear()
+    merged = [tap.merged(batches) for tap, batches in zip(taps, taken, strict=True)]
+    assert merged[0] is merged[1] is merged[2]
+    assert [e.properties["delta"] for e in merged[0].events] == ["Hello"]
+    assert encoded == ["message.part.delta"]  # encoded once for the three streams
+    other = taps[0].merged([second, first])
+    assert other is not merged[0] and [e.properties["delta"] for e in other.events] == ["loHel"]
+    for tap in taps:
+        tap.close()
+
+
 def stream_count(server: ThreadServer) -> int:
     return int(on_server_loop(server, lambda: server.runtime.feeds.streams))
 
