@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +44,11 @@ def git_repository(path: Path) -> Path:
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", "start")
     return path
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``check`` until it holds; fail if it does not within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)

@@ -18,7 +18,7 @@ import pytest
 import websockets
 
 from app.settings import Settings
-from tests.helpers import running
+from tests.helpers import running, wait_until
 from tests.servers import ThreadServer, free_port, thread_server
 from tests.sse import EventCollector
 
@@ -102,13 +102,6 @@ class Reader:
             except websockets.ConnectionClosed as closed:
                 assert closed.rcvd is not None
                 return closed.rcvd.code
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 async def test_input_reaches_the_shell_and_output_comes_back(pty_server: ThreadServer, http: httpx.Client) -> None:

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from httpx_sse import aconnect_sse
 
 from app.jsonutil import dumpb
 from app.providers import http
@@ -153,7 +152,7 @@ class OpenAICompatibleProvider:
         finish, usage = "unknown", Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
         try:
-            async with aconnect_sse(self._http(), "POST", self._url, content=dumpb(body), headers=headers) as source:
+            async with http.sse(self._http(), "POST", self._url, content=dumpb(body), headers=headers) as source:
                 response = source.response
                 if response.status_code >= 400:
                     text = (await response.aread()).decode(errors="replace")

@@ -374,9 +374,14 @@ class Database(ABC):
                     with suppress(BaseException):
                         await finishing
                     raise
-            for callback in scope.callbacks:
+            # Handed over, not kept: the callbacks close over the transaction that holds this
+            # scope, and a scope still holding them would make a reference cycle of every
+            # transaction, left for the garbage collector (see ``WriteScope``).
+            callbacks, scope.callbacks = scope.callbacks, []
+            for callback in callbacks:
                 callback()
-            durable = self._durable(scope.durable_callbacks)
+            durable_callbacks, scope.durable_callbacks = scope.durable_callbacks, []
+            durable = self._durable(durable_callbacks)
         finally:
             self._write_lock.release()
         if durable is not None:
