@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,10 +31,37 @@ from tests.stubs import SSE, Answer, Stub, sse_stub
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORTS_LOW = 10_000
+_SLICES = 16  # test workers (pytest-xdist) draw from separate slices of the range
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port below the kernel's ephemeral range, for a server about to listen on it.
+
+    Why not a port the kernel picks (bind to 0): those come from the ephemeral range, which every
+    outgoing connection also draws from, so with tests running in parallel a client's connection
+    now and then took the port before the server bound it ("address already in use"). Below that
+    range only another ``free_port`` can take it, and each test worker has its own slice."""
+    high = _ephemeral_low()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    width = (high - _PORTS_LOW) // _SLICES
+    start = _PORTS_LOW + (int(worker) % _SLICES if worker.isdigit() else 0) * width
+    for port in random.sample(range(start, start + width), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {start}-{start + width}")
 
 
 def wait_healthy(url: str, timeout: float = 15.0) -> None:

@@ -376,7 +376,7 @@ class Database(ABC):
                     raise
             # Handed over, not kept: the callbacks close over the transaction that holds this
             # scope, and a scope still holding them would make a reference cycle of every
-            # transaction, left for the garbage collector (see ``WriteScope``).
+            # transaction, left for the garbage collector (docs/architecture.md, "Under load").
             callbacks, scope.callbacks = scope.callbacks, []
             for callback in callbacks:
                 callback()
