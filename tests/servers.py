@@ -139,16 +139,25 @@ def thread_server(settings: Settings) -> Iterator[ThreadServer]:
 
 @dataclass
 class ProcessServer:
-    """opensession as a separate ``opensession serve`` process (for crash and restart tests)."""
+    """opensession as a separate ``opensession serve`` process (for crash and restart tests).
+
+    Its log goes to a file, not a pipe: nothing reads a pipe while the server runs, and a server
+    that logged more than the pipe holds (tracebacks while its database is away) would block in
+    its next write. ``log_tail()`` is there for assertion messages."""
 
     args: list[str]
     env: dict[str, str]
     url: str
+    log: Path
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
         wait_healthy(self.url)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -188,7 +197,7 @@ def process_server(db: str, directory: Path, config_dir: Path) -> ProcessServer:
         # On PostgreSQL a killed process's sessions are taken over once its leases expire.
         "OPENSESSION_LEASE_SECONDS": "3",
     }
-    return ProcessServer(args, env, f"http://127.0.0.1:{port}")
+    return ProcessServer(args, env, f"http://127.0.0.1:{port}", config_dir.parent / f"server-{port}.log")
 
 
 # -- OpenAI-compatible stub ---------------------------------------------------------------------
