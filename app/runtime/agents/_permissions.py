@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 from app import ids
@@ -58,17 +59,28 @@ class Rejected(Exception):
         self.feedback = feedback
 
 
-def matches(pattern: str, text: str) -> bool:
-    return fnmatchcase(text, pattern)
+RuleKey = tuple[tuple[str, str, str], ...]
+
+
+def _rule_key(rules: list[Rule]) -> RuleKey:
+    """``rules`` as a hashable value: the key under which their verdicts are remembered."""
+    return tuple((rule["permission"], rule["pattern"], rule["action"]) for rule in rules)
+
+
+@lru_cache(maxsize=4096)
+def _verdict(permission: str, pattern: str, rules: RuleKey) -> str:
+    """Why remembered: every step asks the same rules about every tool it may offer (two glob
+    matches per rule and tool), and the rules rarely change between steps."""
+    action = "ask"
+    for rule_permission, rule_pattern, rule_action in rules:
+        if fnmatchcase(permission, rule_permission) and fnmatchcase(pattern, rule_pattern):
+            action = rule_action
+    return action
 
 
 def evaluate(permission: str, pattern: str, rules: list[Rule]) -> str:
     """The action of the last rule matching both the permission and the pattern (default ask)."""
-    action = "ask"
-    for rule in rules:
-        if matches(rule["permission"], permission) and matches(rule["pattern"], pattern):
-            action = rule["action"]
-    return action
+    return _verdict(permission, pattern, _rule_key(rules))
 
 
 @dataclass
@@ -126,12 +138,14 @@ class Permissions(PendingRequests[Pending]):
     def disabled_tools(rules: list[Rule], names: list[str]) -> set[str]:
         """Tools ``rules`` (``rules_for``) deny outright: they are not offered to the model at all
         (``write`` and ``edit`` both fall under the ``edit`` permission, as in OpenCode)."""
-        return {name for name in names if evaluate(PERMISSION_OF.get(name, name), "*", rules) == "deny"}
+        key = _rule_key(rules)
+        return {name for name in names if _verdict(PERMISSION_OF.get(name, name), "*", key) == "deny"}
 
     @staticmethod
     def denied(rules: list[Rule], permission: str, patterns: list[str]) -> set[str]:
         """The patterns ``rules`` deny ``permission`` for (skills an agent may not load are not listed)."""
-        return {p for p in patterns if evaluate(permission, p, rules) == "deny"}
+        key = _rule_key(rules)
+        return {p for p in patterns if _verdict(permission, p, key) == "deny"}
 
     async def ask(
         self,
