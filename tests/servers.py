@@ -64,16 +64,19 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {start}-{start + width}")
 
 
-def wait_healthy(url: str, timeout: float = 15.0) -> None:
+def wait_healthy(url: str, timeout: float = 30.0, gone: Callable[[], bool] = lambda: False) -> None:
+    """Until ``url`` answers its health check; stops early once ``gone()`` says the server exited.
+
+    The timeout is generous on purpose: a parallel run on two cores starts several servers at once."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not gone():
         try:
             if httpx.get(f"{url}/global/health", timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    raise TimeoutError(f"server at {url} did not become healthy")
+    raise TimeoutError(f"server at {url} did not become healthy" + (" (it exited)" if gone() else ""))
 
 
 @dataclass
@@ -153,8 +156,11 @@ class ProcessServer:
 
     def start(self) -> None:
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
-        wait_healthy(self.url)
+            proc = self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_healthy(self.url, gone=lambda: proc.poll() is not None)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; its log ends:\n{self.log_tail()}") from None
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
