@@ -187,20 +187,19 @@ class Queries:
         return int(row[0]) if row else 0
 
     async def messages_after_seq(self, session_id: str, seq: int) -> tuple[list[MessageWithParts], set[str]]:
-        """Messages that entered the session after log position ``seq``, in entry order, and the
-        ids of those that are prompts admitted but not yet promoted into a step."""
-        found: dict[str, RawMessage] = {}
-        waiting: set[str] = set()
-        for message_id, info, is_waiting, part in await self.db.fetch(
-            sql.MESSAGES_AFTER_SEQ, {"session_id": session_id, "seq": seq}
-        ):
+        """Messages that entered the session after log position ``seq`` (-1: all), in entry order,
+        and the ids of those that are prompts admitted but not yet promoted into a step."""
+        params = {"session_id": session_id, "seq": seq}
+        found = {row[0]: RawMessage(row[0], row[1], []) for row in await self.db.fetch(sql.WINDOW_MESSAGES, params)}
+        if not found:
+            return [], set()
+        # Without a snapshot every part of the session is in the window: one range of its index.
+        parts_sql = sql.WINDOW_PARTS_ALL if seq < 0 else sql.WINDOW_PARTS_AFTER_SEQ
+        for message_id, data in await self.db.fetch(parts_sql, params):
             message = found.get(message_id)
-            if message is None:
-                message = found[message_id] = RawMessage(message_id, info, [])
-                if is_waiting:
-                    waiting.add(message_id)
-            if part is not None:
-                message.parts.append(part)
+            if message is not None:
+                message.parts.append(data)
+        waiting = {row[0] for row in await self.db.fetch(sql.WAITING_INPUTS, params) if row[0] in found}
         return [m.decode() for m in found.values()], waiting
 
     async def latest_snapshot(self, session_id: str) -> Row | None:

@@ -261,22 +261,35 @@ MESSAGE_COUNT = compile_sql(
     select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id")),
     quick=True,
 )
-# The messages after a log position with their parts (a row per part, one with no part for a
-# message without any) and whether each is a prompt admitted and not yet promoted into a step (the
-# model's context leaves those out): one read where a step made three.
-MESSAGES_AFTER_SEQ = compile_sql(
-    select(
-        messages.c.id,
-        messages.c.info,
-        select(inputs.c.id)
-        .where(inputs.c.id == messages.c.id, inputs.c.completed.is_(False), inputs.c.promoted_seq.is_(None))
-        .exists()
-        .label("waiting"),
-        parts.c.data,
-    )
-    .select_from(messages.outerjoin(parts, parts.c.message_id == messages.c.id))
+# A turn's window: the messages after a log position, their parts, and the prompts admitted but not
+# yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
+# join copied each message's info onto every part row and looked up an input for every row, so a
+# long history cost about a quarter more to read (bench/README.md, "A step's fixed costs").
+WINDOW_MESSAGES = compile_sql(
+    select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
-    .order_by(messages.c.seq, messages.c.id, parts.c.id),
+    .order_by(messages.c.seq, messages.c.id),
+    quick=True,
+)
+WINDOW_PARTS_ALL = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .where(parts.c.session_id == bindparam("session_id"))
+    .order_by(parts.c.message_id, parts.c.id),
+    quick=True,
+)
+WINDOW_PARTS_AFTER_SEQ = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .select_from(messages.join(parts, parts.c.message_id == messages.c.id))
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
+    .order_by(parts.c.message_id, parts.c.id),
+    quick=True,
+)
+WAITING_INPUTS = compile_sql(
+    select(inputs.c.id).where(
+        inputs.c.session_id == bindparam("session_id"),
+        inputs.c.completed.is_(False),
+        inputs.c.promoted_seq.is_(None),
+    ),
     quick=True,
 )
 FORK_TITLES = compile_sql(
