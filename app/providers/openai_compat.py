@@ -125,12 +125,12 @@ class OpenAICompatibleProvider:
     ) -> None:
         self.id = provider_id
         self._missing_key = missing_key
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._url = httpx.URL(base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = {**auth, "content-type": "application/json", **headers}
-        self._client: httpx.AsyncClient | None = None
+        self._client: http.ProviderClient | None = None
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> http.ProviderClient:
         if self._client is None:
             self._client = http.client(headers=self._headers, timeout=httpx.Timeout(300.0, connect=15.0))
         return self._client
