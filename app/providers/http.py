@@ -70,7 +70,7 @@ async def sse(client: ProviderClient, method: str, url: httpx.URL | str, **kwarg
     around its transport (auth flow, redirect loop, cookie jar, event hooks, a stream bound to its
     response) cost more CPU than aiohttp's whole request, and providers use none of them: keys
     travel in headers, and httpx follows no redirect unless told to. Streaming a completion from a
-    local stub took 424-480 µs of client CPU through the client and 182-221 µs this way, with 20
+    local stub took 535-662 µs of client CPU through the client and 372-471 µs this way, with 20
     requests in flight (``python bench/provider_client.py``). What stays httpx's: the request, the
     response and its content decoding, aiohttp's errors as httpx's, and ``httpx_sse``'s parser.
 

@@ -264,7 +264,7 @@ MESSAGE_COUNT = compile_sql(
 # A turn's window: the messages after a log position, their parts, and the prompts admitted but not
 # yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
 # join copied each message's info onto every part row and looked up an input for every row, so a
-# long history cost about a quarter more to read (bench/README.md, "A step's fixed costs").
+# long history cost about 15% more to read (bench/README.md, "A step's fixed costs").
 WINDOW_MESSAGES = compile_sql(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
