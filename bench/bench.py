@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -199,13 +199,19 @@ class Server:
         self.env = child_env(config_dir)
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self.root = ROOT  # the checkout whose code it runs
+
+    def run_from(self, root: Path) -> None:
+        """Run another checkout's code (a side-by-side comparison)."""
+        self.root = root
+        self.env["PYTHONPATH"] = str(root)
 
     def start(self) -> float:
         """Spawn and poll ``/global/health``; returns seconds from spawn to the first 200."""
         with self.log_path.open("ab") as log:
             started = time.perf_counter()
             self.proc = subprocess.Popen(
-                self.args, cwd=ROOT, env=self.env, stdout=log, stderr=log, preexec_fn=die_with_parent
+                self.args, cwd=self.root, env=self.env, stdout=log, stderr=log, preexec_fn=die_with_parent
             )
         with httpx.Client(base_url=self.url, timeout=1.0, trust_env=False) as client:
             while time.perf_counter() - started < HEALTH_TIMEOUT_S:
@@ -801,10 +807,16 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     ]
 
 
-def cli(run: Callable[[bool, list[str]], list[Metric]], description: str, argv: list[str] | None = None) -> int:
+def cli(
+    run: Callable[[bool, list[str]], list[Metric]],
+    description: str,
+    argv: list[str] | None = None,
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> int:
     """The command line every benchmark script shares: options, load average, table, notes, JSON.
-    ``run(quick, notes)`` measures and returns the metrics in table order."""
-    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    ``run(quick, notes)`` measures and returns the metrics in table order. ``parents`` are a
+    script's own options (it reads them itself; here they are only listed by ``--help``)."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0], parents=list(parents))
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run, noisier figures)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)

@@ -24,11 +24,19 @@ with its send time; both processes share this machine's clock.
 
 Run from the repository root::
 
-    python bench/load.py [--quick] [--json results.json]
+    python bench/load.py [--quick] [--json results.json] [--only NAME]
+    python bench/load.py --against ../other-checkout [--rounds 4] [--only NAME]
+
+``--only`` keeps the scenarios whose name contains NAME (``"no subscribers"``, ``"100
+subscribers"``). ``--against`` compares two checkouts side by side instead of printing the table:
+each scenario runs on this checkout's server and on the other's in turn, ``--rounds`` times, one
+line per run. The machine's speed drifts from minute to minute; only runs next to each other
+compare.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import json
@@ -340,7 +348,9 @@ def _client(port: int, pid: int, scenario: Scenario, sessions: int, prompts: int
 # -- scenarios ------------------------------------------------------------------------------------
 
 
-def _scenario(scenario: Scenario, sessions: int, prompts: int, queue_bytes: int) -> tuple[Outcome, InstantStub]:
+def _scenario(
+    scenario: Scenario, sessions: int, prompts: int, queue_bytes: int, root: Path | None = None
+) -> tuple[Outcome, InstantStub]:
     stub_answer = partial(answer, pad=scenario.pad)
     with workspace("opensession-load-bench-") as (base, project, config), InstantStub(stub_answer) as stub:
         provider = {
@@ -351,6 +361,8 @@ def _scenario(scenario: Scenario, sessions: int, prompts: int, queue_bytes: int)
         (project / "opencode.json").write_text(json.dumps({"model": MODEL, "provider": {"stub": provider}}))
         server = Server(base / "load.db", project, config, base / "server.log")
         server.env["OPENSESSION_SUBSCRIBER_QUEUE_BYTES"] = str(queue_bytes)
+        if root is not None:
+            server.run_from(root)
         with running(server) as srv:
             assert srv.proc is not None
             results: multiprocessing.Queue[Outcome | BaseException] = multiprocessing.Queue()
@@ -370,22 +382,35 @@ def _scenario(scenario: Scenario, sessions: int, prompts: int, queue_bytes: int)
         return outcome, stub
 
 
-def run(quick: bool, notes: list[str]) -> list[Metric]:
-    sessions, prompts = (20, 5) if quick else (50, 10)
+def _scenarios(quick: bool, only: list[str]) -> list[tuple[Scenario, float, float, float | None]]:
+    """The scenarios with their targets: accept p99 (ms), prompts/s, server CPU per prompt (ms)."""
     crowd = 30 if quick else 100
     scenarios = [
-        (Scenario("no subscribers", 0), 50, 150, 3.0),
-        (Scenario(f"{crowd} subscribers", crowd), 100, 100, None),
+        (Scenario("no subscribers", 0), 50.0, 150.0, 3.0),
+        (Scenario(f"{crowd} subscribers", crowd), 100.0, 100.0, None),
         # The same padded replies without the stalled subscriber: the server's memory grows with
         # them (stored text, caches), so this is what the stalled run's growth is compared with.
-        (Scenario("10 subscribers, padded replies", 10, pad=STALLED_PAD), 100, 100, None),
-        (Scenario("10 subscribers + 1 that never reads", 10, stalled=True, pad=STALLED_PAD), 100, 100, None),
+        (Scenario("10 subscribers, padded replies", 10, pad=STALLED_PAD), 100.0, 100.0, None),
+        (Scenario("10 subscribers + 1 that never reads", 10, stalled=True, pad=STALLED_PAD), 100.0, 100.0, None),
     ]
+    return [entry for entry in scenarios if not only or any(name in entry[0].name for name in only)]
+
+
+def _queue_bytes(scenario: Scenario) -> int:
+    return STALLED_QUEUE_BYTES if scenario.pad else 8 * 1024 * 1024
+
+
+def _sizes(quick: bool) -> tuple[int, int]:
+    return (20, 5) if quick else (50, 10)
+
+
+def run(quick: bool, notes: list[str], only: list[str]) -> list[Metric]:
+    sessions, prompts = _sizes(quick)
     metrics: list[Metric] = []
     control_rss_mb = 0.0
-    for scenario, accept_target, rate_target, cpu_target in scenarios:
+    for scenario, accept_target, rate_target, cpu_target in _scenarios(quick, only):
         progress(f"{scenario.name}: {sessions} sessions x {prompts} prompts")
-        queue_bytes = STALLED_QUEUE_BYTES if scenario.pad else 8 * 1024 * 1024
+        queue_bytes = _queue_bytes(scenario)
         outcome, _stub = _scenario(scenario, sessions, prompts, queue_bytes)
         accept = Metric(f"{scenario.name}: accept", "ms", accept_target, samples=outcome.accept_ms, judged_on="p99")
         rate = Metric(
@@ -423,8 +448,43 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     return metrics
 
 
+def _summary(outcome: Outcome) -> str:
+    accept = Metric("accept", "ms", 0, samples=outcome.accept_ms)
+    line = (
+        f"{outcome.prompts / outcome.wall_s:.0f} prompts/s, "
+        f"{outcome.server_cpu_s / outcome.prompts * 1000:.2f} ms server CPU/prompt, "
+        f"accept p50 {accept.median:.1f} p99 {accept.p99:.1f} ms"
+    )
+    if outcome.fanout_ms:
+        fanout = Metric("fan-out", "ms", 0, samples=outcome.fanout_ms)
+        line += f", fan-out p50 {fanout.median:.1f} p99 {fanout.p99:.1f} ms"
+    problems = outcome.missed + outcome.reordered + outcome.cut_off + len(outcome.bad_replies)
+    return line + ("" if not problems else f", {problems} PROBLEMS (missed, reordered, cut off, bad replies)")
+
+
+def compare(against: Path, rounds: int, quick: bool, only: list[str]) -> int:
+    """Each scenario on this checkout's server and on ``against``'s in turn, ``rounds`` times."""
+    sessions, prompts = _sizes(quick)
+    sides = [("this", None), (against.name or str(against), against.resolve())]
+    for scenario, *_targets in _scenarios(quick, only):
+        for round_no in range(1, rounds + 1):
+            for label, root in sides:
+                outcome, _stub = _scenario(scenario, sessions, prompts, _queue_bytes(scenario), root)
+                print(f"{scenario.name} #{round_no} {label}: {_summary(outcome)}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    return cli(run, __doc__ or "", argv)
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="scenarios whose name has NAME")
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT", help="compare with another checkout's server")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per side and scenario with --against")
+    ours, rest = parser.parse_known_args(argv)
+    if ours.against is not None and not {"-h", "--help"} & set(rest):
+        if not (ours.against / "app" / "cli").is_dir():
+            parser.error(f"--against {ours.against}: not an opensession checkout")
+        return compare(ours.against, ours.rounds, "--quick" in rest, ours.only)
+    return cli(partial(run, only=ours.only), __doc__ or "", argv, parents=[parser])
 
 
 if __name__ == "__main__":

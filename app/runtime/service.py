@@ -139,6 +139,7 @@ class Runtime:
         await self._sessions.stop()
         await self.extensions.stop()  # after the drains: a shutdown must not fail calls in flight
         await self.turn.titles.stop()
+        await self.turn.runner.pacer.stop()
         await self.workspace.close()
         await self.registry.aclose()
         await self.log.stop()

@@ -63,6 +63,7 @@ from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
 from app.runtime.tools import TOOLS, available_text, function_specs, offered_for
+from app.runtime.turn._pacing import Slot, StepPacer
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
 from app.runtime.turn._title import TitleGenerator
@@ -128,6 +129,7 @@ class Runner:
     history: HistoryDomain
     toolcalls: ToolCalls
     titles: TitleGenerator
+    pacer: StepPacer = field(default_factory=StepPacer)
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
         try:
@@ -203,7 +205,25 @@ class Runner:
     ) -> bool:
         """One model call answering ``batch`` (or continuing ``parent``'s turn); returns whether
         the turn goes on (the model called tools and nothing blocked). The step that ends the
-        turn, however it ends, settles every input the turn answered."""
+        turn, however it ends, settles every input the turn answered. It starts once the pacer
+        grants it a slot and gives the slot back when its stream ends (``_pacing``)."""
+        slot = await signal.race(self.pacer.acquire())
+        try:
+            return await self._step_in(slot, session_id, batch, signal, turn, parent=parent, last_step=last_step)
+        finally:
+            slot.release()
+
+    async def _step_in(
+        self,
+        slot: Slot,
+        session_id: str,
+        batch: list[InputRow],
+        signal: AbortSignal,
+        turn: Turn,
+        *,
+        parent: InputRow | None,
+        last_step: bool,
+    ) -> bool:
         session = await self.sessions.service.get(session_id)
         directory = session["directory"]
         answered = batch[-1] if batch else parent
@@ -282,7 +302,10 @@ class Runner:
                 **tuning,
             )
         try:
-            finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
+            try:
+                finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
+            finally:
+                slot.release()  # the tools run without it
             snapshot = await self._store_summary(session_id, window, recorder, reason) if window else None
             outcome = await self.toolcalls.run(session, recorder, calls, parts, turn.tools, signal)
         except Aborted as exc:

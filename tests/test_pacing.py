@@ -1,0 +1,116 @@
+"""The step pacer: steps wait for a slot while the event loop lags, in arrival order, and no slot
+is lost to a cancelled or aborted waiter; on a loop that keeps up nothing is held back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.runtime.turn._pacing import INITIAL_STEPS, MIN_STEPS, Slot, StepPacer
+
+LAGGING = 1.0  # seconds: any measured lag above the target
+
+
+async def _waiter(pacer: StepPacer, order: list[int], index: int) -> Slot:
+    slot = await pacer.acquire()
+    order.append(index)
+    return slot
+
+
+async def _settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_lagging_loop_holds_new_steps_back_and_starts_them_in_order() -> None:
+    pacer = StepPacer()
+    held = [await pacer.acquire() for _ in range(INITIAL_STEPS)]
+    for _ in range(20):
+        pacer.adjust(LAGGING)
+    assert pacer.limit == MIN_STEPS
+    order: list[int] = []
+    waiting = [asyncio.create_task(_waiter(pacer, order, i)) for i in range(3)]
+    await _settle()
+    assert order == [] and pacer.in_flight == INITIAL_STEPS
+
+    # Releasing down to the limit grants nothing; each release below it grants the oldest waiter.
+    for slot in held[: INITIAL_STEPS - MIN_STEPS]:
+        slot.release()
+    await _settle()
+    assert order == []
+    held[INITIAL_STEPS - MIN_STEPS].release()
+    held[INITIAL_STEPS - MIN_STEPS].release()  # idempotent: a second release frees nothing more
+    await _settle()
+    assert order == [0] and pacer.in_flight == MIN_STEPS
+
+    # Each timely tick with steps waiting raises the limit, by at least one step.
+    for started in (2, 3):
+        pacer.adjust(0.0)
+        await _settle()
+        assert order == list(range(started))
+    assert pacer.limit > MIN_STEPS + 1
+    for slot in [*held[INITIAL_STEPS - MIN_STEPS + 1 :], *(await asyncio.gather(*waiting))]:
+        slot.release()
+    assert pacer.in_flight == 0
+    await pacer.stop()
+
+
+async def test_cancelled_waiters_lose_no_slot() -> None:
+    pacer = StepPacer()
+    pacer.limit = 1
+    first = await pacer.acquire()
+    cancelled_early = asyncio.create_task(pacer.acquire())
+    granted_then_cancelled = asyncio.create_task(pacer.acquire())
+    last = asyncio.create_task(pacer.acquire())
+    await _settle()
+    cancelled_early.cancel()
+    await _settle()
+
+    # The slot goes to the next live waiter; cancelled before it resumed, it hands the slot on.
+    first.release()
+    assert pacer.in_flight == 1
+    granted_then_cancelled.cancel()
+    await _settle()
+    assert last.done() and pacer.in_flight == 1
+    (await last).release()
+    assert pacer.in_flight == 0
+    for task in (cancelled_early, granted_then_cancelled):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await pacer.stop()
+
+
+async def test_a_loop_that_keeps_up_starts_every_waiting_step() -> None:
+    """Steps that wait on the network hold their slots; with the loop idle the limit grows until
+    every one of them is streaming at once."""
+    pacer = StepPacer(tick=0.002)
+    steps = 5 * INITIAL_STEPS
+    all_started = asyncio.Event()
+    started = 0
+
+    async def step() -> None:
+        nonlocal started
+        slot = await pacer.acquire()
+        started += 1
+        if started == steps:
+            all_started.set()
+        await all_started.wait()  # "streaming": holds the slot until every step has one
+        slot.release()
+
+    await asyncio.wait_for(asyncio.gather(*(step() for _ in range(steps))), 30)
+    assert pacer.in_flight == 0 and pacer.limit >= steps
+    await pacer.stop()
+
+
+async def test_the_ticker_measures_a_blocked_loop_as_lag() -> None:
+    pacer = StepPacer(tick=0.001)
+    slot = await pacer.acquire()
+    await asyncio.sleep(0)  # the ticker starts and sleeps
+    for _ in range(40):
+        time.sleep(0.02)  # a saturated loop: each iteration far longer than the target lag
+        await asyncio.sleep(0.002)
+    assert pacer.limit < INITIAL_STEPS
+    slot.release()
+    await pacer.stop()
