@@ -4,11 +4,19 @@ is lost to a cancelled or aborted waiter; on a loop that keeps up nothing is hel
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from app.runtime.turn._pacing import INITIAL_STEPS, MIN_STEPS, Slot, StepPacer
+from tests.helpers import assistant_text, create_session, text_prompt
+from tests.servers import StubReply, ThreadServer, openai_stub
+from tests.sse import EventCollector
 
 LAGGING = 1.0  # seconds: any measured lag above the target
 
@@ -114,3 +122,34 @@ async def test_the_ticker_measures_a_blocked_loop_as_lag() -> None:
     assert pacer.limit < INITIAL_STEPS
     slot.release()
     await pacer.stop()
+
+
+def test_turns_waiting_on_a_slow_model_all_stream_at_once(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """More sessions than the pacer's first limit, each waiting on a model that answers only once
+    every one of them has asked: the loop stays idle meanwhile, so none is held back."""
+    sessions = 3 * INITIAL_STEPS
+    everyone = threading.Barrier(sessions, timeout=30)
+
+    def reply(body: dict[str, Any]) -> StubReply:
+        if "title generator" in json.dumps(body["messages"][:1]):
+            return StubReply(content=["A title"])
+        try:
+            everyone.wait()
+        except threading.BrokenBarrierError:
+            return StubReply(content=["alone"])
+        return StubReply(content=["together"])
+
+    with openai_stub(reply, keep_alive=True) as stub:
+        provider = {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": stub.url}, "models": {"m": {}}}
+        (project_dir / "opencode.json").write_text(json.dumps({"model": "stub/m", "provider": {"stub": provider}}))
+        ids = [create_session(client)["id"] for _ in range(sessions)]
+        with EventCollector(f"{server.url}/event") as events:
+            for sid in ids:
+                assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("hello")).status_code == 204
+            for sid in ids:
+                events.wait_for(lambda f, sid=sid: f.type == "session.idle" and f.properties["sessionID"] == sid, 60)
+    for sid in ids:
+        replies = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "assistant"]
+        assert [assistant_text(m) for m in replies] == ["together"]
