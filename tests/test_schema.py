@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from app.store.database import _head_revision
@@ -55,3 +57,37 @@ def test_write_batches_regroup_only_commuting_statements() -> None:
         [(event, {"n": 1}), (event, {"n": 2})],  # other statements keep their order and stay together
         [(part, {"n": 2})],  # nothing moves across a non-commuting statement
     ]
+
+
+def test_generated_statements_are_current() -> None:
+    """app/store/sql.py is what ``python -m app.store.clauses`` writes from the definitions."""
+    from app.store import clauses
+
+    assert clauses.GENERATED.read_text() == clauses.render(), "stale: run python -m app.store.clauses"
+
+
+def test_a_sqlite_server_starts_without_sqlalchemy(tmp_path: Path) -> None:
+    """Importing SQLAlchemy was about a fifth of the start-up: the app and a new SQLite database
+    need only the generated statements."""
+    script = f"""
+import asyncio, sys
+from app.api.app import create_app
+from app.settings import Settings
+where = "{tmp_path}"
+app = create_app(Settings(db=f"sqlite:///{{where}}/s.db", directory=where, config_dir=where, data_dir=where))
+async def main():
+    async with app.router.lifespan_context(app):
+        pass
+asyncio.run(main())
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("sqlalchemy", "alembic")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr
+
+
+def test_postgres_text_is_compiled_from_the_definition() -> None:
+    from app.store import sql
+
+    text, names = sql.messages_page(descending=True, bounded=True, by_seq=False).for_postgres()
+    assert set(names) == {"session_id", "bound", "limit"} and text.count("$") == len(names)
+    assert sql.UPSERT_PART.for_postgres()[0].startswith("INSERT INTO parts")

@@ -3,9 +3,9 @@ and PostgreSQL (``app.store.postgres``), with schema migrations through Alembic.
 
 Why not SQLAlchemy's async engine on the hot path: through its adapters every statement costs
 several hand-offs to the driver (about 0.1 ms each on SQLite), which alone exceeded the latency
-targets (see bench/). Statements are still built with SQLAlchemy Core (``app.store.sql``) and
-compiled once per dialect; here each one is a single driver call, and a write transaction's
-statements are batched (``executemany``).
+targets (see bench/). Statements are still built with SQLAlchemy Core (``app.store.clauses``),
+compiled ahead for SQLite (``app.store.sql``) and on first use for PostgreSQL; here each one is a
+single driver call, and a write transaction's statements are batched (``executemany``).
 
 Invariants, on both engines:
 - This process writes through exactly one writer connection, guarded by an asyncio lock, so its

@@ -1,6 +1,6 @@
 """The PostgreSQL engine on the asyncpg driver, for more than one process or machine.
 
-Statements come from ``app.store.sql`` compiled for PostgreSQL on first use (``$n`` parameters,
+Statements come from ``app.store.sql``, compiled for PostgreSQL on first use (``$n`` parameters,
 filled from the same named parameters the SQLite engine takes). The schema is created and
 upgraded by the same Alembic migrations as SQLite's.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from app.store.database import READERS, Database, DatabaseUnavailable, Driver, Params, Row, upgrade_schema
-from app.store.sql import Statement
+from app.store.statement import Statement
 
 
 def _with_scheme(url: str, scheme: str) -> str:

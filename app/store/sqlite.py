@@ -71,21 +71,22 @@ def _is_empty(path: str) -> bool:
 
 
 def _create_fresh(path: str, head: str) -> None:
-    """A new database gets the current schema in one step and is stamped with the head revision,
-    as Alembic recommends, instead of replaying every migration (and importing Alembic) at first
-    start. A test checks that this schema equals the one the migrations build."""
-    from sqlalchemy import create_engine, text
+    """A new database gets the current schema in one transaction and is stamped with the head
+    revision, as Alembic recommends, instead of replaying every migration (and importing Alembic
+    and SQLAlchemy) at first start. The DDL is what ``metadata.create_all`` issues, generated into
+    app/store/sql.py; a test checks that this schema equals the one the migrations build."""
+    from app.store.sql import SCHEMA
 
-    from app.store.schema import metadata
-
-    engine = create_engine(f"sqlite:///{path}")
+    conn = sqlite3.connect(path, isolation_level=None)
     try:
-        with engine.begin() as conn:
-            metadata.create_all(conn)
-            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"))
-            conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:head)"), {"head": head})
+        conn.execute("BEGIN")
+        for statement in SCHEMA:
+            conn.execute(statement)
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+        conn.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (head,))
+        conn.execute("COMMIT")
     finally:
-        engine.dispose()
+        conn.close()  # an exception before COMMIT leaves nothing: closing rolls back
 
 
 def _lock(path: str) -> IO[bytes]:

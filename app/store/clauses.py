@@ -1,0 +1,518 @@
+"""Every SQL statement the running server issues, defined with SQLAlchemy Core from the table
+definitions (app/store/schema.py).
+
+The server does not import this module to run on SQLite: ``python -m app.store.clauses`` compiles
+every definition here (each combination of a function's flags too) and writes the SQLite texts,
+with the schema's DDL, to app/store/sql.py, which the server imports instead. Importing
+SQLAlchemy was about a fifth of the server's start-up. A PostgreSQL statement is compiled from its
+definition here on first use (``Statement.for_postgres``). tests/test_schema.py checks that
+app/store/sql.py is current: after changing a definition, run ``python -m app.store.clauses``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import itertools
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    BindParameter,
+    ClauseElement,
+    Table,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from app.store.schema import (
+    events,
+    inputs,
+    leases,
+    messages,
+    metadata,
+    parts,
+    saved_permissions,
+    sessions,
+    shares,
+    snapshots,
+    todos,
+)
+from app.store.statement import Source
+
+_DIALECT = sqlite.dialect(paramstyle="named")
+GENERATED = Path(__file__).with_name("sql.py")
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One statement's definition: the clause both dialects share, or with ``postgres`` the
+    PostgreSQL form where their syntax differs (upserts). ``quick`` marks a read bounded by an
+    index lookup: a row or a few, or the turn's own window (see ``SqliteDatabase.fetch``)."""
+
+    clause: ClauseElement
+    postgres: Callable[[], ClauseElement] | None = None
+    quick: bool = False
+
+    def for_sqlite(self) -> str:
+        # SQLite's compiler pairs a bound LIMIT with an (unneeded) bound OFFSET; drop it.
+        text = str(self.clause.compile(dialect=_DIALECT)).replace(" OFFSET :param_1", "")
+        anonymous = re.findall(r":(\w+_\d+)\b", text)
+        if anonymous:  # a Python literal became a parameter nobody will supply
+            raise ValueError(f"statement has anonymous parameters {anonymous}; use bindparam() or literal_column()")
+        return text
+
+    def for_postgres(self) -> tuple[str, tuple[str, ...]]:
+        from sqlalchemy.dialects.postgresql import asyncpg
+
+        clause = self.postgres() if self.postgres is not None else self.clause
+        compiled = clause.compile(dialect=asyncpg.dialect(paramstyle="numeric_dollar"))
+        names: list[str] = getattr(compiled, "positiontup", None) or []
+        return str(compiled), tuple(names)
+
+
+def compile_sql(
+    statement: ClauseElement, postgres: Callable[[], ClauseElement] | None = None, *, quick: bool = False
+) -> Clause:
+    return Clause(statement, postgres, quick)
+
+
+def _upsert_clause(insert: Insert, table: Table, keep: tuple[str, ...]) -> ClauseElement:
+    columns = [c.name for c in table.columns]
+    key = [c.name for c in table.primary_key.columns]
+    statement = insert(table).values({name: bindparam(name) for name in columns})
+    return statement.on_conflict_do_update(
+        index_elements=key,
+        set_={name: statement.excluded[name] for name in columns if name not in key and name not in keep},
+    )
+
+
+def _postgres_insert(table: Table) -> Any:
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.insert(table)
+
+
+Insert = Callable[[Table], Any]  # a dialect's insert(), with its ON CONFLICT clauses
+
+
+def compile_insert(build: Callable[[Insert], ClauseElement]) -> Clause:
+    """A statement whose ON CONFLICT syntax each dialect builds with its own ``insert``."""
+    return compile_sql(build(sqlite.insert), postgres=lambda: build(_postgres_insert))
+
+
+def _upsert(table: Table, *, keep: tuple[str, ...] = ()) -> Clause:
+    """Insert or update by primary key; columns in ``keep`` retain their first value."""
+    return compile_insert(lambda insert: _upsert_clause(insert, table, keep))
+
+
+# -- writes ---------------------------------------------------------------------------------------
+UPSERT_SESSION = _upsert(sessions)
+UPSERT_MESSAGE = _upsert(messages, keep=("seq",))
+UPSERT_PART = _upsert(parts)
+# Upserts into different tables commute (no foreign keys, triggers or reads between them): a write
+# transaction may regroup a run of them by statement, each keeping its own row order.
+COMMUTING = ("UPSERT_SESSION", "UPSERT_MESSAGE", "UPSERT_PART")
+INSERT_EVENT = compile_sql(events.insert().values({c.name: bindparam(c.name) for c in events.columns}))
+INSERT_INPUT = compile_sql(inputs.insert().values({c.name: bindparam(c.name) for c in inputs.columns}))
+DELETE_SESSION = compile_sql(delete(sessions).where(sessions.c.id == bindparam("id")))
+DELETE_MESSAGE = compile_sql(delete(messages).where(messages.c.id == bindparam("id")))
+DELETE_PART = compile_sql(delete(parts).where(parts.c.id == bindparam("id")))
+DELETE_PARTS_OF_MESSAGE = compile_sql(delete(parts).where(parts.c.message_id == bindparam("message_id")))
+DELETE_SESSION_ROWS = {
+    table.name: compile_sql(delete(table).where(table.c.session_id == bindparam("session_id")))
+    for table in (parts, messages, inputs, shares, snapshots, todos)
+}
+UPSERT_TODOS = _upsert(todos)
+TODOS = compile_sql(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")), quick=True)
+INSERT_SAVED_PERMISSION = compile_sql(
+    saved_permissions.insert().values({c.name: bindparam(c.name) for c in saved_permissions.columns})
+)
+SAVED_PERMISSIONS = compile_sql(
+    select(saved_permissions)
+    .where(saved_permissions.c.project_id == bindparam("project_id"))
+    .order_by(saved_permissions.c.time_created),
+    quick=True,
+)
+ALL_SAVED_PERMISSIONS = compile_sql(select(saved_permissions).order_by(saved_permissions.c.time_created))
+DELETE_SAVED_PERMISSION = compile_sql(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
+
+
+INSERT_SNAPSHOT = compile_sql(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
+LATEST_SNAPSHOT = compile_sql(
+    select(snapshots)
+    .where(snapshots.c.session_id == bindparam("session_id"))
+    .order_by(snapshots.c.version.desc())
+    .limit(literal_column("1")),
+    quick=True,
+)
+INSERT_SHARE = compile_sql(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))
+SHARE_SESSION = compile_sql(select(shares.c.session_id).where(shares.c.token == bindparam("token")), quick=True)
+PROMOTE_INPUT = compile_sql(
+    update(inputs).where(inputs.c.id == bindparam("id")).values(promoted_seq=bindparam("promoted_seq"))
+)
+COMPLETE_INPUT = compile_sql(update(inputs).where(inputs.c.id == bindparam("id")).values(completed=true()))
+COMPLETE_INPUTS_THROUGH = compile_sql(
+    update(inputs)
+    .where(
+        inputs.c.session_id == bindparam("session_id"),
+        inputs.c.completed.is_(False),
+        inputs.c.admitted_seq <= bindparam("through_seq"),
+    )
+    .values(completed=true())
+)
+
+
+# -- leases (shared databases) --------------------------------------------------------------------
+def _lease_acquire(insert: Insert) -> ClauseElement:
+    """Take the lease if it is free, expired or already ours; a new token either way."""
+    statement = insert(leases).values(
+        session_id=bindparam("session_id"),
+        owner=bindparam("owner"),
+        token=literal_column("1"),
+        expires_at=bindparam("expires_at"),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=["session_id"],
+        set_={
+            "owner": statement.excluded.owner,
+            "token": leases.c.token + literal_column("1"),
+            "expires_at": statement.excluded.expires_at,
+        },
+        where=(leases.c.owner == bindparam("owner")) | (leases.c.expires_at < bindparam("now")),
+    ).returning(leases.c.token)
+
+
+LEASE_ACQUIRE = compile_insert(_lease_acquire)
+LEASE = compile_sql(
+    select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id")),
+    quick=True,
+)
+LEASE_RENEW = compile_sql(
+    update(leases).where(leases.c.owner == bindparam("owner")).values(expires_at=bindparam("expires_at"))
+)
+LEASE_RELEASE = compile_sql(
+    delete(leases).where(
+        leases.c.session_id == bindparam("session_id"),
+        leases.c.owner == bindparam("owner"),
+        leases.c.token == bindparam("token"),
+    )
+)
+LIVE_LEASES = compile_sql(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
+EXPIRED_LEASES = compile_sql(select(leases.c.session_id).where(leases.c.expires_at < bindparam("now")))
+NOTIFY = compile_sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
+
+# -- reads ----------------------------------------------------------------------------------------
+SESSION_INFO = compile_sql(select(sessions.c.info).where(sessions.c.id == bindparam("id")), quick=True)
+MAX_CURSOR = compile_sql(select(func.coalesce(func.max(events.c.id), literal_column("0"))), quick=True)
+MAX_SEQ = compile_sql(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")), quick=True)
+EVENTS_SINCE = compile_sql(
+    select(events).where(events.c.id > bindparam("cursor")).order_by(events.c.id).limit(bindparam("limit"))
+)
+EVENTS_SINCE_IN_DIRECTORY = compile_sql(
+    select(events)
+    .where(events.c.id > bindparam("cursor"), events.c.directory == bindparam("directory"))
+    .order_by(events.c.id)
+    .limit(bindparam("limit"))
+)
+MESSAGE_INFO = compile_sql(
+    select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
+    quick=True,
+)
+MESSAGE_ID_EXISTS = compile_sql(select(messages.c.id).where(messages.c.id == bindparam("id")), quick=True)
+PART_ID_EXISTS = compile_sql(select(parts.c.id).where(parts.c.id == bindparam("id")), quick=True)
+PARTS_OF_MESSAGE = compile_sql(
+    select(parts.c.data).where(parts.c.message_id == bindparam("id")).order_by(parts.c.id), quick=True
+)
+PARTS_OF_SESSION = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .where(parts.c.session_id == bindparam("session_id"))
+    .order_by(parts.c.message_id, parts.c.id)
+)
+PARTS_IN_RANGE = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .where(
+        parts.c.session_id == bindparam("session_id"),
+        parts.c.message_id.between(bindparam("first"), bindparam("last")),
+    )
+    .order_by(parts.c.message_id, parts.c.id)
+)
+ALL_MESSAGES = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"))
+    .order_by(messages.c.id)
+)
+ALL_MESSAGES_IN_SEQ = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"))
+    .order_by(messages.c.seq, messages.c.id)
+)
+MESSAGES_FROM_SEQ = compile_sql(
+    select(messages.c.id)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq >= bindparam("seq"))
+    .order_by(messages.c.seq, messages.c.id)
+)
+PART_IDS_FROM = compile_sql(
+    select(parts.c.id)
+    .where(parts.c.message_id == bindparam("message_id"), parts.c.id >= bindparam("part_id"))
+    .order_by(parts.c.id)
+)
+MESSAGE_COUNT = compile_sql(
+    select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id")),
+    quick=True,
+)
+# A turn's window: the messages after a log position, their parts, and the prompts admitted but not
+# yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
+# join copied each message's info onto every part row and looked up an input for every row, so a
+# long history cost about 15% more to read (bench/README.md, "A step's fixed costs").
+WINDOW_MESSAGES = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
+    .order_by(messages.c.seq, messages.c.id),
+    quick=True,
+)
+WINDOW_PARTS_ALL = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .where(parts.c.session_id == bindparam("session_id"))
+    .order_by(parts.c.message_id, parts.c.id),
+    quick=True,
+)
+WINDOW_PARTS_AFTER_SEQ = compile_sql(
+    select(parts.c.message_id, parts.c.data)
+    .select_from(messages.join(parts, parts.c.message_id == messages.c.id))
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
+    .order_by(parts.c.message_id, parts.c.id),
+    quick=True,
+)
+WAITING_INPUTS = compile_sql(
+    select(inputs.c.id).where(
+        inputs.c.session_id == bindparam("session_id"),
+        inputs.c.completed.is_(False),
+        inputs.c.promoted_seq.is_(None),
+    ),
+    quick=True,
+)
+FORK_TITLES = compile_sql(
+    select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
+)
+COPY_SOURCE = compile_sql(
+    select(messages.c.id, messages.c.role, messages.c.time_created, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq < bindparam("before_seq"))
+    .order_by(messages.c.seq, messages.c.id)
+)
+MESSAGE_SEQ = compile_sql(
+    select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
+    quick=True,
+)
+LAST_ASSISTANTS = compile_sql(
+    select(messages.c.id, messages.c.info)
+    .where(messages.c.session_id == bindparam("session_id"), messages.c.role == literal_column("'assistant'"))
+    .order_by(messages.c.id.desc())
+    .limit(bindparam("limit")),
+    quick=True,
+)
+INPUT_BY_ID = compile_sql(select(inputs).where(inputs.c.id == bindparam("id")), quick=True)
+UNSETTLED_INPUTS = compile_sql(
+    select(inputs)
+    .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
+    .order_by(inputs.c.admitted_seq),
+    quick=True,
+)
+
+
+# Recovery: what a crash can leave open. Stored JSON is compact (orjson) and escapes quotes inside
+# strings, so these patterns match only the objects' own keys; callers still check the decoded rows.
+def open_assistant_messages(*, of_session: bool) -> Clause:
+    """``(session_id, id)`` of assistant messages never completed (of one session, or all)."""
+    query = select(messages.c.session_id, messages.c.id).where(
+        messages.c.role == literal_column("'assistant'"),
+        messages.c.info.not_like(literal_column("'%\"completed\":%'")),
+    )
+    if of_session:
+        query = query.where(messages.c.session_id == bindparam("session_id"))
+    return compile_sql(query)
+
+
+def open_tool_parts(*, of_session: bool) -> Clause:
+    """``(session_id, data)`` of tool parts that may be pending or running (callers check)."""
+    query = select(parts.c.session_id, parts.c.data).where(
+        parts.c.data.like(literal_column('\'%"type":"tool"%\'')),
+        parts.c.data.like(literal_column('\'%"status":"pending"%\''))
+        | parts.c.data.like(literal_column('\'%"status":"running"%\'')),
+    )
+    if of_session:
+        query = query.where(parts.c.session_id == bindparam("session_id"))
+    return compile_sql(query)
+
+
+SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
+    select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()
+)
+
+
+SESSION_EVENTS_AFTER = compile_sql(
+    select(events)
+    .where(events.c.session_id == bindparam("session_id"), events.c.seq > bindparam("after"))
+    .order_by(events.c.seq)
+    .limit(bindparam("limit"))
+)
+
+
+def messages_page(*, descending: bool, bounded: bool, by_seq: bool, offset: bool = False) -> Clause:
+    """A page of a session's messages ordered by id (legacy) or by entry position (``seq``, V2),
+    optionally strictly past a bound (an id, or a seq)."""
+    key = messages.c.seq if by_seq else messages.c.id
+    query = select(messages.c.id, messages.c.info).where(messages.c.session_id == bindparam("session_id"))
+    if bounded:
+        query = query.where(key < bindparam("bound") if descending else key > bindparam("bound"))
+    keys = [key, messages.c.id] if by_seq else [key]
+    order = [k.desc() for k in keys] if descending else [k.asc() for k in keys]
+    query = query.order_by(*order).limit(bindparam("limit"))
+    if offset:
+        query = query.offset(bindparam("offset"))
+    return compile_sql(query)
+
+
+def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: bool) -> Clause:
+    """Keyset page of sessions ordered by (time_updated, id), after an anchor row when given."""
+    query = select(sessions.c.info)
+    if directory:
+        query = query.where(sessions.c.directory == bindparam("directory"))
+    if search:
+        query = query.where(sessions.c.title.ilike(bindparam("search"), escape="\\"))
+    if anchored:
+        time: BindParameter[int] = bindparam("anchor_time")
+        sid: BindParameter[str] = bindparam("anchor_id")
+        if descending:
+            query = query.where(
+                (sessions.c.time_updated < time) | ((sessions.c.time_updated == time) & (sessions.c.id < sid))
+            )
+        else:
+            query = query.where(
+                (sessions.c.time_updated > time) | ((sessions.c.time_updated == time) & (sessions.c.id > sid))
+            )
+    if descending:
+        query = query.order_by(sessions.c.time_updated.desc(), sessions.c.id.desc())
+    else:
+        query = query.order_by(sessions.c.time_updated.asc(), sessions.c.id.asc())
+    return compile_sql(query.limit(bindparam("limit")))
+
+
+def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, search: bool, limit: bool) -> Clause:
+    """The session list query for one combination of filters (compiled once per combination)."""
+    query = select(sessions.c.info).order_by(sessions.c.time_updated.desc(), sessions.c.id)
+    if directory:
+        query = query.where(sessions.c.directory == bindparam("directory"))
+    if roots:
+        query = query.where(sessions.c.parent_id.is_(None))
+    if parent:
+        query = query.where(sessions.c.parent_id == bindparam("parent_id"))
+    if start:
+        query = query.where(sessions.c.time_updated >= bindparam("start"))
+    if search:
+        query = query.where(sessions.c.title.ilike(bindparam("search"), escape="\\"))
+    if limit:
+        query = query.limit(bindparam("limit"))
+    return compile_sql(query)
+
+
+# The functions above with flags: each combination of their flags is compiled into app/store/sql.py.
+VARIANTS = (open_assistant_messages, open_tool_parts, messages_page, sessions_page, session_list)
+
+
+def resolve(source: Source) -> Clause:
+    """The definition a ``Statement`` was compiled from (for its PostgreSQL form)."""
+    value = globals()[source[0]]
+    if len(source) == 1:
+        return value
+    if isinstance(value, dict):
+        return value[source[1]]
+    return value(**dict(source[1]))
+
+
+_HEADER = '''"""Generated by ``python -m app.store.clauses`` from the definitions there; do not edit.
+
+Every SQL statement the running server issues, compiled for SQLite, and the schema's DDL for a new
+database: the server imports this module, not SQLAlchemy (app/store/clauses.py says why)."""
+
+from app.store.statement import Statement
+'''
+
+
+def _statement(clause: Clause, source: Source) -> str:
+    quick = ", quick=True" if clause.quick else ""
+    return f"Statement({clause.for_sqlite()!r}, {source!r}{quick})"
+
+
+def _variant(function: Callable[..., Clause]) -> str:
+    name = function.__name__
+    flags = list(inspect.signature(function).parameters.values())
+    table = f"_{name.upper()}"
+    lines = [f"{table} = {{"]
+    for values in itertools.product((False, True), repeat=len(flags)):
+        kwargs = tuple((flag.name, value) for flag, value in zip(flags, values, strict=True))
+        lines.append(f"    {values!r}: {_statement(function(**dict(kwargs)), (name, kwargs))},")
+    lines.append("}")
+    params = ", ".join(f"{f.name}: bool" + (f" = {f.default!r}" if f.default is not f.empty else "") for f in flags)
+    key = ", ".join(f.name for f in flags) + ("," if len(flags) == 1 else "")
+    lines += [
+        "",
+        "",
+        f"def {name}(*, {params}) -> Statement:",
+        f'    """{inspect.getdoc(function)}"""',
+        f"    return {table}[{key}]",
+    ]
+    return "\n".join(lines)
+
+
+def render() -> str:
+    """The text of app/store/sql.py."""
+    parts = [_HEADER]
+    for name, value in list(globals().items()):
+        if isinstance(value, Clause):
+            parts.append(f"{name} = {_statement(value, (name,))}")
+        elif isinstance(value, dict) and value and all(isinstance(v, Clause) for v in value.values()):
+            entries = "".join(f"    {key!r}: {_statement(clause, (name, key))},\n" for key, clause in value.items())
+            parts.append(f"{name} = {{\n{entries}}}")
+    parts.append(f"COMMUTING = frozenset({{{', '.join(COMMUTING)}}})")
+    parts += [f"\n\n{_variant(function)}" for function in VARIANTS]
+    dialect = sqlite.dialect()
+    ddl = [str(CreateTable(table).compile(dialect=dialect)).strip() for table in metadata.sorted_tables]
+    ddl += [
+        str(CreateIndex(index).compile(dialect=dialect)).strip()
+        for table in metadata.sorted_tables
+        for index in sorted(table.indexes, key=lambda index: str(index.name))
+    ]
+    parts.append("\n# A new database's tables and indexes (what ``metadata.create_all`` issues).")
+    parts.append("SCHEMA = (\n" + "".join(f"    {statement!r},\n" for statement in ddl) + ")")
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write app/store/sql.py from these definitions.")
+    parser.add_argument("--check", action="store_true", help="only check that it is current")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = GENERATED.read_text() == text
+        print(
+            "app/store/sql.py is current" if current else "app/store/sql.py is stale: run python -m app.store.clauses"
+        )
+        return 0 if current else 1
+    GENERATED.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
