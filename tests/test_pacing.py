@@ -13,12 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.runtime.turn._pacing import INITIAL_STEPS, MIN_STEPS, Slot, StepPacer
+from app.runtime.turn._pacing import MIN_STEPS, Slot, StepPacer
 from tests.helpers import assistant_text, create_session, text_prompt
 from tests.servers import StubReply, ThreadServer, openai_stub
 from tests.sse import EventCollector
 
 LAGGING = 1.0  # seconds: any measured lag above the target
+HELD = 4 * MIN_STEPS  # slots held when the loop starts to lag
 
 
 async def _waiter(pacer: StepPacer, order: list[int], index: int) -> Slot:
@@ -34,22 +35,23 @@ async def _settle() -> None:
 
 async def test_a_lagging_loop_holds_new_steps_back_and_starts_them_in_order() -> None:
     pacer = StepPacer()
-    held = [await pacer.acquire() for _ in range(INITIAL_STEPS)]
+    pacer.limit = HELD
+    held = [await pacer.acquire() for _ in range(HELD)]
     for _ in range(20):
         pacer.adjust(LAGGING)
     assert pacer.limit == MIN_STEPS
     order: list[int] = []
     waiting = [asyncio.create_task(_waiter(pacer, order, i)) for i in range(3)]
     await _settle()
-    assert order == [] and pacer.in_flight == INITIAL_STEPS
+    assert order == [] and pacer.in_flight == HELD
 
     # Releasing down to the limit grants nothing; each release below it grants the oldest waiter.
-    for slot in held[: INITIAL_STEPS - MIN_STEPS]:
+    for slot in held[: HELD - MIN_STEPS]:
         slot.release()
     await _settle()
     assert order == []
-    held[INITIAL_STEPS - MIN_STEPS].release()
-    held[INITIAL_STEPS - MIN_STEPS].release()  # idempotent: a second release frees nothing more
+    held[HELD - MIN_STEPS].release()
+    held[HELD - MIN_STEPS].release()  # idempotent: a second release frees nothing more
     await _settle()
     assert order == [0] and pacer.in_flight == MIN_STEPS
 
@@ -59,7 +61,7 @@ async def test_a_lagging_loop_holds_new_steps_back_and_starts_them_in_order() ->
         await _settle()
         assert order == list(range(started))
     assert pacer.limit > MIN_STEPS + 1
-    for slot in [*held[INITIAL_STEPS - MIN_STEPS + 1 :], *(await asyncio.gather(*waiting))]:
+    for slot in [*held[HELD - MIN_STEPS + 1 :], *(await asyncio.gather(*waiting))]:
         slot.release()
     assert pacer.in_flight == 0
     await pacer.stop()
@@ -94,7 +96,7 @@ async def test_a_loop_that_keeps_up_starts_every_waiting_step() -> None:
     """Steps that wait on the network hold their slots; with the loop idle the limit grows until
     every one of them is streaming at once."""
     pacer = StepPacer(tick=0.002)
-    steps = 5 * INITIAL_STEPS
+    steps = 50
     all_started = asyncio.Event()
     started = 0
 
@@ -109,17 +111,25 @@ async def test_a_loop_that_keeps_up_starts_every_waiting_step() -> None:
 
     await asyncio.wait_for(asyncio.gather(*(step() for _ in range(steps))), 30)
     assert pacer.in_flight == 0 and pacer.limit >= steps
-    await pacer.stop()
+
+    # Idle again: the next burst starts small.
+    async def idle() -> None:
+        while pacer._ticker is not None:
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(idle(), 30)
+    assert pacer.limit == MIN_STEPS
 
 
 async def test_the_ticker_measures_a_blocked_loop_as_lag() -> None:
     pacer = StepPacer(tick=0.001)
+    pacer.limit = HELD
     slot = await pacer.acquire()
     await asyncio.sleep(0)  # the ticker starts and sleeps
     for _ in range(40):
         time.sleep(0.02)  # a saturated loop: each iteration far longer than the target lag
         await asyncio.sleep(0.002)
-    assert pacer.limit < INITIAL_STEPS
+    assert pacer.limit < HELD
     slot.release()
     await pacer.stop()
 
@@ -127,9 +137,9 @@ async def test_the_ticker_measures_a_blocked_loop_as_lag() -> None:
 def test_turns_waiting_on_a_slow_model_all_stream_at_once(
     server: ThreadServer, client: httpx.Client, project_dir: Path
 ) -> None:
-    """More sessions than the pacer's first limit, each waiting on a model that answers only once
-    every one of them has asked: the loop stays idle meanwhile, so none is held back."""
-    sessions = 3 * INITIAL_STEPS
+    """Many more sessions than a burst's first limit, each waiting on a model that answers only
+    once every one of them has asked: the loop stays idle meanwhile, so none is held back."""
+    sessions = 12 * MIN_STEPS
     everyone = threading.Barrier(sessions, timeout=30)
 
     def reply(body: dict[str, Any]) -> StubReply:

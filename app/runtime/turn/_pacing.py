@@ -13,8 +13,12 @@ so a step never waits for a slot while holding one (a subagent's steps take slot
 While any step holds or waits for a slot, a ticker measures how late a short sleep wakes (the
 length of the iteration it waited behind): a late tick shrinks the limit by a fifth, down to
 ``MIN_STEPS``; a timely tick with steps waiting raises it by a quarter. Waiting steps start in
-the order they arrived. On a loop that keeps up (real models: steps mostly wait on the network)
-the limit only grows, and no step waits longer than a tick or two.
+the order they arrived. A burst starts at ``MIN_STEPS`` (the limit goes back there whenever no
+step holds or waits for a slot), as TCP starts slow: until the ticker has measured, the steps of
+a burst are unknown work, and 16 steps let through at once kept the loop saturated through
+the first admissions. On a loop that keeps up (real models: steps mostly wait on the network)
+the limit grows every tick: 50 steps started at once on an idle loop all hold a slot after
+125 ms.
 """
 
 from __future__ import annotations
@@ -25,9 +29,8 @@ from contextlib import suppress
 
 TARGET_LAG_S = 0.008  # a tick later than this means the loop is saturated
 TICK_S = 0.010
-MIN_STEPS = 4  # enough to keep the loop busy while some steps wait on their provider
+MIN_STEPS = 4  # enough to keep the loop busy while some steps wait on their provider; a burst starts here
 MAX_STEPS = 4096
-INITIAL_STEPS = 16
 SHRINK = 0.8
 GROW = 1.25
 
@@ -40,7 +43,7 @@ class StepPacer:
     def __init__(self, *, target_lag: float = TARGET_LAG_S, tick: float = TICK_S) -> None:
         self.target_lag = target_lag
         self.tick = tick
-        self.limit = float(INITIAL_STEPS)
+        self.limit = float(MIN_STEPS)
         self.in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._ticker: asyncio.Task[None] | None = None
@@ -87,6 +90,7 @@ class StepPacer:
                 before = loop.time()
                 await asyncio.sleep(self.tick)
                 self.adjust(loop.time() - before - self.tick)
+            self.limit = float(MIN_STEPS)  # idle: the next burst starts small again
         finally:
             self._ticker = None
 
