@@ -34,7 +34,7 @@ async def _settle() -> None:
 
 
 async def test_a_lagging_loop_holds_new_steps_back_and_starts_them_in_order() -> None:
-    pacer = StepPacer()
+    pacer = StepPacer(tick=3600)  # its own ticker never comes round: the test plays the ticks
     pacer.limit = HELD
     held = [await pacer.acquire() for _ in range(HELD)]
     for _ in range(20):
@@ -68,7 +68,7 @@ async def test_a_lagging_loop_holds_new_steps_back_and_starts_them_in_order() ->
 
 
 async def test_cancelled_waiters_lose_no_slot() -> None:
-    pacer = StepPacer()
+    pacer = StepPacer(tick=3600)
     pacer.limit = 1
     first = await pacer.acquire()
     cancelled_early = asyncio.create_task(pacer.acquire())
@@ -124,13 +124,27 @@ async def test_a_loop_that_keeps_up_starts_every_waiting_step() -> None:
 async def test_the_ticker_measures_a_blocked_loop_as_lag() -> None:
     pacer = StepPacer(tick=0.001)
     pacer.limit = HELD
-    slot = await pacer.acquire()
+    slots = [await pacer.acquire() for _ in range(MIN_STEPS + 1)]  # above the floor: measured
     await asyncio.sleep(0)  # the ticker starts and sleeps
     for _ in range(40):
         time.sleep(0.02)  # a saturated loop: each iteration far longer than the target lag
         await asyncio.sleep(0.002)
     assert pacer.limit < HELD
-    slot.release()
+    for slot in slots:
+        slot.release()
+    await pacer.stop()
+
+
+async def test_a_few_steps_run_unwatched() -> None:
+    """Up to the floor, steps start at once and no ticker runs, however long they take."""
+    pacer = StepPacer()
+    slots = [await pacer.acquire() for _ in range(MIN_STEPS)]
+    await asyncio.sleep(0)
+    assert pacer._ticker is None and pacer.in_flight == MIN_STEPS
+    extra = await asyncio.wait_for(pacer.acquire(), 30)  # one more waits for a tick, then starts
+    assert pacer._ticker is not None
+    for slot in [*slots, extra]:
+        slot.release()
     await pacer.stop()
 
 
