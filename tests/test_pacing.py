@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.turn._pacing import MIN_STEPS, Slot, StepPacer
 from tests.helpers import assistant_text, create_session, text_prompt
 from tests.servers import StubReply, ThreadServer, openai_stub
@@ -89,6 +90,24 @@ async def test_cancelled_waiters_lose_no_slot() -> None:
     for task in (cancelled_early, granted_then_cancelled):
         with pytest.raises(asyncio.CancelledError):
             await task
+    await pacer.stop()
+
+
+async def test_an_abort_while_waiting_for_a_slot_ends_the_wait() -> None:
+    """A drain aborted before its step started gets ``Aborted`` at once and takes no slot."""
+    pacer = StepPacer(tick=3600)
+    held = [await pacer.acquire() for _ in range(MIN_STEPS)]
+    signal = AbortSignal()
+    waiting = asyncio.create_task(signal.race(pacer.acquire()))
+    await _settle()
+    signal.fire()
+    with pytest.raises(Aborted):
+        await waiting
+    held[0].release()  # the aborted waiter is skipped: nothing is granted to it
+    assert pacer.in_flight == MIN_STEPS - 1
+    for slot in held[1:]:
+        slot.release()
+    assert pacer.in_flight == 0
     await pacer.stop()
 
 
