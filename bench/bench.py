@@ -807,6 +807,20 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     ]
 
 
+def speed_probe_ms() -> float:
+    """CPU milliseconds of a fixed pure-Python loop, the best of three: the machine's speed now.
+    A VM's speed drifts (this development machine's by up to 2x within minutes), and the probe
+    printed with a run's figures says which runs may be compared."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        total = 0
+        for i in range(300_000):
+            total += i * i % 7
+        best = min(best, time.process_time() - started)
+    return best * 1000
+
+
 def cli(
     run: Callable[[bool, list[str]], list[Metric]],
     description: str,
@@ -823,13 +837,14 @@ def cli(
 
     # SIGTERM (e.g. from a CI timeout) unwinds like Ctrl-C, so the server and temp files go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    load_before = os.getloadavg()
+    load_before, speed_before = os.getloadavg(), speed_probe_ms()
     notes: list[str] = []
     metrics = run(args.quick, notes)
-    load_after = os.getloadavg()
+    load_after, speed_after = os.getloadavg(), speed_probe_ms()
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, 1-min load average "
-        f"{load_before[0]:.2f} before / {load_after[0]:.2f} after (other load skews the figures)"
+        f"{load_before[0]:.2f} before / {load_after[0]:.2f} after (other load skews the figures); "
+        f"speed probe {speed_before:.0f} / {speed_after:.0f} ms (only runs with close probes compare)"
     )
     print_table(metrics)
     for note in notes:
@@ -841,6 +856,7 @@ def cli(
             "cpus": os.cpu_count(),
             "loadavg_before": load_before,
             "loadavg_after": load_after,
+            "speed_probe_ms": [speed_before, speed_after],
             "metrics": [m.as_dict() for m in metrics],
             "notes": notes,
         }

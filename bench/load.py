@@ -30,8 +30,8 @@ Run from the repository root::
 ``--only`` keeps the scenarios whose name contains NAME (``"no subscribers"``, ``"100
 subscribers"``). ``--against`` compares two checkouts side by side instead of printing the table:
 each scenario runs on this checkout's server and on the other's in turn, ``--rounds`` times, one
-line per run. The machine's speed drifts from minute to minute; only runs next to each other
-compare.
+line per run with the speed probe taken before it (``bench.speed_probe_ms``). The machine's speed
+drifts from minute to minute; only runs next to each other, with close probes, compare.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from bench import (
     cli,
     progress,
     running,
+    speed_probe_ms,
     uvloop,
     workspace,
 )
@@ -469,8 +470,9 @@ def compare(against: Path, rounds: int, quick: bool, only: list[str]) -> int:
     for scenario, *_targets in _scenarios(quick, only):
         for round_no in range(1, rounds + 1):
             for label, root in sides:
+                probe = speed_probe_ms()
                 outcome, _stub = _scenario(scenario, sessions, prompts, _queue_bytes(scenario), root)
-                print(f"{scenario.name} #{round_no} {label}: {_summary(outcome)}", flush=True)
+                print(f"{scenario.name} #{round_no} {label}: {_summary(outcome)}; probe {probe:.0f} ms", flush=True)
     return 0
 
 
