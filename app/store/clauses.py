@@ -82,12 +82,6 @@ class Clause:
         return str(compiled), tuple(names)
 
 
-def compile_sql(
-    statement: ClauseElement, postgres: Callable[[], ClauseElement] | None = None, *, quick: bool = False
-) -> Clause:
-    return Clause(statement, postgres, quick)
-
-
 def _upsert_clause(insert: Insert, table: Table, keep: tuple[str, ...]) -> ClauseElement:
     columns = [c.name for c in table.columns]
     key = [c.name for c in table.primary_key.columns]
@@ -107,14 +101,14 @@ def _postgres_insert(table: Table) -> Any:
 Insert = Callable[[Table], Any]  # a dialect's insert(), with its ON CONFLICT clauses
 
 
-def compile_insert(build: Callable[[Insert], ClauseElement]) -> Clause:
+def dialect_insert(build: Callable[[Insert], ClauseElement]) -> Clause:
     """A statement whose ON CONFLICT syntax each dialect builds with its own ``insert``."""
-    return compile_sql(build(sqlite.insert), postgres=lambda: build(_postgres_insert))
+    return Clause(build(sqlite.insert), postgres=lambda: build(_postgres_insert))
 
 
 def _upsert(table: Table, *, keep: tuple[str, ...] = ()) -> Clause:
     """Insert or update by primary key; columns in ``keep`` retain their first value."""
-    return compile_insert(lambda insert: _upsert_clause(insert, table, keep))
+    return dialect_insert(lambda insert: _upsert_clause(insert, table, keep))
 
 
 # -- writes ---------------------------------------------------------------------------------------
@@ -124,46 +118,46 @@ UPSERT_PART = _upsert(parts)
 # Upserts into different tables commute (no foreign keys, triggers or reads between them): a write
 # transaction may regroup a run of them by statement, each keeping its own row order.
 COMMUTING = ("UPSERT_SESSION", "UPSERT_MESSAGE", "UPSERT_PART")
-INSERT_EVENT = compile_sql(events.insert().values({c.name: bindparam(c.name) for c in events.columns}))
-INSERT_INPUT = compile_sql(inputs.insert().values({c.name: bindparam(c.name) for c in inputs.columns}))
-DELETE_SESSION = compile_sql(delete(sessions).where(sessions.c.id == bindparam("id")))
-DELETE_MESSAGE = compile_sql(delete(messages).where(messages.c.id == bindparam("id")))
-DELETE_PART = compile_sql(delete(parts).where(parts.c.id == bindparam("id")))
-DELETE_PARTS_OF_MESSAGE = compile_sql(delete(parts).where(parts.c.message_id == bindparam("message_id")))
+INSERT_EVENT = Clause(events.insert().values({c.name: bindparam(c.name) for c in events.columns}))
+INSERT_INPUT = Clause(inputs.insert().values({c.name: bindparam(c.name) for c in inputs.columns}))
+DELETE_SESSION = Clause(delete(sessions).where(sessions.c.id == bindparam("id")))
+DELETE_MESSAGE = Clause(delete(messages).where(messages.c.id == bindparam("id")))
+DELETE_PART = Clause(delete(parts).where(parts.c.id == bindparam("id")))
+DELETE_PARTS_OF_MESSAGE = Clause(delete(parts).where(parts.c.message_id == bindparam("message_id")))
 DELETE_SESSION_ROWS = {
-    table.name: compile_sql(delete(table).where(table.c.session_id == bindparam("session_id")))
+    table.name: Clause(delete(table).where(table.c.session_id == bindparam("session_id")))
     for table in (parts, messages, inputs, shares, snapshots, todos)
 }
 UPSERT_TODOS = _upsert(todos)
-TODOS = compile_sql(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")), quick=True)
-INSERT_SAVED_PERMISSION = compile_sql(
+TODOS = Clause(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")), quick=True)
+INSERT_SAVED_PERMISSION = Clause(
     saved_permissions.insert().values({c.name: bindparam(c.name) for c in saved_permissions.columns})
 )
-SAVED_PERMISSIONS = compile_sql(
+SAVED_PERMISSIONS = Clause(
     select(saved_permissions)
     .where(saved_permissions.c.project_id == bindparam("project_id"))
     .order_by(saved_permissions.c.time_created),
     quick=True,
 )
-ALL_SAVED_PERMISSIONS = compile_sql(select(saved_permissions).order_by(saved_permissions.c.time_created))
-DELETE_SAVED_PERMISSION = compile_sql(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
+ALL_SAVED_PERMISSIONS = Clause(select(saved_permissions).order_by(saved_permissions.c.time_created))
+DELETE_SAVED_PERMISSION = Clause(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
 
 
-INSERT_SNAPSHOT = compile_sql(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
-LATEST_SNAPSHOT = compile_sql(
+INSERT_SNAPSHOT = Clause(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
+LATEST_SNAPSHOT = Clause(
     select(snapshots)
     .where(snapshots.c.session_id == bindparam("session_id"))
     .order_by(snapshots.c.version.desc())
     .limit(literal_column("1")),
     quick=True,
 )
-INSERT_SHARE = compile_sql(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))
-SHARE_SESSION = compile_sql(select(shares.c.session_id).where(shares.c.token == bindparam("token")), quick=True)
-PROMOTE_INPUT = compile_sql(
+INSERT_SHARE = Clause(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))
+SHARE_SESSION = Clause(select(shares.c.session_id).where(shares.c.token == bindparam("token")), quick=True)
+PROMOTE_INPUT = Clause(
     update(inputs).where(inputs.c.id == bindparam("id")).values(promoted_seq=bindparam("promoted_seq"))
 )
-COMPLETE_INPUT = compile_sql(update(inputs).where(inputs.c.id == bindparam("id")).values(completed=true()))
-COMPLETE_INPUTS_THROUGH = compile_sql(
+COMPLETE_INPUT = Clause(update(inputs).where(inputs.c.id == bindparam("id")).values(completed=true()))
+COMPLETE_INPUTS_THROUGH = Clause(
     update(inputs)
     .where(
         inputs.c.session_id == bindparam("session_id"),
@@ -194,53 +188,53 @@ def _lease_acquire(insert: Insert) -> ClauseElement:
     ).returning(leases.c.token)
 
 
-LEASE_ACQUIRE = compile_insert(_lease_acquire)
-LEASE = compile_sql(
+LEASE_ACQUIRE = dialect_insert(_lease_acquire)
+LEASE = Clause(
     select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id")),
     quick=True,
 )
-LEASE_RENEW = compile_sql(
+LEASE_RENEW = Clause(
     update(leases).where(leases.c.owner == bindparam("owner")).values(expires_at=bindparam("expires_at"))
 )
-LEASE_RELEASE = compile_sql(
+LEASE_RELEASE = Clause(
     delete(leases).where(
         leases.c.session_id == bindparam("session_id"),
         leases.c.owner == bindparam("owner"),
         leases.c.token == bindparam("token"),
     )
 )
-LIVE_LEASES = compile_sql(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
-EXPIRED_LEASES = compile_sql(select(leases.c.session_id).where(leases.c.expires_at < bindparam("now")))
-NOTIFY = compile_sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
+LIVE_LEASES = Clause(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
+EXPIRED_LEASES = Clause(select(leases.c.session_id).where(leases.c.expires_at < bindparam("now")))
+NOTIFY = Clause(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
 
 # -- reads ----------------------------------------------------------------------------------------
-SESSION_INFO = compile_sql(select(sessions.c.info).where(sessions.c.id == bindparam("id")), quick=True)
-MAX_CURSOR = compile_sql(select(func.coalesce(func.max(events.c.id), literal_column("0"))), quick=True)
-MAX_SEQ = compile_sql(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")), quick=True)
-EVENTS_SINCE = compile_sql(
+SESSION_INFO = Clause(select(sessions.c.info).where(sessions.c.id == bindparam("id")), quick=True)
+MAX_CURSOR = Clause(select(func.coalesce(func.max(events.c.id), literal_column("0"))), quick=True)
+MAX_SEQ = Clause(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")), quick=True)
+EVENTS_SINCE = Clause(
     select(events).where(events.c.id > bindparam("cursor")).order_by(events.c.id).limit(bindparam("limit"))
 )
-EVENTS_SINCE_IN_DIRECTORY = compile_sql(
+EVENTS_SINCE_IN_DIRECTORY = Clause(
     select(events)
     .where(events.c.id > bindparam("cursor"), events.c.directory == bindparam("directory"))
     .order_by(events.c.id)
     .limit(bindparam("limit"))
 )
-MESSAGE_INFO = compile_sql(
+MESSAGE_INFO = Clause(
     select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
     quick=True,
 )
-MESSAGE_ID_EXISTS = compile_sql(select(messages.c.id).where(messages.c.id == bindparam("id")), quick=True)
-PART_ID_EXISTS = compile_sql(select(parts.c.id).where(parts.c.id == bindparam("id")), quick=True)
-PARTS_OF_MESSAGE = compile_sql(
+MESSAGE_ID_EXISTS = Clause(select(messages.c.id).where(messages.c.id == bindparam("id")), quick=True)
+PART_ID_EXISTS = Clause(select(parts.c.id).where(parts.c.id == bindparam("id")), quick=True)
+PARTS_OF_MESSAGE = Clause(
     select(parts.c.data).where(parts.c.message_id == bindparam("id")).order_by(parts.c.id), quick=True
 )
-PARTS_OF_SESSION = compile_sql(
+PARTS_OF_SESSION = Clause(
     select(parts.c.message_id, parts.c.data)
     .where(parts.c.session_id == bindparam("session_id"))
     .order_by(parts.c.message_id, parts.c.id)
 )
-PARTS_IN_RANGE = compile_sql(
+PARTS_IN_RANGE = Clause(
     select(parts.c.message_id, parts.c.data)
     .where(
         parts.c.session_id == bindparam("session_id"),
@@ -248,27 +242,27 @@ PARTS_IN_RANGE = compile_sql(
     )
     .order_by(parts.c.message_id, parts.c.id)
 )
-ALL_MESSAGES = compile_sql(
+ALL_MESSAGES = Clause(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"))
     .order_by(messages.c.id)
 )
-ALL_MESSAGES_IN_SEQ = compile_sql(
+ALL_MESSAGES_IN_SEQ = Clause(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"))
     .order_by(messages.c.seq, messages.c.id)
 )
-MESSAGES_FROM_SEQ = compile_sql(
+MESSAGES_FROM_SEQ = Clause(
     select(messages.c.id)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq >= bindparam("seq"))
     .order_by(messages.c.seq, messages.c.id)
 )
-PART_IDS_FROM = compile_sql(
+PART_IDS_FROM = Clause(
     select(parts.c.id)
     .where(parts.c.message_id == bindparam("message_id"), parts.c.id >= bindparam("part_id"))
     .order_by(parts.c.id)
 )
-MESSAGE_COUNT = compile_sql(
+MESSAGE_COUNT = Clause(
     select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id")),
     quick=True,
 )
@@ -276,26 +270,26 @@ MESSAGE_COUNT = compile_sql(
 # yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
 # join copied each message's info onto every part row and looked up an input for every row, so a
 # long history cost about 15% more to read (bench/README.md, "A step's fixed costs").
-WINDOW_MESSAGES = compile_sql(
+WINDOW_MESSAGES = Clause(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
     .order_by(messages.c.seq, messages.c.id),
     quick=True,
 )
-WINDOW_PARTS_ALL = compile_sql(
+WINDOW_PARTS_ALL = Clause(
     select(parts.c.message_id, parts.c.data)
     .where(parts.c.session_id == bindparam("session_id"))
     .order_by(parts.c.message_id, parts.c.id),
     quick=True,
 )
-WINDOW_PARTS_AFTER_SEQ = compile_sql(
+WINDOW_PARTS_AFTER_SEQ = Clause(
     select(parts.c.message_id, parts.c.data)
     .select_from(messages.join(parts, parts.c.message_id == messages.c.id))
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
     .order_by(parts.c.message_id, parts.c.id),
     quick=True,
 )
-WAITING_INPUTS = compile_sql(
+WAITING_INPUTS = Clause(
     select(inputs.c.id).where(
         inputs.c.session_id == bindparam("session_id"),
         inputs.c.completed.is_(False),
@@ -303,27 +297,27 @@ WAITING_INPUTS = compile_sql(
     ),
     quick=True,
 )
-FORK_TITLES = compile_sql(
+FORK_TITLES = Clause(
     select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
 )
-COPY_SOURCE = compile_sql(
+COPY_SOURCE = Clause(
     select(messages.c.id, messages.c.role, messages.c.time_created, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq < bindparam("before_seq"))
     .order_by(messages.c.seq, messages.c.id)
 )
-MESSAGE_SEQ = compile_sql(
+MESSAGE_SEQ = Clause(
     select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
     quick=True,
 )
-LAST_ASSISTANTS = compile_sql(
+LAST_ASSISTANTS = Clause(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.role == literal_column("'assistant'"))
     .order_by(messages.c.id.desc())
     .limit(bindparam("limit")),
     quick=True,
 )
-INPUT_BY_ID = compile_sql(select(inputs).where(inputs.c.id == bindparam("id")), quick=True)
-UNSETTLED_INPUTS = compile_sql(
+INPUT_BY_ID = Clause(select(inputs).where(inputs.c.id == bindparam("id")), quick=True)
+UNSETTLED_INPUTS = Clause(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
     .order_by(inputs.c.admitted_seq),
@@ -341,7 +335,7 @@ def open_assistant_messages(*, of_session: bool) -> Clause:
     )
     if of_session:
         query = query.where(messages.c.session_id == bindparam("session_id"))
-    return compile_sql(query)
+    return Clause(query)
 
 
 def open_tool_parts(*, of_session: bool) -> Clause:
@@ -353,15 +347,13 @@ def open_tool_parts(*, of_session: bool) -> Clause:
     )
     if of_session:
         query = query.where(parts.c.session_id == bindparam("session_id"))
-    return compile_sql(query)
+    return Clause(query)
 
 
-SESSIONS_WITH_UNSETTLED_INPUTS = compile_sql(
-    select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct()
-)
+SESSIONS_WITH_UNSETTLED_INPUTS = Clause(select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct())
 
 
-SESSION_EVENTS_AFTER = compile_sql(
+SESSION_EVENTS_AFTER = Clause(
     select(events)
     .where(events.c.session_id == bindparam("session_id"), events.c.seq > bindparam("after"))
     .order_by(events.c.seq)
@@ -381,7 +373,7 @@ def messages_page(*, descending: bool, bounded: bool, by_seq: bool, offset: bool
     query = query.order_by(*order).limit(bindparam("limit"))
     if offset:
         query = query.offset(bindparam("offset"))
-    return compile_sql(query)
+    return Clause(query)
 
 
 def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: bool) -> Clause:
@@ -406,7 +398,7 @@ def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: 
         query = query.order_by(sessions.c.time_updated.desc(), sessions.c.id.desc())
     else:
         query = query.order_by(sessions.c.time_updated.asc(), sessions.c.id.asc())
-    return compile_sql(query.limit(bindparam("limit")))
+    return Clause(query.limit(bindparam("limit")))
 
 
 def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, search: bool, limit: bool) -> Clause:
@@ -424,7 +416,7 @@ def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, sea
         query = query.where(sessions.c.title.ilike(bindparam("search"), escape="\\"))
     if limit:
         query = query.limit(bindparam("limit"))
-    return compile_sql(query)
+    return Clause(query)
 
 
 # The functions above with flags: each combination of their flags is compiled into app/store/sql.py.
