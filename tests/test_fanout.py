@@ -1,6 +1,7 @@
 """Fan-out to many subscribers: a subscriber over its byte limit is cut off with a frame saying
 where to resume and loses nothing by resuming; one that is behind gets merged deltas with the same
-text; events reach only the streams that filter for them."""
+text; events reach only the streams that filter for them; a waiting stream is written to in the
+feed's own call."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from app.events import deltas
 from app.events.bus import EVERYTHING, EventBus, Overflowed
-from app.events.feed import Feeds, Kind
+from app.events.feed import Batch, Feeds, Kind
 from app.events.model import Event
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
@@ -434,3 +435,32 @@ def test_a_stream_whose_client_stops_reading_is_dropped_after_the_send_timeout(s
             stalled.read_until(lambda _frames: False)
         assert not stalled.ended
         stalled.close()
+
+
+@pytest.mark.asyncio
+async def test_a_waiting_stream_writes_each_batch_in_the_feeds_own_call(settings: Settings) -> None:
+    """While a stream waits with nothing queued its batches go straight to its sink, without
+    waking it; once the sink cannot write, the stream wakes and later batches queue for it."""
+    bus = bus_of(settings)
+    feeds = Feeds(bus, interval=3600)
+    kind = Kind(lambda _e: True, lambda e: bytes(e.properties_json()), lambda e: e.cursor, lambda: b"")
+    tap = feeds.join("k", EVERYTHING, lambda: kind)
+    written: list[Batch] = []
+    can_write = True
+
+    def sink(batch: Batch) -> bool:
+        written.append(batch)
+        return can_write
+
+    taking = asyncio.ensure_future(tap.take(sink))
+    await asyncio.sleep(0)
+    first, second, third = (kind.batch([Event("x", {"n": n})]) for n in range(3))
+    tap.push(first, bus.limits)
+    await asyncio.sleep(0)
+    assert written == [first] and not taking.done()  # written in push; the stream sleeps on
+    can_write = False
+    tap.push(second, bus.limits)  # the sink has to wait: the stream is woken to finish it
+    tap.push(third, bus.limits)  # meanwhile the stream is busy: this one is queued
+    assert written == [first, second]
+    assert await taking == [third]
+    tap.close()

@@ -12,8 +12,9 @@ heartbeats carry no ``id:`` at all (EventSource then keeps the last one it saw).
 
 Speed: streams do not subscribe to the bus one by one. The streams of one kind and route share a
 feed (app/events/feed.py) that filters and encodes an event once (stored JSON is spliced in, not
-decoded and re-encoded) and hands every stream the same chunk of bytes for a batch of events; a
-stream writes whatever batches it has in one send.
+decoded and re-encoded) and hands every stream the same chunk of bytes for a batch of events. A
+stream waiting for events is written to in that same call (``Body.write_now``); one that is
+behind writes whatever batches it has in one send.
 
 The response is our own small ASGI app (``EventStream``), not sse-starlette's
 ``EventSourceResponse``: that one runs every send inside an anyio cancel scope (its send timeout),
@@ -27,8 +28,10 @@ write that waits too long: the send timeout), and ends with a proper final chunk
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable
+import functools
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -36,7 +39,7 @@ from starlette.types import Receive, Scope, Send
 from app import ids
 from app.events import bus
 from app.events.bus import Accept, Overflowed
-from app.events.feed import Kind, Tap
+from app.events.feed import Batch, Kind, Tap
 from app.events.model import Event
 from app.runtime.errors import InvalidInput
 from app.runtime.service import Runtime
@@ -123,14 +126,30 @@ class StreamSpec:
         return rendered
 
 
-async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> AsyncGenerator[bytes, None]:
+async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None, body: Body) -> AsyncGenerator[bytes, None]:
     tap = spec.tap(runtime)
     origin = after if after is not None else runtime.bus.cursor  # read with the tap, no await between
-    sent = origin  # the position a client that has everything yielded so far resumes from
+    sent = origin  # the position a client that has everything written so far resumes from
+    replayed_to = -1
+
+    def chunk_of(batches: list[Batch]) -> bytes:
+        nonlocal sent
+        batch = batches[0] if len(batches) == 1 else tap.merged(batches)  # behind: merge deltas
+        if 0 <= batch.first_durable <= replayed_to:  # just after the replay: drop what it sent
+            fresh = [e for e in batch.events if not (e.durable and spec.position(e) <= replayed_to)]
+            batch = tap.batch(fresh)
+        # Every frame's id is a safe resume position (an ephemeral frame carries the cursor of
+        # the last durable event before it, which may be one this stream filtered out).
+        sent = max(sent, batch.position)
+        return batch.chunk
+
+    def write_now(batch: Batch) -> bool:
+        chunk = chunk_of([batch])
+        return not chunk or body.write_now(chunk)
+
     try:
         if spec.connected is not None:
             yield spec.connected(origin)
-        replayed_to = -1
         if after is not None:
             replayed_to = after
             while True:
@@ -143,16 +162,13 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
                     sent = replayed_to
                 if len(events) < REPLAY_BATCH:
                     break
-        while batches := await tap.take():  # none: the server shuts down
-            batch = batches[0] if len(batches) == 1 else tap.merged(batches)  # behind: merge deltas
-            if 0 <= batch.first_durable <= replayed_to:  # just after the replay: drop what it sent
-                fresh = [e for e in batch.events if not (e.durable and spec.position(e) <= replayed_to)]
-                batch = tap.batch(fresh)
-            if batch.chunk:
-                yield batch.chunk
-            # Every frame's id is a safe resume position (an ephemeral frame carries the cursor of
-            # the last durable event before it, which may be one this stream filtered out).
-            sent = max(sent, batch.position)
+        while True:
+            batches = await tap.take(write_now)
+            await body.settle()  # a write the feed began that had to wait for the client
+            if tap.closed:  # the server shuts down
+                break
+            if batches and (chunk := chunk_of(batches)):
+                yield chunk
     except Overflowed:
         # Cut off for falling behind: say so, with where to resume, and end the response.
         if spec.overflow is not None:
@@ -160,6 +176,88 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None) -> Asyn
         return
     finally:
         tap.close()
+
+
+class _Resume:
+    """The rest of an awaitable that ``Body.write_now`` ran up to its first wait, to be awaited in
+    a task: what the task sends or throws in goes on to it, as awaiting it would have done."""
+
+    __slots__ = ("_steps", "_waiting")
+
+    def __init__(self, steps: Generator[Any, Any, None], waiting: Any) -> None:
+        self._steps = steps
+        self._waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        steps, waiting = self._steps, self._waiting
+        while True:
+            try:
+                value = yield waiting
+            except BaseException as exc:
+                step = functools.partial(steps.throw, exc)
+            else:
+                step = functools.partial(steps.send, value)
+            try:
+                waiting = step()
+            except StopIteration:
+                return
+
+
+class Body:
+    """The response body sends of one event stream, in order. Its own task writes with ``write``;
+    a feed, handing out a batch while the stream waits, writes with ``write_now``, in its own call.
+
+    Why: a batch handed to 100 waiting streams meant 100 task wake-ups, each a loop pass later;
+    under load a pass takes tens of milliseconds, and that pass was most of a delta's fan-out
+    delay. ``write_now`` runs the ASGI ``send`` up to its first wait (as an eager task would,
+    which Python 3.11 lacks): a client that keeps up never makes it wait, so the write is done.
+    If it does wait (the client's socket is full), the rest is left to the stream's task
+    (``settle``), which takes over before anything else is written."""
+
+    __slots__ = ("_error", "_loop", "_pending", "_send", "writing")
+
+    def __init__(self) -> None:
+        self._send: Send | None = None
+        self._pending: _Resume | None = None
+        self._error: Exception | None = None
+        self._loop = asyncio.get_running_loop()
+        self.writing = 0.0  # loop time the pending write began; 0: none pending
+
+    def bind(self, send: Send) -> None:
+        self._send = send
+
+    async def write(self, chunk: bytes) -> None:
+        await self.settle()
+        assert self._send is not None, "bind first"
+        self.writing = self._loop.time()
+        await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        self.writing = 0.0
+
+    def write_now(self, chunk: bytes) -> bool:
+        """Write ``chunk`` now; False when the write has to be finished by ``settle``."""
+        if self._send is None or self._pending is not None or self._error is not None:
+            return False  # cannot happen while the stream waits with nothing pending
+        self.writing = self._loop.time()
+        steps = self._send({"type": "http.response.body", "body": chunk, "more_body": True}).__await__()
+        try:
+            waiting = steps.send(None)
+        except StopIteration:
+            self.writing = 0.0
+            return True
+        except Exception as exc:  # raised in the stream's task, not in the feed's call
+            self._error = exc
+            return False
+        self._pending = _Resume(steps, waiting)
+        return False
+
+    async def settle(self) -> None:
+        """Finish a write ``write_now`` began (raising what it raised), if one is pending."""
+        if self._error is not None:
+            raise self._error
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            await pending
+            self.writing = 0.0
 
 
 class EventStream(Response):
@@ -170,9 +268,10 @@ class EventStream(Response):
     runs every half timeout, so such a write is given up 1 to 1.5 timeouts after it began. A
     timer per write would cost more than the write itself does in Python."""
 
-    def __init__(self, chunks: AsyncGenerator[bytes, None], send_timeout: float) -> None:
+    def __init__(self, chunks: AsyncGenerator[bytes, None], body: Body, send_timeout: float) -> None:
         super().__init__()
         self._chunks = chunks
+        self._body = body
         self._send_timeout = send_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -180,7 +279,8 @@ class EventStream(Response):
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        writing = 0.0  # loop time the pending write began; 0: none pending
+        body = self._body
+        body.bind(send)
         ended = False  # the client went away or let a write wait too long: no final chunk
 
         async def watch() -> None:
@@ -193,7 +293,7 @@ class EventStream(Response):
                         if message.result()["type"] == "http.disconnect":
                             break
                         message = asyncio.ensure_future(receive())
-                    elif writing and loop.time() - writing > self._send_timeout:
+                    elif body.writing and loop.time() - body.writing > self._send_timeout:
                         break
             finally:
                 message.cancel()
@@ -203,9 +303,8 @@ class EventStream(Response):
         watcher = asyncio.create_task(watch())
         try:
             async for chunk in self._chunks:
-                writing = loop.time()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                writing = 0.0
+                await body.write(chunk)
+            await body.settle()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not ended:
@@ -217,7 +316,8 @@ class EventStream(Response):
 
 
 def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventStream:
-    return EventStream(_stream(runtime, spec, after), runtime.settings.stream_send_timeout)
+    body = Body()
+    return EventStream(_stream(runtime, spec, after, body), body, runtime.settings.stream_send_timeout)
 
 
 def legacy_envelope(event: Event) -> bytes:

@@ -37,6 +37,10 @@ MAX_WRITE_INTERVAL = 0.015  # seconds: the most a feed holds back an event (fan-
 
 Frames = Callable[[Event], bytes]  # an event's frames on this kind of stream; b"" means none
 Position = Callable[[Event], int]  # the resume position an event's frame carries
+# A waiting stream's writer, called with a batch as the feed hands it out: True once the batch is
+# written, False once the stream has to run before it can write again (the write waits for the
+# client, or failed).
+Sink = Callable[["Batch"], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +83,21 @@ class Tap:
     _events: int = 0
     _bytes: int = 0
     _waiter: asyncio.Future[None] | None = None
+    _sink: Sink | None = None
     overflowed: bool = False
 
     def push(self, batch: Batch, limits: Limits) -> None:
-        """Queue ``batch``, or cut the stream off if it is over its limits. A stream waiting for
+        """Write ``batch`` at once through the sink of a stream waiting with nothing queued;
+        otherwise queue it, or cut the stream off if it is over its limits. A stream waiting for
         batches (``_waiter`` set, until it runs again) is never over them: it is not behind, the
         loop has not come round to it yet (under load, with large deltas, readers that kept up
         were cut off that way). Only a stream busy writing what it took, which means its client
         is not reading, is held to the limits."""
+        if self._sink is not None and not self._batches:
+            if not self._sink(batch):
+                self._sink = None
+                self.wake()
+            return
         size, count = len(batch.chunk), len(batch.events)
         over = self._bytes + size > limits.max_bytes or self._events + count > limits.max_events
         if self._batches and over and self._waiter is None:
@@ -100,15 +111,21 @@ class Tap:
             self._bytes += size
         self.wake()
 
-    async def take(self) -> list[Batch]:
+    async def take(self, sink: Sink | None = None) -> list[Batch]:
         """Every batch queued, waiting for one if none is; raises ``Overflowed`` once cut off;
-        none once the feeds closed (the server shuts down)."""
+        none once the feeds closed (``closed``) or ``sink`` has to be attended to.
+
+        While it waits, batches go to ``sink`` as they are handed out, in the feed's own call:
+        waking the stream's task for each would cost a loop pass per batch (and under load the
+        batch would wait for it) and a task switch per stream."""
         if not self._batches and not self.overflowed and not self._feed.closed:
             self._waiter = asyncio.get_running_loop().create_future()
+            self._sink = sink
             try:
                 await self._waiter
             finally:
                 self._waiter = None
+                self._sink = None
         if self.overflowed:
             raise Overflowed
         if self._feed.closed:
@@ -116,6 +133,11 @@ class Tap:
         batches, self._batches = self._batches, []
         self._events = self._bytes = 0
         return batches
+
+    @property
+    def closed(self) -> bool:
+        """The feeds closed: the server shuts down, the stream ends."""
+        return self._feed.closed
 
     def merged(self, batches: list[Batch]) -> Batch:
         """Several batches taken at once as one, their deltas merged across them."""
