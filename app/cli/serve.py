@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import sys
 from contextlib import suppress
@@ -45,6 +46,7 @@ def register(commands: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    gc.disable()  # until the server is up and its heap frozen: app/api/server.py says why
     from app.settings import Settings
 
     given = {
