@@ -169,10 +169,17 @@ async def test_drain_writes_wait_while_admissions_are_in_flight_but_not_forever(
 
     monkeypatch.setattr(UrgentFirst, "HOLD_LIMIT_S", 0.05)
     urgent = UrgentFirst()
-    stuck = urgent.begin()  # never ends
-    await asyncio.wait_for(urgent.yield_to_urgent(), 5)
-    assert not stuck.done()
-    urgent.end(stuck)
+    urgent.begin()  # never ends
+    await asyncio.wait_for(urgent.yield_to_urgent(), 5)  # held back no longer than the limit
+
+    monkeypatch.setattr(UrgentFirst, "HOLD_LIMIT_S", 60)
+    urgent.begin()  # two urgent writes in flight now
+    held = [asyncio.ensure_future(urgent.yield_to_urgent()) for _ in range(3)]
+    urgent.end()
+    await asyncio.sleep(0.01)
+    assert not any(h.done() for h in held)  # one is still in flight
+    urgent.end()
+    await asyncio.wait_for(asyncio.gather(*held), 5)  # the last one's end releases every held write
 
 
 async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wal_small(

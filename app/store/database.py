@@ -232,24 +232,29 @@ class UrgentFirst:
     HOLD_LIMIT_S = 0.1
 
     def __init__(self) -> None:
-        self._in_flight: set[asyncio.Future[None]] = set()
+        self._in_flight = 0
+        # Resolved when the last urgent write in flight ends: every held-back write waits on this
+        # one future (a wait on each write in flight put a callback on every one of them, for
+        # every held-back write, again each time one ended).
+        self._clear: asyncio.Future[None] | None = None
 
-    def begin(self) -> asyncio.Future[None]:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._in_flight.add(done)
-        return done
+    def begin(self) -> None:
+        self._in_flight += 1
 
-    def end(self, done: asyncio.Future[None]) -> None:
-        self._in_flight.discard(done)
-        done.set_result(None)
+    def end(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight and self._clear is not None:
+            self._clear.set_result(None)
+            self._clear = None
 
     async def yield_to_urgent(self) -> None:
         if not self._in_flight:
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.HOLD_LIMIT_S
-        while self._in_flight and (left := deadline - loop.time()) > 0:
-            await asyncio.wait(tuple(self._in_flight), timeout=left)
+        if self._clear is None:
+            self._clear = asyncio.get_running_loop().create_future()
+        with suppress(TimeoutError):
+            async with asyncio.timeout(self.HOLD_LIMIT_S):
+                await asyncio.shield(self._clear)  # a timed-out wait leaves it for the others
 
 
 class Database(ABC):
@@ -341,12 +346,12 @@ class Database(ABC):
             async with self._transaction(urgent=False) as scope:
                 yield scope
             return
-        done = self._urgent_first.begin()
+        self._urgent_first.begin()
         try:
             async with self._transaction(urgent=True) as scope:
                 yield scope
         finally:
-            self._urgent_first.end(done)
+            self._urgent_first.end()
 
     @asynccontextmanager
     async def _transaction(self, *, urgent: bool) -> AsyncIterator[WriteScope]:
