@@ -16,6 +16,7 @@ import asyncpg
 import httpx
 import pytest
 
+from app.store.sqlite import SqliteDatabase
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
 from tests.servers import ROOT, free_port, process_server
@@ -136,19 +137,29 @@ async def test_writer_lock_serves_urgent_writers_first_and_never_loses_a_hand_ov
     assert order[-1] == "after"
 
 
+async def names_table(path: Path) -> SqliteDatabase:
+    """An open SQLite database with one table, ``t (name TEXT)``."""
+    db = SqliteDatabase(f"sqlite:///{path}")
+    await db.open()
+    async with db.write() as scope:
+        scope.execute("CREATE TABLE t (name TEXT)", {})
+    return db
+
+
+async def insert_name(db: SqliteDatabase, name: str, *, at_once: bool) -> None:
+    async with db.write(at_once=at_once) as scope:
+        scope.execute("INSERT INTO t (name) VALUES (:name)", {"name": name})
+
+
 async def test_drain_writes_wait_while_admissions_are_in_flight_but_not_forever(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A non-urgent write (a drain's) begins only once the urgent ones in flight (admissions, until
     durable) are done; admissions that never end hold it back no longer than ``HOLD_LIMIT_S``."""
     from app.store.database import UrgentFirst
-    from app.store.sqlite import SqliteDatabase
 
-    db = SqliteDatabase(f"sqlite:///{tmp_path / 'urgent.db'}")
-    await db.open()
+    db = await names_table(tmp_path / "urgent.db")
     try:
-        async with db.write() as scope:
-            scope.execute("CREATE TABLE t (name TEXT)", {})
         order: list[str] = []
 
         async def insert(name: str, *, urgent: bool = False) -> None:
@@ -239,6 +250,32 @@ async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wa
         await db.close()
 
 
+async def test_an_at_once_transaction_does_not_wait_for_the_end_of_the_loop_pass(tmp_path: Path) -> None:
+    """In one loop pass the first transaction commits at once and those after it wait for the
+    pass to end, except an ``at_once`` one (the part a watched stream's first delta opens): it
+    commits then, the transactions before it in the group with it."""
+    db = await names_table(tmp_path / "at_once.db")
+    try:
+        resumed: list[str] = []
+
+        async def insert(name: str, *, at_once: bool = False) -> None:
+            await insert_name(db, name, at_once=at_once)
+            resumed.append(name)
+
+        tasks = [
+            asyncio.create_task(insert("first")),
+            asyncio.create_task(insert("grouped")),
+            asyncio.create_task(insert("at once", at_once=True)),
+        ]
+        await asyncio.sleep(0)  # one pass: each task runs to the end of its transaction
+        assert resumed == ["first", "at once"]
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert resumed == ["first", "at once", "grouped"]
+        assert [r[0] for r in await db.fetch("SELECT name FROM t ORDER BY rowid")] == ["first", "grouped", "at once"]
+    finally:
+        await db.close()
+
+
 async def test_a_failing_transaction_that_held_up_a_group_commit_still_lets_it_commit(tmp_path: Path) -> None:
     """Transactions that ended in one loop iteration after the first wait for its end; if one
     still open then (it awaits something) fails instead of ending, the others commit all the same
@@ -285,7 +322,6 @@ async def test_quick_reads_run_inline_and_see_only_committed_writes(tmp_path: Pa
     """A quick read (a keyed lookup) completes without suspending, on a connection of its own: it
     sees what is committed, never a transaction still open. Other reads go to a reader thread."""
     from app.store import sql
-    from app.store.sqlite import SqliteDatabase
 
     db = SqliteDatabase(f"sqlite:///{tmp_path / 'quick.db'}")
     await db.open()

@@ -271,6 +271,19 @@ def test_the_bus_offers_an_event_only_to_the_subscribers_of_its_route(settings: 
     assert asked["a"] == 2 and bus.subscriber_count == 3
 
 
+def test_a_session_is_watched_by_subscribers_of_everything_its_directory_or_itself(settings: Settings) -> None:
+    """``watched`` says whether anyone would be offered the session's events (then the part a
+    streamed delta opens is committed at once, app/runtime/turn/_recorder.py)."""
+    bus = bus_of(settings)
+    assert not bus.watched(session="s", directory="/d")
+    for on in ({"session": "s"}, {"directory": "/d"}, {}):
+        subscription = bus.subscribe(**on)
+        assert bus.watched(session="s", directory="/d"), on
+        assert bus.watched(session="other", directory="/elsewhere") == (on == {})
+        subscription.close()
+    assert not bus.watched(session="s", directory="/d")
+
+
 @pytest.mark.asyncio
 async def test_the_byte_limit_cuts_a_subscriber_off_and_releases_what_it_held(settings: Settings) -> None:
     bus = bus_of(settings, subscriber_queue_bytes=1000)

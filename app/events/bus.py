@@ -172,6 +172,15 @@ class EventBus:
             if not subscribers:
                 del self._routes[on]
 
+    def watched(self, *, session: str, directory: str | None) -> bool:
+        """Whether a subscriber here would be offered an event of ``session`` in ``directory``."""
+        routes = self._routes
+        return bool(
+            routes.get(EVERYTHING)
+            or (directory is not None and routes.get(("directory", directory)))
+            or routes.get(("session", session))
+        )
+
     @property
     def subscriber_count(self) -> int:
         return sum(len(subscribers) for subscribers in self._routes.values())

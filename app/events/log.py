@@ -167,10 +167,12 @@ class EventLog:
         return last
 
     @asynccontextmanager
-    async def transaction(self, *, urgent: bool = False) -> AsyncIterator[Transaction]:
+    async def transaction(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[Transaction]:
         """A write transaction recording events; ``urgent`` ones (a client waits on them: an
-        admission, the part a streamed delta opens) go before drain loops' other writes."""
-        async with self.db.write(urgent=urgent) as scope:
+        admission, the part a streamed delta opens) go before drain loops' other writes, and an
+        ``at_once`` one is durable without waiting for the others of its loop pass
+        (``Database.write``)."""
+        async with self.db.write(urgent=urgent, at_once=at_once) as scope:
             relay = self._relay
             if relay is not None:  # other processes write too: continue from the log's newest cursor
                 rows = await scope.fetch(sql.MAX_CURSOR)

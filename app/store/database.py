@@ -284,9 +284,10 @@ class Database(ABC):
         for callback in self._lost_writes_listeners:
             callback()
 
-    def _durable(self, callbacks: list[Callable[[], None]]) -> asyncio.Future[None] | None:
+    def _durable(self, callbacks: list[Callable[[], None]], *, at_once: bool = False) -> asyncio.Future[None] | None:
         """Called under the lock right after a commit: run ``callbacks`` once it is durable. The
-        commit is durable already here; an engine that defers it returns what to wait for."""
+        commit is durable already here; an engine that defers it returns what to wait for (and
+        does not defer an ``at_once`` transaction behind others)."""
         for callback in callbacks:
             callback()
         return None
@@ -339,22 +340,24 @@ class Database(ABC):
         it is the one raised)."""
 
     @asynccontextmanager
-    async def write(self, *, urgent: bool = False) -> AsyncIterator[WriteScope]:
-        """A write transaction; ``urgent`` ones (a client waits on them) go first (``UrgentFirst``)."""
+    async def write(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[WriteScope]:
+        """A write transaction; ``urgent`` ones (a client waits on them) go first (``UrgentFirst``).
+        An ``at_once`` one is made durable as soon as it ends, where an engine would otherwise
+        commit it together with the transactions that end after it (SQLite's group commit)."""
         if not urgent:
             await self._urgent_first.yield_to_urgent()
-            async with self._transaction(urgent=False) as scope:
+            async with self._transaction(urgent=False, at_once=at_once) as scope:
                 yield scope
             return
         self._urgent_first.begin()
         try:
-            async with self._transaction(urgent=True) as scope:
+            async with self._transaction(urgent=True, at_once=at_once) as scope:
                 yield scope
         finally:
             self._urgent_first.end()
 
     @asynccontextmanager
-    async def _transaction(self, *, urgent: bool) -> AsyncIterator[WriteScope]:
+    async def _transaction(self, *, urgent: bool, at_once: bool) -> AsyncIterator[WriteScope]:
         """One write transaction, returning once it is durable."""
         await self._write_lock.acquire(urgent=urgent)
         durable: asyncio.Future[None] | None = None
@@ -386,7 +389,7 @@ class Database(ABC):
             for callback in callbacks:
                 callback()
             durable_callbacks, scope.durable_callbacks = scope.durable_callbacks, []
-            durable = self._durable(durable_callbacks)
+            durable = self._durable(durable_callbacks, at_once=at_once)
         finally:
             self._write_lock.release()
         if durable is not None:

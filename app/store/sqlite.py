@@ -144,7 +144,8 @@ class _Writer:
     touched to the WAL (about 0.1 ms for an admission). So each transaction is a SAVEPOINT inside
     one SQLite transaction. The first one to end in a loop iteration commits at once (an idle
     server adds no latency); those that end later in the same iteration, which only happens under
-    load, stay open until the iteration ends, when one COMMIT makes all of them durable. Their
+    load, stay open until the iteration ends, when one COMMIT makes all of them durable (unless
+    one is ``at_once``: a stream's first delta waits on it, so it commits the group then). Their
     ``when_durable`` callbacks (publishing) run at the commit, in order, and only then are their
     callers resumed (a prompt is acknowledged once durable, as before).
     A transaction that fails rolls back to its savepoint and takes nothing else with it; a COMMIT
@@ -211,12 +212,13 @@ class _Writer:
             if self._commit_due:  # the transactions of the group before this one still commit
                 self._commit_group()
 
-    def durable(self, callbacks: list[Callable[[], None]]) -> asyncio.Future[None]:
-        """What the transaction just released waits on: its group's COMMIT."""
+    def durable(self, callbacks: list[Callable[[], None]], *, at_once: bool = False) -> asyncio.Future[None]:
+        """What the transaction just released waits on: its group's COMMIT, at once for the first
+        transaction of an iteration and for an ``at_once`` one."""
         assert self._group is not None, "no transaction"
         group = self._group
         group.callbacks.extend(callbacks)
-        if self._commit_due or not self._committed_in_iteration:
+        if at_once or self._commit_due or not self._committed_in_iteration:
             self._commit_group()
         return group.committed
 
@@ -336,8 +338,8 @@ class SqliteDatabase(Database):
         else:
             await self._writer().rollback()
 
-    def _durable(self, callbacks: list[Callable[[], None]]) -> asyncio.Future[None]:
-        return self._writer().durable(callbacks)
+    def _durable(self, callbacks: list[Callable[[], None]], *, at_once: bool = False) -> asyncio.Future[None]:
+        return self._writer().durable(callbacks, at_once=at_once)
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
         """A quick read (``Statement.quick``: a keyed lookup, or a turn's window) runs inline on the

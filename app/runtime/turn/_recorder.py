@@ -141,8 +141,11 @@ class AssistantRecorder:
         to a new one when ``new_part``."""
         if new_part or self._open is None or self._open.part["type"] != kind:
             # Urgent: the subscribers' first delta waits for this part to be durable, so it does
-            # not wait behind admissions (UrgentFirst) as the drain's other writes do.
-            async with self.log.transaction(urgent=True) as tx:
+            # not wait behind admissions (UrgentFirst) as the drain's other writes do. While
+            # someone watches the session it commits at once, not with the writes of the rest of
+            # the loop pass: a commit of its own costs CPU, waiting costs two loop passes.
+            watched = self.log.bus.watched(session=self.session_id, directory=self.directory)
+            async with self.log.transaction(urgent=True, at_once=watched) as tx:
                 await self._close_open(tx)
                 self._open = _StreamingPart(self._new_part(kind, text="", time={"start": now_ms()}))
                 await self.emit_part(tx, dict(self._open.part))
