@@ -276,6 +276,22 @@ async def test_an_at_once_transaction_does_not_wait_for_the_end_of_the_loop_pass
         await db.close()
 
 
+async def test_a_caller_cancelled_while_its_group_commits_stops_only_its_own_wait(tmp_path: Path) -> None:
+    """Transactions of one loop pass wait for the same commit, each on a future of its own: one
+    whose caller is cancelled meanwhile still commits (it had ended), and the others resume."""
+    db = await names_table(tmp_path / "cancelled.db")
+    try:
+        tasks = [asyncio.create_task(insert_name(db, name, at_once=False)) for name in ("a", "b", "c")]
+        await asyncio.sleep(0)  # "a" committed at once; "b" and "c" wait for the pass to end
+        tasks[1].cancel()
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        assert results[0] is None and results[2] is None
+        assert isinstance(results[1], asyncio.CancelledError)
+        assert [r[0] for r in await db.fetch("SELECT name FROM t ORDER BY rowid")] == ["a", "b", "c"]
+    finally:
+        await db.close()
+
+
 async def test_a_failing_transaction_that_held_up_a_group_commit_still_lets_it_commit(tmp_path: Path) -> None:
     """Transactions that ended in one loop iteration after the first wait for its end; if one
     still open then (it awaits something) fails instead of ending, the others commit all the same

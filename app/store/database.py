@@ -233,28 +233,30 @@ class UrgentFirst:
 
     def __init__(self) -> None:
         self._in_flight = 0
-        # Resolved when the last urgent write in flight ends: every held-back write waits on this
-        # one future (a wait on each write in flight put a callback on every one of them, for
+        # The held-back writes, each waiting on a future of its own until the last urgent write
+        # in flight ends (a wait on every write in flight put a callback on each of them, for
         # every held-back write, again each time one ended).
-        self._clear: asyncio.Future[None] | None = None
+        self._held: list[asyncio.Future[None]] = []
 
     def begin(self) -> None:
         self._in_flight += 1
 
     def end(self) -> None:
         self._in_flight -= 1
-        if not self._in_flight and self._clear is not None:
-            self._clear.set_result(None)
-            self._clear = None
+        if not self._in_flight:
+            held, self._held = self._held, []
+            for waiter in held:
+                if not waiter.done():  # else it timed out or its caller was cancelled
+                    waiter.set_result(None)
 
     async def yield_to_urgent(self) -> None:
         if not self._in_flight:
             return
-        if self._clear is None:
-            self._clear = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._held.append(waiter)
         with suppress(TimeoutError):
             async with asyncio.timeout(self.HOLD_LIMIT_S):
-                await asyncio.shield(self._clear)  # a timed-out wait leaves it for the others
+                await waiter
 
 
 class Database(ABC):
@@ -286,8 +288,9 @@ class Database(ABC):
 
     def _durable(self, callbacks: list[Callable[[], None]], *, at_once: bool = False) -> asyncio.Future[None] | None:
         """Called under the lock right after a commit: run ``callbacks`` once it is durable. The
-        commit is durable already here; an engine that defers it returns what to wait for (and
-        does not defer an ``at_once`` transaction behind others)."""
+        commit is durable already here; an engine that defers it returns what to wait for, a
+        future of this transaction's own (a cancelled caller cancels it, and nothing else), and
+        does not defer an ``at_once`` transaction behind others."""
         for callback in callbacks:
             callback()
         return None
@@ -393,7 +396,7 @@ class Database(ABC):
         finally:
             self._write_lock.release()
         if durable is not None:
-            await asyncio.shield(durable)
+            await durable  # the transaction's own future: a cancelled wait leaves the commit be
 
     async def _commit(self, scope: WriteScope) -> None:
         try:

@@ -121,13 +121,26 @@ CHECKPOINT_EVERY = 100  # group commits between checkpoints (SQLite checkpoints 
 
 
 class _Group:
-    """The write transactions of one event-loop iteration, committed to SQLite as one."""
+    """The write transactions of one event-loop iteration, committed to SQLite as one.
 
-    __slots__ = ("callbacks", "committed")
+    Each transaction waits on a future of its own (``waiters``), resolved by the commit: a caller
+    cancelled while it waits cancels only its own future, and nothing stands between the commit
+    and its caller's wake-up (a shield around one shared future took a loop pass more)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    __slots__ = ("callbacks", "waiters")
+
+    def __init__(self) -> None:
         self.callbacks: list[Callable[[], None]] = []
-        self.committed: asyncio.Future[None] = loop.create_future()
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def settle(self, error: Exception | None = None) -> None:
+        for waiter in self.waiters:
+            if waiter.done():  # its caller was cancelled
+                continue
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
 
 
 class _Writer:
@@ -193,9 +206,8 @@ class _Writer:
         conn = self._connection()
         if self._group is None:
             conn.execute(_BEGIN)
-            loop = asyncio.get_running_loop()
-            self._group = _Group(loop)
-            loop.call_soon(self._commit_group)
+            self._group = _Group()
+            asyncio.get_running_loop().call_soon(self._commit_group)
         conn.execute("SAVEPOINT tx")
         self._in_savepoint = True
 
@@ -218,9 +230,11 @@ class _Writer:
         assert self._group is not None, "no transaction"
         group = self._group
         group.callbacks.extend(callbacks)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        group.waiters.append(waiter)
         if at_once or self._commit_due or not self._committed_in_iteration:
             self._commit_group()
-        return group.committed
+        return waiter
 
     def _commit_group(self) -> None:
         group = self._group
@@ -236,14 +250,14 @@ class _Writer:
             with contextlib.suppress(sqlite3.Error):
                 self._connection().execute("ROLLBACK")
             self._lost_writes()
-            group.committed.set_exception(exc)
+            group.settle(exc)
             return
         for callback in group.callbacks:
             try:
                 callback()
             except Exception:  # one broken subscriber must not keep the others from their events
                 log.exception("a callback after commit failed")
-        group.committed.set_result(None)
+        group.settle()
         if not self._committed_in_iteration:
             self._committed_in_iteration = True
             asyncio.get_running_loop().call_soon(self._next_iteration)
