@@ -257,18 +257,20 @@ def test_stored_key_reaches_a_catalog_provider_on_the_next_turn(
 
 def test_what_the_first_turn_imports_is_named_for_loading_ahead(server: ThreadServer, project_dir: Path) -> None:
     """After start-up a server loads, on a thread, what the first turn on its default model would
-    import on the event loop: nothing for the built-in model, the SDK for a native provider, the
-    OpenAI-compatible client (and its CA bundle) otherwise."""
-    from app.providers import http
+    import on the event loop: nothing for the built-in model; the model catalog and then the SDK
+    for a native provider, the OpenAI-compatible client (and its CA bundle) otherwise."""
+    from app.providers import catalog, http
     from app.providers.registry import load_modules
 
     registry = server.runtime.registry
     directory = str(project_dir)
     assert registry.first_use(directory) == ()
     _write_config(project_dir, model="anthropic/claude-sonnet-4-5")
-    assert registry.first_use(directory) == ("app.providers.anthropic", "anthropic")
+    assert registry.first_use(directory) == ("app.providers.catalog", "app.providers.anthropic", "anthropic")
     _write_config(project_dir, model="stub/m", provider={"stub": _stub_provider("http://127.0.0.1:9/v1", "m")})
-    assert registry.first_use(directory) == ("app.providers.openai_compat",)
+    assert registry.first_use(directory) == ("app.providers.catalog", "app.providers.openai_compat")
     http.tls_context.cache_clear()
+    catalog.providers.cache_clear()
     load_modules(registry.first_use(directory))
     assert http.tls_context.cache_info().currsize == 1  # the CA bundle is loaded
+    assert catalog.providers.cache_info().currsize == 1  # and the catalog read

@@ -1,5 +1,6 @@
-"""``opensession serve`` as a process: its start-up runs without the garbage collector, which is
-on again, with the start-up's heap frozen, once the server is up (app/api/server.py)."""
+"""What a server process loads, and when: ``opensession serve`` starts without the garbage
+collector, which is on again, with the start-up's heap frozen, once the server is up
+(app/api/server.py); a first prompt outside git does not load the project watcher."""
 
 from __future__ import annotations
 
@@ -45,3 +46,35 @@ def test_serve_starts_without_the_collector_and_turns_it_on_once_up(tmp_path: Pa
     assert seen["collecting once up"] is True
     assert seen["frozen"] > 10_000  # the modules and the app, out of every later collection
     assert seen["exit"] == 0
+
+
+def test_a_directory_outside_git_is_not_watched_and_loads_no_watcher(tmp_path: Path) -> None:
+    """Only a git project is watched; anywhere else the first prompt does not even load the
+    watcher's native library (loading it is milliseconds of CPU and more of disk reads)."""
+    script = f"""
+import asyncio, sys
+from app.api.app import create_app
+from app.runtime.inputs import PromptRequest
+from app.settings import Settings
+where = "{tmp_path}"
+app = create_app(Settings(db=f"sqlite:///{{where}}/w.db", directory=where, config_dir=where, data_dir=where))
+async def main():
+    async with app.router.lifespan_context(app):
+        runtime = app.state.runtime
+        session = await runtime.sessions.create(directory=where)
+        await runtime.prompt(session["id"], PromptRequest(parts=[{{"type": "text", "text": "hi"}}], no_reply=True))
+        watcher = runtime.workspace._watchers[where]  # its task ends once it finds no repository
+        await asyncio.wait_for(watcher.task, 30)
+asyncio.run(main())
+print("watchfiles" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"

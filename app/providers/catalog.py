@@ -18,6 +18,12 @@ def providers() -> dict[str, dict[str, Any]]:
     return data
 
 
+def warm() -> None:
+    """Read the catalog now (``registry.load_modules`` runs this on a thread after start-up), not
+    in the first admission on the event loop: parsing it takes a few milliseconds."""
+    providers()
+
+
 def model(provider_id: str, model_id: str) -> dict[str, Any] | None:
     """The catalog's entry for ``provider_id/model_id``, if it has one."""
     return (providers().get(provider_id) or {}).get("models", {}).get(model_id)

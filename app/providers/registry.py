@@ -283,7 +283,7 @@ class ProviderRegistry:
         if ref == ECHO_REF:
             return ()
         native = NATIVE.get(ref.provider_id)
-        return native.modules if native is not None else OPENAI_COMPATIBLE_MODULES
+        return ("app.providers.catalog", *(native.modules if native is not None else OPENAI_COMPATIBLE_MODULES))
 
     def resolve(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo]:
         """The client and description of a model; a model no connected provider offers raises

@@ -11,6 +11,7 @@ folder never floods the clients. Git's own files are never announced.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,13 +46,15 @@ class Watcher:
             await asyncio.gather(self.task, return_exceptions=True)
 
     async def _run(self) -> None:
-        from watchfiles import awatch  # imported on first use: start-up time is tracked
-
         if not await _vcs.is_repository(self.directory):
             return  # as OpenCode: only a git project is watched (a home folder would be costly)
+        # Imported on first use (start-up time is tracked), on a thread: loading its native
+        # library on the loop stalled every request in flight for 10-90 ms at a project's first
+        # prompt (the watcher starts with it).
+        watchfiles = await asyncio.to_thread(importlib.import_module, "watchfiles")
         self.branch = await _vcs.branch(self.directory)
         try:
-            async for batch in awatch(
+            async for batch in watchfiles.awatch(
                 self.directory, watch_filter=None, debounce=DEBOUNCE_MS, step=50, stop_event=self.stop
             ):
                 await self._announce(batch)
