@@ -237,17 +237,16 @@ class Body:
         """Write ``chunk`` now; False when the write has to be finished by ``settle``."""
         if self._send is None or self._pending is not None or self._error is not None:
             return False  # cannot happen while the stream waits with nothing pending
-        self.writing = self._loop.time()
         steps = self._send({"type": "http.response.body", "body": chunk, "more_body": True}).__await__()
         try:
             waiting = steps.send(None)
         except StopIteration:
-            self.writing = 0.0
             return True
         except Exception as exc:  # raised in the stream's task, not in the feed's call
             self._error = exc
             return False
         self._pending = _Resume(steps, waiting)
+        self.writing = self._loop.time()  # the send timeout counts from here
         return False
 
     async def settle(self) -> None:
