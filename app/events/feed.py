@@ -5,8 +5,9 @@ sends, each a few tens of microseconds of Python: the subscribers cost several t
 itself. A feed is one subscriber of the bus for all its streams: it accepts and encodes an event
 once, gathers what arrives within a short spacing into one batch (consecutive deltas of a part
 merged, app/events/deltas.py) and hands that batch, one shared chunk of bytes, to every stream:
-work per event and stream is gone, what is left is one append, one wake-up and one send per
-stream and batch.
+work per event and stream is gone, what is left is one send per stream and batch, made in the
+feed's own call for a stream that waits with nothing queued (``Tap.take``'s sink), after an
+append and a wake-up for one that is behind.
 
 Spacing: a batch goes out at once after a quiet moment; under sustained traffic the next waits
 until ``spacing()`` has passed since the last, so all streams together write about
