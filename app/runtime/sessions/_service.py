@@ -76,19 +76,24 @@ class _InfoCache:
 
     def __init__(self, size: int = 2048) -> None:
         self._size = size
-        self._entries: OrderedDict[str, str] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, str]] = OrderedDict()  # id -> (info JSON, directory)
         self.generation = 0  # changes with every put, drop and clear
 
     def get(self, session_id: str) -> dict[str, Any] | None:
-        raw = self._entries.get(session_id)
-        if raw is None:
+        entry = self._entries.get(session_id)
+        if entry is None:
             return None
         self._entries.move_to_end(session_id)
-        return loads(raw)  # a fresh copy: callers may change it
+        return loads(entry[0])  # a fresh copy: callers may change it
+
+    def directory(self, session_id: str) -> str | None:
+        """A session's directory (it never changes), without decoding its info."""
+        entry = self._entries.get(session_id)
+        return entry[1] if entry is not None else None
 
     def put(self, info: dict[str, Any]) -> None:
         self.generation += 1
-        self._entries[info["id"]] = dumps(info)
+        self._entries[info["id"]] = (dumps(info), info["directory"])
         self._entries.move_to_end(info["id"])
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)
@@ -184,8 +189,7 @@ class SessionService:
 
     def cached_directory(self, session_id: str) -> str | None:
         """The directory of a recently used session, without waiting (status announcements)."""
-        info = self._cache.get(session_id)
-        return info["directory"] if info else None
+        return self._cache.directory(session_id)
 
     async def current(self, tx: Transaction, session_id: str) -> dict[str, Any]:
         """The session info as it stands inside ``tx`` (its own earlier changes included)."""
