@@ -182,6 +182,7 @@ async def test_drain_writes_wait_while_admissions_are_in_flight_but_not_forever(
     urgent = UrgentFirst()
     urgent.begin()  # never ends
     await asyncio.wait_for(urgent.yield_to_urgent(), 5)  # held back no longer than the limit
+    assert not urgent._held  # and it left nothing behind while the urgent write goes on
 
     monkeypatch.setattr(UrgentFirst, "HOLD_LIMIT_S", 60)
     urgent.begin()  # two urgent writes in flight now

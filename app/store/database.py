@@ -246,7 +246,7 @@ class UrgentFirst:
         if not self._in_flight:
             held, self._held = self._held, []
             for waiter in held:
-                if not waiter.done():  # else it timed out or its caller was cancelled
+                if not waiter.done():  # else it gave up and is leaving
                     waiter.set_result(None)
 
     async def yield_to_urgent(self) -> None:
@@ -254,9 +254,16 @@ class UrgentFirst:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._held.append(waiter)
-        with suppress(TimeoutError):
+        try:
             async with asyncio.timeout(self.HOLD_LIMIT_S):
                 await waiter
+        except TimeoutError:
+            pass
+        finally:
+            # One that gave up (timed out, or its caller was cancelled) leaves the list at once:
+            # under sustained load urgent writes may never all be done.
+            if waiter.cancelled() and waiter in self._held:
+                self._held.remove(waiter)
 
 
 class Database(ABC):
