@@ -20,7 +20,9 @@ CPUs with the server, and httpx would have cost it most of one. Then it checks e
 Figures: accept latency (the ``prompt_async`` round trip), prompts answered per second end to
 end, server CPU per prompt, delta fan-out (a delta's arrival at a subscriber minus the moment
 the stub wrote it), missed events. The stub answers each prompt by name and stamps each delta
-with its send time; both processes share this machine's clock.
+with its send time; both processes share this machine's clock. The notes add the frames each
+subscriber's socket read carried on average: how well the server batches its writes to a stream
+(TCP may still split or join writes, so it is an indication, not a count of writes).
 
 Run from the repository root::
 
@@ -115,6 +117,8 @@ class Outcome:
     rss_growth_mb: float = 0.0
     stub_requests: int = 0
     stub_connections: int = 0
+    reads: int = 0  # socket reads that carried frames, summed over the reading subscribers
+    frames: int = 0  # frames those reads carried
 
 
 # -- the client (its own process) ------------------------------------------------------------------
@@ -318,6 +322,8 @@ async def _drive(port: int, pid: int, scenario: Scenario, sessions: int, prompts
         if stalled is not None:
             outcome.stalled_told, outcome.stalled_ended = await asyncio.to_thread(_drain_stalled, stalled)
         streams = [_stream_ids(sub) for sub in subs]
+        outcome.reads = sum(len(sub.reads) for sub in subs)
+        outcome.frames = sum(blob.count(b"\n\n") for sub in subs for _, blob in sub.reads)
         outcome.cut_off = sum(1 for sub in subs if any(b'"server.overflow"' in blob for _, blob in sub.reads))
         for sub in subs:
             if sub.transport is not None:
@@ -433,7 +439,8 @@ def run(quick: bool, notes: list[str], only: list[str]) -> list[Metric]:
             f"{scenario.name}: {outcome.prompts} prompts in {outcome.wall_s:.2f} s; server CPU "
             f"{per_prompt:.2f} ms/prompt; client CPU {outcome.client_cpu_s / outcome.wall_s:.0%} of wall; "
             f"stub {outcome.stub_requests} requests on {outcome.stub_connections} connections; "
-            f"missed events {outcome.missed}, out of order {outcome.reordered}, "
+            + (f"{outcome.frames / outcome.reads:.1f} frames per subscriber read; " if outcome.reads else "")
+            + f"missed events {outcome.missed}, out of order {outcome.reordered}, "
             f"reading subscribers cut off {outcome.cut_off}; "
             f"replies checked: {'all right' if not outcome.bad_replies else '; '.join(outcome.bad_replies[:3])}"
         )
