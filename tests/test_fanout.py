@@ -439,10 +439,15 @@ def test_a_stream_whose_client_stops_reading_is_dropped_after_the_send_timeout(s
     with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         stalled = RawStream(settings.port, "/event")
         stalled.read_until(lambda frames: bool(frames))  # subscribed; from now on it reads nothing
-        for i in range(60):  # until the kernel buffers are full and the write has waited
+        for i in range(60):  # about 21 MB: the kernel's buffers (about 4 MB) fill many times over
             big_turn(client, i)
             if stream_count(server) == 0:
                 break
+        # The turns may all finish before the blocked write has waited out the timeout (a fast
+        # machine): give it that long, and some.
+        deadline = time.monotonic() + 30
+        while stream_count(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert stream_count(server) == 0
         with pytest.raises((EOFError, ConnectionResetError)):
             stalled.read_until(lambda _frames: False)
