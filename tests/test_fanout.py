@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.events import deltas
-from app.events.bus import EVERYTHING, EventBus, Overflowed
+from app.events.bus import EVERYTHING, EventBus, Limits, Overflowed
 from app.events.feed import Batch, Feeds, Kind
 from app.events.model import Event
 from app.settings import Settings
@@ -482,3 +482,44 @@ async def test_a_waiting_stream_writes_each_batch_in_the_feeds_own_call(settings
     assert written == [first, second]
     assert await taking == [third]
     tap.close()
+
+
+@pytest.mark.asyncio
+async def test_the_bytes_a_stream_is_still_writing_count_against_its_byte_limit(settings: Settings) -> None:
+    """A client that stops reading leaves the stream's last write waiting; those bytes are held
+    as long as the queued ones. So with 60 of a 100-byte limit in a write that has not finished,
+    the next 50 bytes cut the stream off, whether the stream took the batch itself or the feed's
+    call began the write; once the stream is back for more, its earlier writes no longer count."""
+    bus = bus_of(settings)
+    feeds = Feeds(bus, interval=3600)
+    kind = Kind(lambda _e: True, lambda e: bytes(e.properties_json()), lambda e: e.cursor, lambda: b"")
+    limits = Limits(max_events=1000, max_bytes=100)
+
+    def sized(size: int) -> Batch:
+        return kind.batch([Event("x", {})], chunk=b"x" * size)
+
+    taken = feeds.join("k", EVERYTHING, lambda: kind)
+    taken.push(sized(60), limits)
+    assert [len(b.chunk) for b in await taken.take()] == [60]  # now writing it, not waiting
+    taken.push(sized(50), limits)
+    assert taken.overflowed
+
+    sunk = feeds.join("k", EVERYTHING, lambda: kind)
+    waiting = asyncio.ensure_future(sunk.take(lambda _batch: False))  # the write has to wait
+    await asyncio.sleep(0)
+    sunk.push(sized(60), limits)
+    assert await waiting == []  # the stream is woken to finish that write
+    sunk.push(sized(50), limits)
+    assert sunk.overflowed
+
+    kept = feeds.join("k", EVERYTHING, lambda: kind)
+    kept.push(sized(60), limits)
+    await kept.take()
+    waiting = asyncio.ensure_future(kept.take())  # back for more: the 60 bytes are written
+    await asyncio.sleep(0)
+    kept.push(sized(50), limits)
+    assert [len(b.chunk) for b in await waiting] == [50]
+    kept.push(sized(40), limits)  # 50 being written + 40 queued: within the limit
+    assert not kept.overflowed
+    for tap in (taken, sunk, kept):
+        tap.close()

@@ -15,9 +15,12 @@ until ``spacing()`` has passed since the last, so all streams together write abo
 
 Bounds: a stream's pending batches are limited in events (a merged run counts once) and in bytes
 (``Limits`` of the bus); a stream that reaches either is cut off at once, its batches dropped, and
-it ends with a frame saying where to resume. A single batch is always taken into an empty queue. A
-stream that falls more than one batch behind gets the deltas of the batches it takes at once
-merged again, so it catches up with fewer frames.
+it ends with a frame saying where to resume. The bytes a stream took and is still writing count
+too: a client that stops reading leaves its last write waiting, and those bytes are held as long
+as the queued ones, so such a client holds about the byte limit, not the limit and a write as
+large again. A single batch is always taken when nothing is queued or being written. A stream that falls more than one
+batch behind gets the deltas of the batches it takes at once merged again, so it catches up with
+fewer frames.
 
 Heartbeats: after ``interval`` seconds without a batch the feed hands every stream a heartbeat.
 """
@@ -83,6 +86,7 @@ class Tap:
     _batches: list[Batch] = field(default_factory=list)
     _events: int = 0
     _bytes: int = 0
+    _writing: int = 0  # bytes the stream took (or its sink began) and has not finished writing
     _waiter: asyncio.Future[None] | None = None
     _sink: Sink | None = None
     overflowed: bool = False
@@ -93,15 +97,16 @@ class Tap:
         batches (``_waiter`` set, until it runs again) is never over them: it is not behind, the
         loop has not come round to it yet (under load, with large deltas, readers that kept up
         were cut off that way). Only a stream busy writing what it took, which means its client
-        is not reading, is held to the limits."""
+        is not reading, is held to the limits, the bytes it is still writing included."""
         if self._sink is not None and not self._batches:
             if not self._sink(batch):
                 self._sink = None
+                self._writing = len(batch.chunk)  # the write waits for the client: held until done
                 self.wake()
             return
         size, count = len(batch.chunk), len(batch.events)
-        over = self._bytes + size > limits.max_bytes or self._events + count > limits.max_events
-        if self._batches and over and self._waiter is None:
+        over = self._writing + self._bytes + size > limits.max_bytes or self._events + count > limits.max_events
+        if (self._batches or self._writing) and over and self._waiter is None:
             self.overflowed = True
             self._feed.leave(self)
             self._batches.clear()  # release what it held: the log has all of it
@@ -114,11 +119,13 @@ class Tap:
 
     async def take(self, sink: Sink | None = None) -> list[Batch]:
         """Every batch queued, waiting for one if none is; raises ``Overflowed`` once cut off;
-        none once the feeds closed (``closed``) or ``sink`` has to be attended to.
+        none once the feeds closed (``closed``) or ``sink`` has to be attended to. Calling it
+        says the stream has written everything it took before.
 
         While it waits, batches go to ``sink`` as they are handed out, in the feed's own call:
         waking the stream's task for each would cost a loop pass per batch (and under load the
         batch would wait for it) and a task switch per stream."""
+        self._writing = 0
         if not self._batches and not self.overflowed and not self._feed.closed:
             self._waiter = asyncio.get_running_loop().create_future()
             self._sink = sink
@@ -132,6 +139,7 @@ class Tap:
         if self._feed.closed:
             return []
         batches, self._batches = self._batches, []
+        self._writing += self._bytes  # on top of a write the sink began, if one waits
         self._events = self._bytes = 0
         return batches
 
