@@ -25,6 +25,7 @@ PREFIXES = {
     "question": "que",
     "workspace": "wrk",
     "pty": "pty",
+    "credential": "cred",
 }
 
 _TAIL = 14

@@ -39,6 +39,7 @@ EXPECTED_CHECKS_V2 = [
     "v2.session.events",
     "v2.session.active",
     "v2.session.interrupt",
+    "v2.integration",
     "done",
 ]
 FLOW_TIMEOUT = 90  # flow.mjs and flow_v2.mjs have their own 60 s watchdog
@@ -113,3 +114,5 @@ def test_official_sdk_v2_flow(server: ThreadServer) -> None:
     assert checks["v2.session.active"]["entry"] == {"type": "running"}
     interrupted = checks["v2.session.interrupt"]
     assert interrupted["error"] is not None or interrupted["finish"] not in (None, "stop"), report
+    integration = checks["v2.integration"]
+    assert integration["integrations"] >= 1 and integration["credential"].startswith("cred_"), report

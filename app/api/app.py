@@ -21,6 +21,7 @@ from app.api.legacy import sessions as legacy_sessions
 from app.api.legacy import tui as legacy_tui
 from app.api.middleware import ALLOWED_ORIGINS, BasicAuth, BodyLimit
 from app.api.v2 import fs as v2_fs
+from app.api.v2 import integrations as v2_integrations
 from app.api.v2 import meta as v2_meta
 from app.api.v2 import pty as v2_pty
 from app.api.v2 import sessions as v2_sessions
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         v2_pty.router,
         v2_meta.router,
         v2_fs.router,
+        v2_integrations.router,
         share.router,
         permissions.router,
         questions.router,

@@ -2,6 +2,11 @@
 ``auth.json``): one JSON object in the data directory, ``{providerID: Auth}``, mode 0600, replaced
 atomically (a temporary file renamed over it) so a reader never sees half a file.
 
+The V2 integration routes see the same credentials, one per provider, each with an id and a label:
+a key connected through them is stored with both (``connect``); a credential saved otherwise is
+``cred_<providerID>``, labelled ``default``. OpenCode reads its auth file leniently, so the two
+extra fields do not stop it from using a shared one.
+
 The file is re-read when its modification time (or size) changes, so a key saved by this server,
 by another process on the same data directory, or by hand is used from the next turn on without a
 restart. Keys are never logged: errors name the file, never its content."""
@@ -65,6 +70,37 @@ class Credentials:
             if data.pop(provider_id, None) is not None:
                 self._write(data)
 
+    def connect(self, provider_id: str, key: str, label: str, credential_id: str) -> None:
+        """Save ``key`` as the provider's credential under a new id and label (replacing the
+        one it had: a provider has one credential)."""
+        self.set(provider_id, {"type": "api", "key": key, "id": credential_id, "label": label})
+
+    def connection(self, provider_id: str) -> tuple[str, str] | None:
+        """The provider's credential as a V2 connection: (id, label); None without one."""
+        info = self.get(provider_id)
+        return None if info is None else _connection(provider_id, info)
+
+    def relabel(self, credential_id: str, label: str) -> str | None:
+        """Rename a credential; the provider it belongs to, None when no credential has that id."""
+        with self._lock:
+            data = dict(self._load())
+            provider_id = _owner(data, credential_id)
+            if provider_id is not None:
+                data[provider_id] = data[provider_id] | {"label": label}
+                self._write(data)
+            return provider_id
+
+    def forget(self, credential_id: str) -> str | None:
+        """Remove a credential by its id; the provider it belonged to, None when no credential
+        has that id."""
+        with self._lock:
+            data = dict(self._load())
+            provider_id = _owner(data, credential_id)
+            if provider_id is not None:
+                del data[provider_id]
+                self._write(data)
+            return provider_id
+
     def api_key(self, provider_id: str) -> str | None:
         """The saved API key of a provider (``{"type": "api"}`` credentials only)."""
         info = self.get(provider_id)
@@ -125,3 +161,18 @@ class Credentials:
             raise
         self._stamp = None  # re-read (and re-stamp) on the next access
         self._cache = data
+
+
+DEFAULT_LABEL = "default"
+
+
+def _connection(provider_id: str, info: Mapping[str, Any]) -> tuple[str, str]:
+    credential_id, label = info.get("id"), info.get("label")
+    return (
+        credential_id if isinstance(credential_id, str) and credential_id else f"cred_{provider_id}",
+        label if isinstance(label, str) and label else DEFAULT_LABEL,
+    )
+
+
+def _owner(data: Mapping[str, Mapping[str, Any]], credential_id: str) -> str | None:
+    return next((pid for pid, info in data.items() if _connection(pid, info)[0] == credential_id), None)

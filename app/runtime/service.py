@@ -21,6 +21,7 @@ from app.runtime.extensions import Extensions
 from app.runtime.history import HistoryDomain, MessageWithParts, Window
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
+from app.runtime.integrations import Integrations
 from app.runtime.payloads import next_event
 from app.runtime.sessions import Cluster, SessionsDomain
 from app.runtime.snapshots import FileSnapshots
@@ -80,6 +81,7 @@ class Runtime:
         self.admission, self.waiters = inputs.admission, inputs.waiters
         self.commands = self.turn.commands
         self.terminals = Terminals.build(infra)
+        self.integrations = Integrations(self.registry.credentials, self.log)
         self._background: list[asyncio.Task[None]] = []
         # Loading what the default model's first turn needs, on a thread, after start-up.
         self.warming: asyncio.Task[None] | None = None

@@ -9,7 +9,8 @@
 // -> v2.session.history (durable events, seq strictly increasing from 0, paged with after/limit) ->
 // v2.session.events from after=0 until session.next.step.ended (same events as the history) -> a SLOW
 // prompt, v2.session.active lists it, v2.session.interrupt -> the session leaves active and its last
-// assistant message ends in failure.
+// assistant message ends in failure -> v2.integration.list, then a key connected
+// (v2.integration.connect.key), renamed (v2.credential.update) and removed (v2.credential.remove).
 //
 // Prints one JSON line per check on stdout ({"check": ..., "ok": true, ...}) and ends with
 // {"check":"done","ok":true}. On the first failure it prints {"check": ..., "ok": false, "error": ...,
@@ -400,6 +401,37 @@ async function main() {
     finish: lastAssistant.finish ?? null,
     terminal: terminal.type,
   });
+
+  // 8. integrations: the catalog's providers with their methods; a key connected, renamed and
+  //    removed through v2.integration / v2.credential.
+  const integrations = expectData("v2.integration.list", await call("v2.integration.list", "GET /api/integration", (o) =>
+    v2.integration.list({}, o),
+  )).data;
+  const listed = Array.isArray(integrations) ? integrations.find((i) => i.id === "anthropic") : undefined;
+  if (!listed?.methods?.some((m) => m.type === "key") || !Array.isArray(listed.connections)) {
+    fail("v2.integration.list", "anthropic missing, or without a key method and connections", integrations);
+  }
+  expectStatus("v2.integration.connect.key", await call("v2.integration.connect.key", "POST connect/key", (o) =>
+    v2.integration.connect.key({ integrationID: "anthropic", key: "sk-fake-sdk-flow", label: "sdk" }, o),
+  ), 204);
+  const connectedTo = async (what) => expectData("v2.integration.get", await call("v2.integration.get", what, (o) =>
+    v2.integration.get({ integrationID: "anthropic" }, o),
+  )).data?.connections?.filter((c) => c.type === "credential") ?? [];
+  const [credential] = await connectedTo("GET /api/integration/anthropic");
+  if (credential?.label !== "sdk" || !String(credential.id).startsWith("cred_")) {
+    fail("v2.integration.connect.key", "the connected key is not listed as a credential labelled sdk", credential);
+  }
+  expectStatus("v2.credential.update", await call("v2.credential.update", "PATCH /api/credential/:id", (o) =>
+    v2.credential.update({ credentialID: credential.id, label: "renamed" }, o),
+  ), 204);
+  const [renamed] = await connectedTo("GET /api/integration/anthropic (renamed)");
+  if (renamed?.label !== "renamed") fail("v2.credential.update", "the label did not change", renamed);
+  expectStatus("v2.credential.remove", await call("v2.credential.remove", "DELETE /api/credential/:id", (o) =>
+    v2.credential.remove({ credentialID: credential.id }, o),
+  ), 204);
+  const left = await connectedTo("GET /api/integration/anthropic (removed)");
+  if (left.length) fail("v2.credential.remove", "the credential is still listed", left);
+  ok("v2.integration", { integrations: integrations.length, credential: credential.id });
 
   ok("done");
 }

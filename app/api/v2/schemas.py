@@ -83,3 +83,22 @@ class PtySize(legacy.PtySize):
 class PtyUpdate(legacy.PtyUpdate):
     model_config = ConfigDict(extra="forbid")
     size: PtySize | None = None
+
+
+class ConnectKeyBody(_Body):
+    key: str
+    label: str | None = None
+
+
+class ConnectOAuthBody(_Body):
+    methodID: str
+    inputs: dict[str, str]
+    label: str | None = None
+
+
+class OAuthComplete(_Body):
+    code: str | None = None
+
+
+class CredentialUpdate(_Body):
+    label: str
