@@ -297,6 +297,13 @@ WAITING_INPUTS = Clause(
     ),
     quick=True,
 )
+# Every directory that has sessions, with its latest activity, most recent first (GET /project):
+# one row per directory, read from the (directory, time_updated) index alone.
+SESSION_DIRECTORIES = Clause(
+    select(sessions.c.directory, func.max(sessions.c.time_updated).label("updated"))
+    .group_by(sessions.c.directory)
+    .order_by(literal_column("updated").desc())
+)
 FORK_TITLES = Clause(
     select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
 )

@@ -182,6 +182,10 @@ class Queries:
         raw = await self.raw_messages(session_id, limit=limit, before=before, by_seq=by_seq)
         return [m.decode() for m in raw]
 
+    async def session_directories(self) -> list[tuple[str, int]]:
+        """Each directory that has sessions and its latest activity (ms), most recent first."""
+        return [(row[0], int(row[1])) for row in await self.db.fetch(sql.SESSION_DIRECTORIES)]
+
     async def message_count(self, session_id: str) -> int:
         row = await self.db.fetch_one(sql.MESSAGE_COUNT, {"session_id": session_id})
         return int(row[0]) if row else 0

@@ -62,6 +62,7 @@ WINDOW_MESSAGES = Statement('SELECT messages.id, messages.info \nFROM messages \
 WINDOW_PARTS_ALL = Statement('SELECT parts.message_id, parts.data \nFROM parts \nWHERE parts.session_id = :session_id ORDER BY parts.message_id, parts.id', ('WINDOW_PARTS_ALL',), quick=True)
 WINDOW_PARTS_AFTER_SEQ = Statement('SELECT parts.message_id, parts.data \nFROM messages JOIN parts ON parts.message_id = messages.id \nWHERE messages.session_id = :session_id AND messages.seq > :seq ORDER BY parts.message_id, parts.id', ('WINDOW_PARTS_AFTER_SEQ',), quick=True)
 WAITING_INPUTS = Statement('SELECT inputs.id \nFROM inputs \nWHERE inputs.session_id = :session_id AND inputs.completed IS 0 AND inputs.promoted_seq IS NULL', ('WAITING_INPUTS',), quick=True)
+SESSION_DIRECTORIES = Statement('SELECT sessions.directory, max(sessions.time_updated) AS updated \nFROM sessions GROUP BY sessions.directory ORDER BY updated DESC', ('SESSION_DIRECTORIES',))
 FORK_TITLES = Statement("SELECT count(*) AS count_1 \nFROM sessions \nWHERE sessions.title LIKE :prefix ESCAPE '\\'", ('FORK_TITLES',))
 COPY_SOURCE = Statement('SELECT messages.id, messages.role, messages.time_created, messages.info \nFROM messages \nWHERE messages.session_id = :session_id AND messages.seq < :before_seq ORDER BY messages.seq, messages.id', ('COPY_SOURCE',))
 MESSAGE_SEQ = Statement('SELECT messages.seq \nFROM messages \nWHERE messages.id = :id AND messages.session_id = :session_id', ('MESSAGE_SEQ',), quick=True)

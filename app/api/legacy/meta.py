@@ -4,7 +4,6 @@ providers, agents, project) and the empty lists of features not hosted here yet.
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import user_config_directory
-from app.runtime.sessions import project_id
+from app.runtime.sessions import project_id, project_info
 from app.runtime.tools import TOOLS, listing
 
 router = APIRouter(tags=["instance"])
@@ -124,22 +123,14 @@ async def modes(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody([stainless.mode(agent.as_wire()) for agent in agents if agent.mode != "subagent"])
 
 
+@router.get("/project", operation_id="project.list", summary="List all projects")
+async def project_list(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await runtime.sessions.projects(directory))
+
+
 @router.get("/project/current", operation_id="project.current")
 async def project_current(directory: DirectoryDep) -> Response:
-    pid = await project_id(directory)
-    try:
-        created = int(os.stat(directory).st_ctime * 1000)
-    except OSError:
-        created = 0
-    return JSONBody(
-        {
-            "id": pid,
-            "worktree": directory,
-            "vcs": "git" if pid != "global" else None,
-            "time": {"created": created, "updated": created},
-            "sandboxes": [],
-        }
-    )
+    return JSONBody(await project_info(directory))
 
 
 @router.get("/project/{projectID}/directories", operation_id="project.directories")

@@ -12,7 +12,7 @@ Invariants: status changes only in the coordinator and is announced synchronousl
 from app.runtime.sessions._cluster import Cluster
 from app.runtime.sessions._coordinator import BUSY, DrainCoordinator
 from app.runtime.sessions._domain import SessionsDomain
-from app.runtime.sessions._project import cached_project_id, project_id
+from app.runtime.sessions._project import cached_project_id, project_id, project_info
 from app.runtime.sessions._service import SessionService, is_default_title, zero_tokens
 
 __all__ = [
@@ -24,5 +24,6 @@ __all__ = [
     "cached_project_id",
     "is_default_title",
     "project_id",
+    "project_info",
     "zero_tokens",
 ]

@@ -14,7 +14,7 @@ from app.clock import iso_from_ms, now_ms
 from app.events.log import EventLog, Transaction
 from app.jsonutil import dumps, loads
 from app.runtime.errors import Conflict, SessionNotFound
-from app.runtime.sessions._project import project_id
+from app.runtime.sessions._project import project_id, projects
 from app.store import sql
 from app.store.queries import Queries
 
@@ -118,6 +118,10 @@ class SessionService:
         self.queries = queries
         self._cache = _InfoCache()
         log.db.on_lost_writes(self._cache.clear)
+
+    async def projects(self, current: str) -> list[dict[str, Any]]:
+        """The projects this server knows: ``current``'s, then those its sessions are in."""
+        return await projects(current, await self.queries.session_directories())
 
     async def create(
         self,
