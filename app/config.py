@@ -24,6 +24,7 @@ from platformdirs import user_config_dir
 log = logging.getLogger("opensession.config")
 
 CONFIG_NAMES = ("opencode.json", "opencode.jsonc")
+CONFIG_SCHEMA = "https://opencode.ai/config.json"
 _COMMENT = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.S)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 
@@ -218,6 +219,13 @@ class ConfigLoader:
     def user_dir(self) -> Path:
         """The user's config directory (where opencode.json, skills... are looked for)."""
         return self._user_dir
+
+    def user_raw(self) -> dict[str, Any]:
+        """The user's own configuration (their config directory's files, merged), as written."""
+        raw: dict[str, Any] = {}
+        for path, _mtime, _size in _stamp(tuple(str(self._user_dir / name) for name in CONFIG_NAMES)):
+            raw = _merge(raw, _read(Path(path)))
+        return raw
 
     def load(self, directory: str) -> OpenCodeConfig:
         """The directory's configuration: as the files are now, or as the enclosing ``reading``

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import create_session, git_repository, text_prompt
+from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer
 
 DEFAULT_TITLE = re.compile(r"^New session - \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -128,26 +128,3 @@ def test_a_session_read_that_races_a_write_does_not_overwrite_it_in_the_cache(
     assert stale != "renamed"  # read before the write
     assert now == "renamed"
     assert client.get(f"/session/{sid}").json()["title"] == "renamed"
-
-
-def test_projects_are_the_servers_and_those_its_sessions_are_in(
-    client: httpx.Client, project_dir: Path, tmp_path: Path
-) -> None:
-    """``GET /project``: the request's project first, then one per project the sessions are in
-    (its worktree the first directory seen, updated with its latest session), as ``/project/current``
-    shapes them. Two directories of one repository are one project."""
-    current = client.get("/project/current").json()
-    assert client.get("/project").json() == [current]
-
-    (tmp_path / "repo").mkdir()
-    repo = git_repository(tmp_path / "repo")
-    (repo / "sub").mkdir()
-    assert client.post("/session", params={"directory": str(repo / "sub")}).status_code == 200
-    latest = client.post("/session", params={"directory": str(repo)}).json()
-    listed = client.get("/project").json()
-    assert [p["id"] for p in listed] == [current["id"], latest["projectID"]]
-    assert latest["projectID"] not in ("global", current["id"])
-    repo_project = listed[1]
-    assert repo_project["worktree"] == str(repo) and repo_project["vcs"] == "git"
-    assert repo_project["time"]["updated"] == latest["time"]["updated"]
-    assert set(repo_project) == set(current) == {"id", "worktree", "vcs", "time", "sandboxes"}

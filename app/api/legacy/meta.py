@@ -14,7 +14,7 @@ from app import __version__
 from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
-from app.config import user_config_directory
+from app.config import CONFIG_SCHEMA, user_config_directory
 from app.runtime.sessions import project_id, project_info
 from app.runtime.tools import TOOLS, listing
 
@@ -66,6 +66,13 @@ async def config(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     raw.setdefault("model", str(runtime.registry.default_model(directory)))
     raw.setdefault("share", "disabled")
     return JSONBody(raw)
+
+
+@router.get("/global/config", operation_id="global.config.get", summary="Get global configuration")
+async def global_config(runtime: RuntimeDep) -> Response:
+    """The user's configuration alone (their config directory's opencode.json), as OpenCode
+    answers it: no project's settings and no defaults filled in but the schema."""
+    return JSONBody({"$schema": CONFIG_SCHEMA} | runtime.config.user_raw())
 
 
 @router.get("/config/providers", operation_id="config.providers")
