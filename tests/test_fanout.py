@@ -523,3 +523,40 @@ async def test_the_bytes_a_stream_is_still_writing_count_against_its_byte_limit(
     assert not kept.overflowed
     for tap in (taken, sunk, kept):
         tap.close()
+
+
+def test_disposing_an_instance_ends_its_event_streams_after_saying_so(settings: Settings, tmp_path: Path) -> None:
+    """``POST /instance/dispose`` as OpenCode answers it: the directory's ``/event`` streams get
+    ``server.instance.disposed`` as their last frame and end properly (a client reconnects and
+    reads everything again); another directory's stream goes on; ``/global/event`` carries it,
+    and ``POST /global/dispose``'s ``global.disposed``. The server goes on serving."""
+    other = tmp_path / "other"
+    other.mkdir()
+    with (
+        thread_server(settings) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+        EventCollector(f"{server.url}/global/event") as everywhere,
+    ):
+        everywhere.wait_for(lambda f: f.type == "server.connected")
+        disposed = RawStream(settings.port, "/event")
+        untouched = RawStream(settings.port, f"/event?directory={other}")
+        for stream in (disposed, untouched):
+            stream.read_until(lambda frames: bool(frames))
+        assert client.post("/instance/dispose").json() is True
+        deadline = time.monotonic() + 10  # a stream that goes on would read heartbeats forever
+        disposed.read_until(lambda _frames: time.monotonic() > deadline)  # to the terminating chunk
+        assert disposed.ended and disposed.frames[-1].type == "server.instance.disposed"
+        assert disposed.frames[-1].properties == {"directory": settings.directory}
+        assert client.post("/global/dispose").json() is True
+        everywhere.wait_for(lambda f: f.type == "global.disposed")
+        untouched.sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            untouched.read_until(lambda frames: len(frames) > 1, timeout=0.5)
+        assert not untouched.ended
+        sid = create_session(client)["id"]  # still serving
+        assert client.post(f"/session/{sid}/message", json=text_prompt("after")).status_code == 200
+    wrapped = [f for f in everywhere.frames if f.type == "server.instance.disposed"]
+    assert [f.data["directory"] for f in wrapped] == [settings.directory]
+    assert next(f for f in everywhere.frames if f.type == "global.disposed").data["directory"] == "global"
+    for stream in (disposed, untouched):
+        stream.close()

@@ -104,6 +104,8 @@ class StreamSpec:
     # The last frame of a subscriber cut off for falling behind, given the position to resume from.
     overflow: Callable[[int], bytes] | None = None
     twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
+    # The event after whose frame the stream ends (/event's server.instance.disposed, as OpenCode's).
+    last: Accept | None = None
     # What the bus routes on (app/events/bus.py): only this session's, else this directory's events.
     session: str | None = None
     directory: str | None = None
@@ -115,7 +117,9 @@ class StreamSpec:
         """This stream's place on the feed of its kind and route (one kind of stream filters and
         encodes alike on a route, so its streams share the feed)."""
         on = bus.route(directory=self.directory, session=self.session)
-        return runtime.feeds.join(self.kind, on, lambda: Kind(self.accept, self.frames, self.position, self.heartbeat))
+        return runtime.feeds.join(
+            self.kind, on, lambda: Kind(self.accept, self.frames, self.position, self.heartbeat, self.last)
+        )
 
     def _render(self, event: Event) -> bytes:
         position = self.position(event)
@@ -131,6 +135,7 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None, body: B
     origin = after if after is not None else runtime.bus.cursor  # read with the tap, no await between
     sent = origin  # the position a client that has everything written so far resumes from
     replayed_to = -1
+    ending = False  # the stream's last event went out (``spec.last``): end after it
 
     def chunk_of(batches: list[Batch]) -> bytes:
         nonlocal sent
@@ -144,7 +149,13 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None, body: B
         return batch.chunk
 
     def write_now(batch: Batch) -> bool:
+        nonlocal ending
         chunk = chunk_of([batch])
+        if batch.last:
+            ending = True
+            if chunk:
+                body.write_now(chunk)  # a write that has to wait is finished by settle()
+            return False  # the stream runs again, to end
         return not chunk or body.write_now(chunk)
 
     try:
@@ -162,13 +173,14 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None, body: B
                     sent = replayed_to
                 if len(events) < REPLAY_BATCH:
                     break
-        while True:
+        while not ending:
             batches = await tap.take(write_now)
             await body.settle()  # a write the feed began that had to wait for the client
             if tap.closed:  # the server shuts down
                 break
             if batches and (chunk := chunk_of(batches)):
                 yield chunk
+            ending = ending or any(batch.last for batch in batches)
     except Overflowed:
         # Cut off for falling behind: say so, with where to resume, and end the response.
         if spec.overflow is not None:

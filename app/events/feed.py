@@ -55,6 +55,7 @@ class Batch:
     events: list[Event]
     position: int  # the highest position among ``events`` (-1: none, a heartbeat)
     first_durable: int  # the lowest position of a durable event among them (-1: none)
+    last: bool = False  # holds an event after which the streams end (``Kind.last``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +66,20 @@ class Kind:
     frames: Frames
     position: Position
     heartbeat: Callable[[], bytes]
+    last: Accept | None = None  # an event after which this kind of stream ends
 
     def batch(self, events: list[Event], chunk: bytes | None = None) -> Batch:
-        position, first_durable = -1, -1
+        """Checked once here for every stream of the feed: a stream reads ``last`` off the batch."""
+        position, first_durable, last = -1, -1, False
         for event in events:
             at = self.position(event)
             position = max(position, at)
             if event.durable and (first_durable < 0 or at < first_durable):
                 first_durable = at
+            last = last or (self.last is not None and self.last(event))
         if chunk is None:
             chunk = b"".join(self.frames(event) for event in events)
-        return Batch(chunk, events, position, first_durable)
+        return Batch(chunk, events, position, first_durable, last)
 
 
 @dataclass(eq=False, slots=True)

@@ -47,6 +47,9 @@ FOLLOWED_REQUEST_EVENTS = frozenset(
 )
 
 
+INSTANCE_DISPOSED = "server.instance.disposed"
+
+
 class Runtime:
     """The composition root: builds the infrastructure and each domain from the ones below it,
     and offers the operations the protocol translators call. Routers reach services through the
@@ -149,6 +152,18 @@ class Runtime:
 
     def _publish_instance_event(self, event_type: str, properties: dict[str, Any], directory: str) -> None:
         self.log.publish(Event(event_type, properties, None, directory))
+
+    def dispose_instance(self, directory: str) -> None:
+        """``POST /instance/dispose``. OpenCode tears the directory's instance down and clients
+        re-read what they showed; here configuration, credentials and MCP servers follow their
+        files already, so nothing is rebuilt, but clients are told as OpenCode tells them:
+        ``server.instance.disposed``, after which the directory's ``/event`` streams end (a
+        client reconnects and reads everything again). Turns in flight go on."""
+        self._publish_instance_event(INSTANCE_DISPOSED, {"directory": directory}, directory)
+
+    def dispose_all(self) -> None:
+        """``POST /global/dispose``: ``global.disposed``, on the streams of every directory."""
+        self.log.publish(Event("global.disposed", {}, None, None))
 
     def publish_tui_event(self, event_type: str, properties: dict[str, Any], directory: str) -> None:
         """A TUI control event (``tui.prompt.append``, ``tui.command.execute``, ...): live only, to

@@ -24,6 +24,7 @@ from app.api.sse import (
 )
 from app.events.model import Event
 from app.jsonutil import dumpb
+from app.runtime.service import INSTANCE_DISPOSED
 from app.runtime.sessions import cached_project_id
 
 router = APIRouter(tags=["event"])
@@ -78,6 +79,7 @@ async def subscribe(
         # 0.x has no heartbeat event: an SSE comment keeps the connection alive all the same.
         heartbeat=(lambda: HEARTBEAT_COMMENT) if old_sdk else (lambda: control_frame("server.heartbeat")),
         overflow=None if old_sdk else overflow_frame,
+        last=None if old_sdk else (lambda e: e.type == INSTANCE_DISPOSED),
     )
     return event_source(runtime, spec, resume_position(last_event_id))
 

@@ -197,6 +197,13 @@ async def skills(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return JSONBody([skill.as_wire() for skill in runtime.skills.all(directory)])
 
 
-@router.post("/instance/dispose", operation_id="instance.dispose")
-async def instance_dispose() -> Response:
+@router.post("/instance/dispose", operation_id="instance.dispose", summary="Dispose instance")
+async def instance_dispose(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    runtime.dispose_instance(directory)
+    return JSONBody(True)
+
+
+@router.post("/global/dispose", operation_id="global.dispose", summary="Dispose all instances")
+async def global_dispose(runtime: RuntimeDep) -> Response:
+    runtime.dispose_all()
     return JSONBody(True)
