@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+import app.runtime.sessions._service as sessions_service
 from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer
 
@@ -128,3 +129,66 @@ def test_a_session_read_that_races_a_write_does_not_overwrite_it_in_the_cache(
     assert stale != "renamed"  # read before the write
     assert now == "renamed"
     assert client.get(f"/session/{sid}").json()["title"] == "renamed"
+
+
+def test_sessions_of_every_project_most_recent_first_paged_by_cursor(
+    client: httpx.Client, project_dir: Path, tmp_path: Path
+) -> None:
+    """``GET /experimental/session`` (OpenCode's list across projects): every directory's sessions,
+    most recently updated first, each with its ``project``; archived ones only when asked, roots
+    only when asked; ``x-next-cursor`` pages through the rest without losing or repeating any."""
+    other = tmp_path / "other"
+    other.mkdir()
+    here = [create_session(client, title=f"here {i}")["id"] for i in range(3)]
+    there = [
+        client.post("/session", params={"directory": str(other)}, json={"title": f"there {i}"}).json()["id"]
+        for i in range(3)
+    ]
+    child = create_session(client, parentID=here[0], title="child")["id"]
+    archived = create_session(client, title="archived")["id"]
+    assert client.patch(f"/session/{archived}", json={"time": {"archived": 1}}).status_code == 200
+
+    listed = client.get("/experimental/session").json()
+    assert {s["id"] for s in listed} == {*here, *there, child}
+    updated = [s["time"]["updated"] for s in listed]
+    assert updated == sorted(updated, reverse=True)
+    by_id = {s["id"]: s for s in listed}
+    assert by_id[there[0]]["project"] == {"id": by_id[there[0]]["projectID"], "worktree": str(other)}
+
+    assert {s["id"] for s in client.get("/experimental/session", params={"roots": "true"}).json()} == {*here, *there}
+    with_archived = client.get("/experimental/session", params={"archived": "true"}).json()
+    assert archived in {s["id"] for s in with_archived} and with_archived[0]["id"] == archived  # updated last
+    only_other = client.get("/experimental/session", params={"directory": str(other)}).json()
+    assert {s["id"] for s in only_other} == set(there)
+    assert [s["id"] for s in client.get("/experimental/session", params={"search": "THERE 1"}).json()] == [there[1]]
+
+    seen: list[str] = []
+    params: dict[str, Any] = {"limit": 2}
+    while True:
+        response = client.get("/experimental/session", params=params)
+        page = response.json()
+        assert page  # two, or more when several were updated in the page's last millisecond
+        seen += [s["id"] for s in page]
+        cursor = response.headers.get("x-next-cursor")
+        if cursor is None:
+            break
+        assert int(cursor) == page[-1]["time"]["updated"]
+        params["cursor"] = cursor
+    assert seen == [s["id"] for s in listed]
+    assert client.get("/experimental/session", params={"limit": 0}).status_code == 400
+
+
+def test_a_page_of_sessions_never_splits_a_millisecond(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions updated in the same millisecond as a page's last one all go in that page: the next
+    page starts below that time (``cursor`` is a time), so splitting them would lose some."""
+    monkeypatch.setattr(sessions_service, "now_ms", lambda: 1_700_000_000_000)
+    tied = {create_session(client, title=f"tied {i}")["id"] for i in range(5)}
+    monkeypatch.undo()
+    newer = create_session(client, title="newer")["id"]
+    first = client.get("/experimental/session", params={"limit": 2})
+    page = first.json()
+    assert page[0]["id"] == newer
+    assert {s["id"] for s in page[1:]} == tied  # the limit, and every tie of its last
+    assert first.headers.get("x-next-cursor") is None  # nothing older is left
+    second = client.get("/experimental/session", params={"limit": 1, "cursor": page[0]["time"]["updated"]})
+    assert {s["id"] for s in second.json()} == tied and "x-next-cursor" not in second.headers

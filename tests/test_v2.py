@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import app.runtime.sessions._service as sessions_service
 from tests.helpers import text_prompt
 from tests.servers import ThreadServer
 from tests.sse import EventCollector
@@ -68,6 +69,26 @@ def test_session_list_pages_with_a_cursor(client: httpx.Client) -> None:
             break
         page = client.get("/api/session", params={"cursor": cursor, "limit": 2}).json()
     assert seen == list(reversed(made))  # newest first, each once
+    ascending = client.get("/api/session", params={"order": "asc", "limit": 100}).json()["data"]
+    assert [s["id"] for s in ascending] == made
+
+
+def test_sessions_updated_in_one_millisecond_are_listed_newest_first(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Equal times are ordered by creation too (session ids sort newest first, so the tie goes
+    by id the other way), and a cursor between them neither skips nor repeats one."""
+    monkeypatch.setattr(sessions_service, "now_ms", lambda: 1_700_000_000_000)
+    made = [create(client)["id"] for _ in range(4)]
+    monkeypatch.undo()
+    seen: list[str] = []
+    page = client.get("/api/session", params={"limit": 3}).json()
+    while True:
+        seen += [s["id"] for s in page["data"]]
+        if (cursor := page["cursor"].get("next")) is None:
+            break
+        page = client.get("/api/session", params={"cursor": cursor, "limit": 3}).json()
+    assert seen == list(reversed(made))
     ascending = client.get("/api/session", params={"order": "asc", "limit": 100}).json()["data"]
     assert [s["id"] for s in ascending] == made
 

@@ -383,11 +383,27 @@ def messages_page(*, descending: bool, bounded: bool, by_seq: bool, offset: bool
     return Clause(query)
 
 
-def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: bool) -> Clause:
-    """Keyset page of sessions ordered by (time_updated, id), after an anchor row when given."""
+def sessions_page(
+    *,
+    descending: bool,
+    anchored: bool,
+    directory: bool,
+    search: bool,
+    roots: bool = False,
+    start: bool = False,
+    before: bool = False,
+) -> Clause:
+    """Keyset page of sessions ordered by time updated, then newest first (session ids sort
+    newest first, so the id runs the other way from the time), after an anchor row when given."""
     query = select(sessions.c.info)
     if directory:
         query = query.where(sessions.c.directory == bindparam("directory"))
+    if roots:
+        query = query.where(sessions.c.parent_id.is_(None))
+    if start:
+        query = query.where(sessions.c.time_updated >= bindparam("start"))
+    if before:
+        query = query.where(sessions.c.time_updated < bindparam("before"))
     if search:
         query = query.where(sessions.c.title.ilike(bindparam("search"), escape="\\"))
     if anchored:
@@ -395,16 +411,16 @@ def sessions_page(*, descending: bool, anchored: bool, directory: bool, search: 
         sid: BindParameter[str] = bindparam("anchor_id")
         if descending:
             query = query.where(
-                (sessions.c.time_updated < time) | ((sessions.c.time_updated == time) & (sessions.c.id < sid))
+                (sessions.c.time_updated < time) | ((sessions.c.time_updated == time) & (sessions.c.id > sid))
             )
         else:
             query = query.where(
-                (sessions.c.time_updated > time) | ((sessions.c.time_updated == time) & (sessions.c.id > sid))
+                (sessions.c.time_updated > time) | ((sessions.c.time_updated == time) & (sessions.c.id < sid))
             )
     if descending:
-        query = query.order_by(sessions.c.time_updated.desc(), sessions.c.id.desc())
+        query = query.order_by(sessions.c.time_updated.desc(), sessions.c.id.asc())
     else:
-        query = query.order_by(sessions.c.time_updated.asc(), sessions.c.id.asc())
+        query = query.order_by(sessions.c.time_updated.asc(), sessions.c.id.desc())
     return Clause(query.limit(bindparam("limit")))
 
 

@@ -162,14 +162,29 @@ class Queries:
         search: str | None,
         anchor: tuple[int, str] | None,
         limit: int,
+        roots: bool = False,
+        start: int | None = None,
+        before: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Keyset page of sessions by (time updated, id), strictly after ``anchor``."""
+        """Keyset page of sessions by time updated (newest first among equal times), strictly
+        after ``anchor``; only root sessions with ``roots``, only those updated at or after
+        ``start`` and before ``before`` with them."""
         statement = sql.sessions_page(
-            descending=descending, anchored=anchor is not None, directory=directory is not None, search=bool(search)
+            descending=descending,
+            anchored=anchor is not None,
+            directory=directory is not None,
+            search=bool(search),
+            roots=roots,
+            start=start is not None,
+            before=before is not None,
         )
         params: dict[str, Any] = {"limit": limit}
         if directory is not None:
             params["directory"] = directory
+        if start is not None:
+            params["start"] = start
+        if before is not None:
+            params["before"] = before
         if search:
             params["search"] = f"%{_escape_like(search)}%"
         if anchor is not None:

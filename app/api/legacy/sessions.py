@@ -78,6 +78,32 @@ async def list_sessions(
     return JSONBody(infos)
 
 
+@router.get("/experimental/session", operation_id="experimental.session.list", summary="List sessions")
+async def sessions_everywhere(
+    runtime: RuntimeDep,
+    directory: Annotated[str | None, Query(max_length=4096, description="Only this directory's sessions")] = None,
+    roots: Annotated[bool | None, Query()] = None,
+    start: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated at or after (ms)")] = None,
+    cursor: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated before (ms)")] = None,
+    search: Annotated[str | None, Query(max_length=500)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    archived: Annotated[bool | None, Query(description="Include archived sessions")] = None,
+) -> Response:
+    """Sessions of every project, most recently updated first, each with its ``project``; when
+    there are more, the ``x-next-cursor`` header is the ``cursor`` of the next page."""
+    listed, next_cursor = await runtime.sessions.across_projects(
+        directory=directory,
+        roots=bool(roots),
+        start=start,
+        before=cursor,
+        search=search,
+        archived=bool(archived),
+        limit=limit,
+    )
+    headers = {"x-next-cursor": str(next_cursor)} if next_cursor is not None else None
+    return JSONBody(listed, headers=headers)
+
+
 @router.post("/session", operation_id="session.create", summary="Create a session", responses=_SESSION_DOC)
 async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
     body = body or SessionCreate()

@@ -246,10 +246,61 @@ class SessionService:
     async def page(
         self, *, descending: bool, directory: str | None, search: str | None, anchor: tuple[int, str] | None, limit: int
     ) -> list[dict[str, Any]]:
-        """A keyset page by (time updated, id), strictly after ``anchor`` (the V2 list)."""
+        """A keyset page by time updated (newest first among equal times), strictly after
+        ``anchor`` (the V2 list)."""
         return await self.queries.session_page(
             descending=descending, directory=directory, search=search, anchor=anchor, limit=limit
         )
+
+    async def across_projects(
+        self,
+        *,
+        directory: str | None,
+        roots: bool,
+        start: int | None,
+        before: int | None,
+        search: str | None,
+        archived: bool,
+        limit: int,
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """Sessions of every project, most recently updated first, each with its project (OpenCode's
+        ``GET /experimental/session``): ``limit`` of them updated before ``before``, archived ones
+        only with ``archived``, and the ``before`` of the next page (None: this is the last).
+
+        The next page starts below the last one's time, so sessions updated in that same
+        millisecond all go in this page (it may then hold a few more than ``limit``): none is
+        skipped, none repeated. An archived session is known from its info alone, so pages are
+        read until enough unarchived ones are found."""
+        found: list[dict[str, Any]] = []
+        anchor: tuple[int, str] | None = None
+        exhausted = False
+
+        def boundary_known() -> bool:  # found holds a session older than the limit-th one
+            return len(found) > limit and found[-1]["time"]["updated"] != found[limit - 1]["time"]["updated"]
+
+        while not exhausted and not boundary_known():
+            page = await self.queries.session_page(
+                descending=True,
+                directory=directory,
+                search=search,
+                anchor=anchor,
+                limit=limit + 1,
+                roots=roots,
+                start=start,
+                before=before,
+            )
+            found += [info for info in page if archived or not info["time"].get("archived")]
+            exhausted = len(page) <= limit
+            if page:
+                anchor = (page[-1]["time"]["updated"], page[-1]["id"])
+        cut = min(limit, len(found))
+        while 0 < cut < len(found) and found[cut]["time"]["updated"] == found[cut - 1]["time"]["updated"]:
+            cut += 1
+        listed = found[:cut]
+        for info in listed:
+            info["project"] = {"id": info["projectID"], "worktree": info["directory"]}
+        more = cut < len(found)
+        return listed, listed[-1]["time"]["updated"] if more and listed else None
 
     async def subtree(self, session_id: str) -> list[dict[str, Any]]:
         """The session and all its descendants, parents before children."""
