@@ -211,6 +211,35 @@ def test_vcs_routes_in_a_git_repository(client: httpx.Client) -> None:
     assert "\n second line\n" not in next(d for d in narrow if d["file"] == "hello.txt")["patch"]
 
 
+def test_a_raw_diff_applies_back_whole_or_not_at_all(client: httpx.Client, project: Path, tmp_path: Path) -> None:
+    """``POST /vcs/apply`` takes what ``/vcs/diff/raw`` gives: undone with ``git checkout``, the
+    working tree's changes come back from it. A patch that does not apply changes nothing (400
+    ``VcsApplyError``, ``not-clean``); outside git it is ``non-git``."""
+    for link in ("link.txt", "linkdir"):  # the fixture's symlinks out of the project: not part of this
+        (project / link).unlink()
+    raw = client.get("/vcs/diff/raw").text
+    changed = (project / "hello.txt").read_text()
+    git(project, "checkout", "--", "hello.txt", "src/nested/util.py")
+    (project / "new.txt").unlink()
+    assert client.post("/vcs/apply", json={"patch": raw}).json() == {"applied": True}
+    assert (project / "hello.txt").read_text() == changed
+    assert (project / "new.txt").read_text() == "new\n" and not (project / "src/nested/util.py").exists()
+
+    git(project, "checkout", "--", "hello.txt")
+    before = (project / "hello.txt").read_text()
+    half = raw + "diff --git a/alpha.txt b/alpha.txt\n--- a/alpha.txt\n+++ b/alpha.txt\n@@ -1 +1 @@\n-nope\n+x\n"
+    refused = client.post("/vcs/apply", json={"patch": half})
+    assert refused.status_code == 400
+    error = {"message": "Patch can't be applied", "reason": "not-clean"}
+    assert refused.json() == {"name": "VcsApplyError", "data": error}
+    assert (project / "hello.txt").read_text() == before  # the hunks that fit were not applied either
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    outside_git = client.post("/vcs/apply", params={"directory": str(plain)}, json={"patch": raw})
+    assert outside_git.status_code == 400 and outside_git.json()["data"]["reason"] == "non-git"
+    assert client.post("/vcs/apply", json={}).status_code == 400
+
+
 def test_find_text_caps_at_ten_and_skips_ignored_files(client: httpx.Client, project: Path) -> None:
     matches = ok(client.get("/find", params={"pattern": "hello"}))
     assert {m["path"]["text"] for m in matches} == {"hello.txt", "src/app.py"}  # build, log, docs ignored

@@ -29,6 +29,7 @@ from app.runtime.errors import (
     McpOAuthUnsupported,
     McpServerNotFound,
     MessageNotFound,
+    PatchNotApplied,
     PathNotFound,
     PathOutside,
     PermissionNotFound,
@@ -208,6 +209,10 @@ async def _search_unavailable(request: Request, exc: SearchUnavailable) -> JSONB
     return named(503, "SearchUnavailableError", exc.message)
 
 
+async def _patch_not_applied(request: Request, exc: PatchNotApplied) -> JSONBody:
+    return named(400, "VcsApplyError", exc.message, reason=exc.reason)
+
+
 async def _config_invalid(request: Request, exc: ConfigError) -> JSONBody:
     """opencode.json cannot be used for this request (e.g. a malformed model entry): OpenCode's
     ``ConfigInvalidError``, naming the file or key; the server keeps serving."""
@@ -227,6 +232,7 @@ def install(app: FastAPI) -> None:
         InvalidInput: _invalid,
         ModelNotFoundError: _model_missing,
         ConfigError: _config_invalid,
+        PatchNotApplied: _patch_not_applied,
         UnencodableValue: _unencodable,
         ShareNotFound: _share_missing,
         PermissionNotFound: _permission_missing,

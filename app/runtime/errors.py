@@ -42,6 +42,15 @@ class InvalidInput(RuntimeFailure):
         self.field = field
 
 
+class PatchNotApplied(RuntimeFailure):
+    """``POST /vcs/apply``: the directory is not in a git repository (``non-git``) or the patch
+    does not apply to its working tree as it is (``not-clean``); nothing was changed."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class InvalidCursor(RuntimeFailure):
     def __init__(self, message: str = "Invalid cursor") -> None:
         super().__init__(message)

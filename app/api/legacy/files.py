@@ -7,10 +7,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
+
+# A patch is held in memory and handed to git whole; the body limit (10 MiB) bounds it anyway.
+MAX_PATCH_CHARS = 10 * 1024 * 1024
 
 router = APIRouter(tags=["file"])
 
@@ -102,3 +106,16 @@ async def vcs_diff(
 )
 async def vcs_diff_raw(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return Response(await runtime.workspace.raw_diff(directory), media_type="text/x-diff; charset=utf-8")
+
+
+class PatchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    patch: str = Field(max_length=MAX_PATCH_CHARS)
+
+
+@router.post("/vcs/apply", operation_id="vcs.apply", tags=["instance"], summary="Apply VCS patch")
+async def vcs_apply(runtime: RuntimeDep, directory: DirectoryDep, body: PatchBody) -> Response:
+    """A raw patch (as ``/vcs/diff/raw`` gives it) applied to the working tree, whole or not at all:
+    400 ``VcsApplyError`` with ``reason`` ``non-git`` or ``not-clean`` when it cannot be."""
+    await runtime.workspace.apply_patch(directory, body.patch)
+    return JSONBody({"applied": True})

@@ -144,6 +144,10 @@ class Workspace:
     async def raw_diff(self, directory: str) -> str:
         return await _vcs.raw(Path(directory))
 
+    async def apply_patch(self, directory: str, patch: str) -> None:
+        """Apply a patch like ``raw_diff``'s to the working tree; ``PatchNotApplied`` otherwise."""
+        await _vcs.apply(Path(directory), patch)
+
     async def close(self) -> None:
         await asyncio.gather(*(w.close() for w in self._watchers.values()))
         await self._indexes.close()

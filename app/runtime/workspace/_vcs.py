@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.runtime.errors import PatchNotApplied
+
 GIT_TIMEOUT_S = 30.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # what an unborn HEAD is compared with
 _UNTRACKED_PATCHES = 8  # concurrent `git diff --no-index` runs
@@ -25,8 +27,9 @@ _ENV = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C", "GIT_TERMINAL_PR
 _STATUS = {"A": "added", "D": "deleted"}
 
 
-async def git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> tuple[int, bytes]:
-    """Run ``git -C root args``: its exit code and standard output (128 if git cannot run)."""
+async def git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S, stdin: bytes | None = None) -> tuple[int, bytes]:
+    """Run ``git -C root args`` (``stdin`` its input): its exit code and standard output (128 if
+    git cannot run)."""
     try:
         proc = await asyncio.create_subprocess_exec(
             "git",
@@ -35,7 +38,7 @@ async def git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> tuple[i
             "-C",
             str(root),
             *args,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             env=_ENV,
@@ -43,7 +46,7 @@ async def git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> tuple[i
     except OSError:
         return 128, b""
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        out, _ = await asyncio.wait_for(proc.communicate(stdin), timeout)
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -213,3 +216,13 @@ async def raw(root: Path) -> str:
     parts = [out.decode(errors="replace")] if code == 0 and out else []
     parts += [p for _, p in await _untracked_patches(root, await _untracked(root), 3)]
     return "\n".join(parts)
+
+
+async def apply(root: Path, patch: str) -> None:
+    """Apply ``patch`` (paths relative to ``root``, as ``raw`` gives them) to the working tree,
+    all of it or nothing (``git apply`` checks every hunk first)."""
+    if not await is_repository(root):
+        raise PatchNotApplied("Patch can't be applied because the project is not git-based", "non-git")
+    code, _ = await git(root, "apply", "--whitespace=nowarn", "-", stdin=patch.encode())
+    if code != 0:
+        raise PatchNotApplied("Patch can't be applied", "not-clean")
