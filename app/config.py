@@ -185,6 +185,14 @@ def _stamp(candidates: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
     return tuple(found)
 
 
+def _merged(stamp: tuple[tuple[str, int, int], ...]) -> dict[str, Any]:
+    """The files of a ``_stamp``, read and merged in order (later ones win)."""
+    raw: dict[str, Any] = {}
+    for path, _mtime, _size in stamp:
+        raw = _merge(raw, _read(Path(path)))
+    return raw
+
+
 def plugin_names(raw: dict[str, Any]) -> list[str]:
     """The ``plugin`` entries of a config (``"name"`` or ``["name", {options}]``), by name."""
     entries = raw.get("plugin")
@@ -222,10 +230,7 @@ class ConfigLoader:
 
     def user_raw(self) -> dict[str, Any]:
         """The user's own configuration (their config directory's files, merged), as written."""
-        raw: dict[str, Any] = {}
-        for path, _mtime, _size in _stamp(tuple(str(self._user_dir / name) for name in CONFIG_NAMES)):
-            raw = _merge(raw, _read(Path(path)))
-        return raw
+        return _merged(_stamp(tuple(str(self._user_dir / name) for name in CONFIG_NAMES)))
 
     def load(self, directory: str) -> OpenCodeConfig:
         """The directory's configuration: as the files are now, or as the enclosing ``reading``
@@ -240,9 +245,7 @@ class ConfigLoader:
         cached = self._cache.get(directory)
         if cached and cached[0] == stamp:
             return cached[1]
-        raw: dict[str, Any] = {}
-        for path, _mtime, _size in stamp:
-            raw = _merge(raw, _read(Path(path)))
+        raw = _merged(stamp)
         config = OpenCodeConfig(raw=raw, providers=_providers(raw), model=raw.get("model"))
         self._warn_plugins(directory, raw)
         self._cache[directory] = (stamp, config)

@@ -241,6 +241,9 @@ class OpenAIStub:
     def connections(self) -> int:
         return self.server.connections
 
+    def chat_headers(self) -> list[dict[str, str]]:
+        return self.server.chat_headers()
+
 
 def _chat_answer(body: dict[str, Any], reply: StubReply) -> Answer:
     """A StubReply as chat completion chunks (the ``data:`` lines of ``/chat/completions``)."""

@@ -45,6 +45,14 @@ class Stub:
         """The turns' requests (not the title generator's)."""
         return [r for r in self.requests if "title generator" not in json.dumps(r)]
 
+    def chat_headers(self) -> list[dict[str, str]]:
+        """The headers of the turns' requests, in order: a turn's title request, made in the
+        background with the key of its time, may arrive after a later turn's request."""
+        with self.recording:
+            return [
+                h for r, h in zip(self.requests, self.headers, strict=True) if "title generator" not in json.dumps(r)
+            ]
+
 
 def _frame(event: SSE) -> bytes:
     name, data = event

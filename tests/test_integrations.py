@@ -85,7 +85,7 @@ def test_a_connected_key_is_the_providers_credential_and_its_next_turn_uses_it(
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("hi"))
     assert reply.status_code == 200 and assistant_text(reply.json()) == "Hello from stub"
-    assert stub_keys(deepseek) == {f"Bearer {SECRET}"}
+    assert {h.get("authorization") for h in deepseek.chat_headers()} == {f"Bearer {SECRET}"}
 
     # Connecting again replaces it (a provider has one credential), under a new id.
     assert client.post("/api/integration/deepseek/connect/key", json={"key": SECRET + "-2"}).status_code == 204
@@ -99,12 +99,6 @@ def test_a_connected_key_is_the_providers_credential_and_its_next_turn_uses_it(
     ]
     texts = [client.get("/api/integration").text, client.get("/api/integration/deepseek").text]
     assert all(SECRET not in text for text in texts)
-
-
-def stub_keys(stub: OpenAIStub) -> set[str]:
-    """The Authorization headers of the stub's turn requests (title requests aside)."""
-    exchanges = zip(stub.requests, stub.headers, strict=True)
-    return {h.get("authorization", "") for r, h in exchanges if "title generator" not in json.dumps(r)}
 
 
 def test_credentials_are_renamed_and_removed_by_id_and_every_change_is_announced(

@@ -127,12 +127,6 @@ def _is_title(body: dict[str, Any]) -> bool:
     return "title generator" in json.dumps(body.get("input", [])[:1])
 
 
-def last_turn_headers(stub: Stub) -> dict[str, str]:
-    """The headers of the latest turn request: an earlier prompt's title request, made in the
-    background with the key of its time, may arrive after it."""
-    return [h for r, h in zip(stub.requests, stub.headers, strict=True) if not _is_title(r)][-1]
-
-
 def chat(stub: Stub) -> list[dict[str, Any]]:
     """The turn's requests (not the title generator's)."""
     return [r for r in stub.requests if not _is_title(r)]
@@ -379,16 +373,16 @@ def test_key_from_config_then_stored_then_env_and_url_from_config_or_sdk_variabl
 ) -> None:
     assert client.put("/auth/openai", json={"type": "api", "key": "sk-stored"}).json() is True
     _prompt(client)  # a stored key wins over OPENAI_API_KEY
-    assert last_turn_headers(stub)["authorization"] == "Bearer sk-stored"
+    assert stub.chat_headers()[-1]["authorization"] == "Bearer sk-stored"
     _config(project_dir, npm="@ai-sdk/openai", options={"baseURL": stub.url, "apiKey": "sk-from-config"})
     _prompt(client)  # options.apiKey wins over both
-    assert last_turn_headers(stub)["authorization"] == "Bearer sk-from-config"
+    assert stub.chat_headers()[-1]["authorization"] == "Bearer sk-from-config"
     client.delete("/auth/openai")
     monkeypatch.setenv("OPENAI_BASE_URL", stub.url)
     _config(project_dir)  # no block at all: OPENAI_API_KEY and the SDK's OPENAI_BASE_URL
     _sid, reply = _prompt(client)
     assert assistant_text(reply) == "Hello there"
-    assert last_turn_headers(stub)["authorization"] == f"Bearer {KEY}"
+    assert stub.chat_headers()[-1]["authorization"] == f"Bearer {KEY}"
 
 
 def test_no_key_in_any_answer_or_event(stub: Stub, client: httpx.Client) -> None:

@@ -18,9 +18,9 @@ Bounds: a stream's pending batches are limited in events (a merged run counts on
 it ends with a frame saying where to resume. The bytes a stream took and is still writing count
 too: a client that stops reading leaves its last write waiting, and those bytes are held as long
 as the queued ones, so such a client holds about the byte limit, not the limit and a write as
-large again. A single batch is always taken when nothing is queued or being written. A stream that falls more than one
-batch behind gets the deltas of the batches it takes at once merged again, so it catches up with
-fewer frames.
+large again. A single batch is always taken when nothing is queued or being written. A stream
+that falls more than one batch behind gets the deltas of the batches it takes at once merged
+again, so it catches up with fewer frames.
 
 Heartbeats: after ``interval`` seconds without a batch the feed hands every stream a heartbeat.
 """
@@ -69,14 +69,14 @@ class Kind:
     last: Accept | None = None  # an event after which this kind of stream ends
 
     def batch(self, events: list[Event], chunk: bytes | None = None) -> Batch:
-        """Checked once here for every stream of the feed: a stream reads ``last`` off the batch."""
-        position, first_durable, last = -1, -1, False
+        """``last`` is worked out here once for every stream of the feed, which reads it off."""
+        position, first_durable = -1, -1
         for event in events:
             at = self.position(event)
             position = max(position, at)
             if event.durable and (first_durable < 0 or at < first_durable):
                 first_durable = at
-            last = last or (self.last is not None and self.last(event))
+        last = self.last is not None and any(map(self.last, events))
         if chunk is None:
             chunk = b"".join(self.frames(event) for event in events)
         return Batch(chunk, events, position, first_durable, last)

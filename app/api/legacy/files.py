@@ -7,14 +7,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.legacy.schemas import PatchBody
 from app.api.responses import JSONBody
-
-# A patch is held in memory and handed to git whole; the body limit (10 MiB) bounds it anyway.
-MAX_PATCH_CHARS = 10 * 1024 * 1024
 
 router = APIRouter(tags=["file"])
 
@@ -106,11 +103,6 @@ async def vcs_diff(
 )
 async def vcs_diff_raw(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
     return Response(await runtime.workspace.raw_diff(directory), media_type="text/x-diff; charset=utf-8")
-
-
-class PatchBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    patch: str = Field(max_length=MAX_PATCH_CHARS)
 
 
 @router.post("/vcs/apply", operation_id="vcs.apply", tags=["instance"], summary="Apply VCS patch")

@@ -224,3 +224,10 @@ class McpAdd(_Body):
 
 class McpAuthCallback(_Body):
     code: str
+
+
+class PatchBody(BaseModel):
+    """``POST /vcs/apply``: held in memory and handed to git whole (the body limit bounds it)."""
+
+    model_config = ConfigDict(extra="forbid")  # as OpenCode's schema says
+    patch: str
