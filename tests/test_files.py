@@ -230,8 +230,9 @@ def test_a_raw_diff_applies_back_whole_or_not_at_all(client: httpx.Client, proje
     half = raw + "diff --git a/alpha.txt b/alpha.txt\n--- a/alpha.txt\n+++ b/alpha.txt\n@@ -1 +1 @@\n-nope\n+x\n"
     refused = client.post("/vcs/apply", json={"patch": half})
     assert refused.status_code == 400
-    error = {"message": "Patch can't be applied", "reason": "not-clean"}
-    assert refused.json() == {"name": "VcsApplyError", "data": error}
+    assert refused.json()["name"] == "VcsApplyError" and refused.json()["data"]["reason"] == "not-clean"
+    assert refused.json()["data"]["message"].startswith("Patch can't be applied: ")  # and what git found:
+    assert "patch failed: alpha.txt:1" in refused.json()["data"]["message"]
     assert (project / "hello.txt").read_text() == before  # the hunks that fit were not applied either
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -328,3 +329,67 @@ async def test_the_tools_ignore_what_the_routes_ignore(project: Path, tmp_path: 
     assert "link" not in listing
     routes = set(await workspace.find_files(str(project), "", "file", 200))
     assert routes == {str(Path(p).relative_to(project)) for p in await workspace.files(str(project), project)}
+
+
+@pytest.fixture
+def nested(tmp_path: Path) -> Path:
+    """A project that is a subdirectory ``app/`` of a git repository, with a file beside it."""
+    repo = tmp_path / "repo"
+    write(repo, {"app/keep.txt": "keep\n", "app/gone.txt": "gone\n", "beside.txt": "beside\n"})
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "init")
+    return repo / "app"
+
+
+def test_a_raw_diff_applies_back_in_a_subdirectory_project(client: httpx.Client, nested: Path) -> None:
+    """``/vcs/diff/raw`` names paths relative to the project, git apply reads them from the top of
+    the repository: the round trip still restores the changes (it once answered 200 and did nothing)."""
+    scoped = {"directory": str(nested)}
+    write(nested, {"keep.txt": "kept, changed\n", "deep/new.txt": "new\n"})
+    (nested / "gone.txt").unlink()
+    (nested.parent / "beside.txt").write_text("beside, changed\n")  # outside the project: not its patch
+    raw = client.get("/vcs/diff/raw", params=scoped).text
+    assert "beside" not in raw
+    git(nested, "checkout", "--", "keep.txt", "gone.txt")
+    (nested / "deep/new.txt").unlink()
+    assert ok(client.post("/vcs/apply", params=scoped, json={"patch": raw})) == {"applied": True}
+    assert (nested / "keep.txt").read_text() == "kept, changed\n"
+    assert (nested / "deep/new.txt").read_text() == "new\n" and not (nested / "gone.txt").exists()
+    unrelated = client.post("/vcs/apply", params=scoped, json={"patch": "not a patch at all\n"})
+    assert unrelated.status_code == 400 and unrelated.json()["data"]["reason"] == "not-clean"
+
+
+def _modify(path: str, old: str, new: str) -> str:
+    return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+
+
+def _move(kind: str, source: str, target: str) -> str:
+    return f"diff --git a/{source} b/{target}\nsimilarity index 100%\n{kind} from {source}\n{kind} to {target}\n"
+
+
+@pytest.mark.parametrize("where", ["subdirectory", "top"])
+def test_vcs_apply_refuses_paths_outside_the_project(
+    client: httpx.Client, nested: Path, outside: Path, where: str
+) -> None:
+    """Every path a patch names stays inside the project: ``..``, absolute names, renames and
+    copies out of it or into it from outside are refused (400) and change nothing."""
+    project = nested if where == "subdirectory" else nested.parent
+    beside = os.path.relpath(nested.parent / "beside.txt", project)
+    secret = os.path.relpath(outside / "secret.txt", project)
+    hostile = [
+        _modify(beside, "beside", "pwned") if where == "subdirectory" else _modify(secret, SECRET, "pwned"),
+        _modify("/" + str(nested.parent / "beside.txt").lstrip("/"), "beside", "pwned"),
+        _move("rename", secret, "stolen.txt"),
+        _move("rename", "keep.txt" if where == "subdirectory" else "app/keep.txt", "../escaped.txt"),
+        _move("copy", secret, "stolen.txt"),
+        _move("copy", "keep.txt" if where == "subdirectory" else "app/keep.txt", "../escaped.txt"),
+    ]
+    before = {p: p.read_bytes() for p in (*nested.parent.rglob("*.txt"), outside / "secret.txt")}
+    for patch in hostile:
+        response = client.post("/vcs/apply", params={"directory": str(project)}, json={"patch": patch})
+        assert response.status_code == 400, (patch, response.text)
+        assert response.json()["name"] == "VcsApplyError" and response.json()["data"]["reason"] == "not-clean"
+        assert response.json()["data"]["message"].startswith("Patch can't be applied: ")  # and why
+        assert {p: p.read_bytes() for p in before} == before, patch
+        assert not [*nested.parent.parent.rglob("stolen.txt"), *nested.parent.parent.rglob("escaped.txt")]

@@ -108,6 +108,7 @@ async def vcs_diff_raw(runtime: RuntimeDep, directory: DirectoryDep) -> Response
 @router.post("/vcs/apply", operation_id="vcs.apply", tags=["instance"], summary="Apply VCS patch")
 async def vcs_apply(runtime: RuntimeDep, directory: DirectoryDep, body: PatchBody) -> Response:
     """A raw patch (as ``/vcs/diff/raw`` gives it) applied to the working tree, whole or not at all:
-    400 ``VcsApplyError`` with ``reason`` ``non-git`` or ``not-clean`` when it cannot be."""
+    400 ``VcsApplyError`` with ``reason`` ``non-git`` or ``not-clean`` (and what is wrong: a hunk
+    that does not fit, a path outside the project) when it cannot be."""
     await runtime.workspace.apply_patch(directory, body.patch)
     return JSONBody({"applied": True})

@@ -30,6 +30,14 @@ _STATUS = {"A": "added", "D": "deleted"}
 async def git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S, stdin: bytes | None = None) -> tuple[int, bytes]:
     """Run ``git -C root args`` (``stdin`` its input): its exit code and standard output (128 if
     git cannot run)."""
+    code, out, _ = await _run(root, args, timeout, stdin, asyncio.subprocess.DEVNULL)
+    return code, out
+
+
+async def _run(
+    root: Path, args: tuple[str, ...], timeout: float, stdin: bytes | None, stderr: int
+) -> tuple[int, bytes, bytes]:
+    """``git`` with its standard error piped when ``stderr`` says so (else discarded)."""
     try:
         proc = await asyncio.create_subprocess_exec(
             "git",
@@ -40,19 +48,19 @@ async def git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S, stdin: byt
             *args,
             stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            stderr=stderr,
             env=_ENV,
         )
     except OSError:
-        return 128, b""
+        return 128, b"", b"git cannot run"
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
         raise
-    return proc.returncode or 0, out
+    return proc.returncode or 0, out, err or b""
 
 
 async def _text(root: Path, *args: str) -> str | None:
@@ -220,9 +228,27 @@ async def raw(root: Path) -> str:
 
 async def apply(root: Path, patch: str) -> None:
     """Apply ``patch`` (paths relative to ``root``, as ``raw`` gives them) to the working tree,
-    all of it or nothing (``git apply`` checks every hunk first)."""
+    all of it or nothing (``git apply`` checks every hunk first).
+
+    git reads a patch's paths from the top of the repository and silently skips those outside
+    the directory it runs in, so they are prefixed with where ``root`` lies in the repository
+    (``--directory``): every path then lands under ``root``. git itself refuses names with ``..``,
+    absolute names, ``.git`` and writes through symlinks, but not where a copy is read from: a
+    copy could read any file, so patches with copies are refused (``raw`` never makes one)."""
     if not await is_repository(root):
         raise PatchNotApplied("Patch can't be applied because the project is not git-based", "non-git")
-    code, _ = await git(root, "apply", "--whitespace=nowarn", "-", stdin=patch.encode())
+    if any(line.startswith(("copy from ", "copy to ")) for line in patch.splitlines()):
+        raise PatchNotApplied("Patch can't be applied: it copies a file (send the copy as a new file)", "not-clean")
+    prefix = await _text(root, "rev-parse", "--show-prefix")
+    where = [f"--directory={prefix}"] if prefix else []
+    args = ("apply", "--whitespace=nowarn", *where, "-")
+    code, _, err = await _run(root, args, GIT_TIMEOUT_S, patch.encode(), asyncio.subprocess.PIPE)
     if code != 0:
-        raise PatchNotApplied("Patch can't be applied", "not-clean")
+        raise PatchNotApplied(_refusal(err), "not-clean")
+
+
+def _refusal(stderr: bytes) -> str:
+    """The client's message: what git found wrong (its first ``error:`` lines), else nothing more."""
+    found = [line.removeprefix("error: ") for line in stderr.decode(errors="replace").splitlines()]
+    reasons = [line for line in found if line and not line.startswith(("Checking patch", "Skipped patch"))][:3]
+    return "Patch can't be applied" + (": " + "; ".join(reasons) if reasons else "")
