@@ -59,13 +59,24 @@ class Settings(BaseSettings):
     # Browser origins allowed besides the built-in ones (loopback, the desktop app, opencode.ai):
     # ``--cors ORIGIN`` (repeatable) or OPENSESSION_CORS="https://a.example,https://b.example".
     cors: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Host names a request may carry besides localhost, IP addresses and ``hostname`` when no
+    # password is set (the DNS-rebinding guard, app/api/browser.py): ``--allow-host NAME``
+    # (repeatable) or OPENSESSION_ALLOWED_HOSTS="a.example,b.example"; ``*`` allows any.
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
-    @field_validator("cors", mode="before")
+    @field_validator("cors", "allowed_hosts", mode="before")
     @classmethod
-    def _split_origins(cls, value: Any) -> Any:
+    def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [origin.strip() for origin in value.split(",") if origin.strip()]
+            return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @property
+    def request_hosts(self) -> list[str] | None:
+        """The host names requests may carry, or None when any may (a password is set)."""
+        if self.password or "*" in self.allowed_hosts:
+            return None
+        return [self.hostname, *self.allowed_hosts]
 
     @cached_property
     def data_path(self) -> Path:

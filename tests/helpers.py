@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,3 +54,14 @@ def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+def marking_mcp_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A directory whose opencode.json names an MCP server that only leaves a mark when started
+    (as a downloaded repository could), and the path of that mark."""
+    directory = tmp_path / "downloaded-repo"
+    directory.mkdir()
+    marker = tmp_path / "mcp-started"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
+    (directory / "opencode.json").write_text(json.dumps({"mcp": {"x": {"type": "local", "command": command}}}))
+    return directory, marker

@@ -5,7 +5,6 @@ it) stays readable without credentials."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,25 +12,17 @@ import httpx
 import pytest
 
 from app.settings import Settings
+from tests.browser import chromium
 from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer, thread_server
 
 pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True), pytest.mark.slow]
 
-CHROMIUM_PATHS = ("chromium", "chromium-browser")
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    executable = next((shutil.which(name) for name in CHROMIUM_PATHS if shutil.which(name)), None)
-    if executable is None:
-        pytest.fail("Chromium is not installed: .ci/run installs it (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield browser
-        browser.close()
+    with chromium() as launched:
+        yield launched
 
 
 def _shared(client: httpx.Client, *prompts: str) -> tuple[str, str]:

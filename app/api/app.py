@@ -11,6 +11,7 @@ from starlette.routing import BaseRoute
 
 from app import __version__
 from app.api import errors, opensession, permissions, questions, share
+from app.api.browser import ALLOWED_ORIGINS, BrowserGuard
 from app.api.legacy import auth as legacy_auth
 from app.api.legacy import events as legacy_events
 from app.api.legacy import files as legacy_files
@@ -19,7 +20,7 @@ from app.api.legacy import meta as legacy_meta
 from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
 from app.api.legacy import tui as legacy_tui
-from app.api.middleware import ALLOWED_ORIGINS, BasicAuth, BodyLimit
+from app.api.middleware import BasicAuth, BodyLimit
 from app.api.v2 import fs as v2_fs
 from app.api.v2 import integrations as v2_integrations
 from app.api.v2 import meta as v2_meta
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)
+    app.add_middleware(BrowserGuard, origins=settings.cors, hosts=settings.request_hosts)
     # Outermost: a preflight is answered before authentication (browsers send it without
     # credentials), while the real request still needs them.
     app.add_middleware(

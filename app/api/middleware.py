@@ -1,6 +1,6 @@
 """Pure-ASGI middleware (cheaper than BaseHTTPMiddleware on every request): a request body size
 limit, and optional HTTP basic auth as OpenCode's ``OPENCODE_SERVER_PASSWORD`` provides (on
-WebSocket handshakes too)."""
+WebSocket handshakes too). ``app.api.browser`` holds the guard against web pages."""
 
 from __future__ import annotations
 
@@ -15,19 +15,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.jsonutil import dumpb
 
 
+def _json_headers(payload: bytes, extra: list[tuple[bytes, bytes]] | None) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *(extra or [])]
+
+
 async def _reply(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     payload = dumpb(body)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
+    await send({"type": "http.response.start", "status": status, "headers": _json_headers(payload, headers)})
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -90,17 +84,10 @@ def _ticketed_connect(scope: Scope) -> bool:
     return bool(_PTY_CONNECT.match(scope["path"])) and "ticket" in parse_qs(scope.get("query_string", b"").decode())
 
 
-# Browser origins OpenCode's server allows: any loopback port, the desktop app (Electron's
-# oc://renderer, Tauri's origins) and opencode.ai's own web apps.
-ALLOWED_ORIGINS = (
-    r"http://(localhost|127\.0\.0\.1):\d+|oc://renderer.*|tauri://localhost|https?://tauri\.localhost"
-    r"|https://([a-z0-9-]+\.)*opencode\.ai"
-)
-
 _SHARE_PAGE = re.compile(r"^/share/[A-Za-z0-9_-]+(/(data|transcript|event))?$")
 
 
-def _public(scope: Scope) -> bool:
+def is_public(scope: Scope) -> bool:
     """A shared session's page and its data: the unguessable share token is the credential (the
     point of sharing is that whoever has the link reads it without the server's password)."""
     return scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and bool(_SHARE_PAGE.match(scope["path"]))
@@ -108,20 +95,17 @@ def _public(scope: Scope) -> bool:
 
 class BasicAuth:
     """Guards HTTP requests and WebSocket handshakes alike (a terminal is a shell); CORS
-    preflights and shared pages pass (see ``_public``)."""
+    preflights and shared pages pass (see ``is_public``)."""
 
     def __init__(self, app: ASGIApp, username: str, password: str) -> None:
         self.app = app
         self.expected = f"{username}:{password}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or _public(scope) or self._authorized(scope):
+        if scope["type"] not in ("http", "websocket") or is_public(scope) or self._authorized(scope):
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "websocket":
-            await _refuse_websocket(scope, send)
-            return
-        await _reply(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Basic realm="opensession"')])
+        await refuse(scope, send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Basic realm="opensession"')])
 
     def _authorized(self, scope: Scope) -> bool:
         if scope["type"] == "websocket" and _ticketed_connect(scope):
@@ -139,17 +123,18 @@ class BasicAuth:
 _UNAUTHORIZED = {"name": "UnauthorizedError", "data": {"message": "Unauthorized"}}
 
 
-async def _refuse_websocket(scope: Scope, send: Send) -> None:
-    """A 401 answer to the handshake where the server supports one, else a bare refusal."""
+async def refuse(
+    scope: Scope, send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """An error answer to an HTTP request or a WebSocket handshake (a bare close where the server
+    cannot answer a handshake with a status)."""
+    if scope["type"] == "http":
+        await _reply(send, status, body, headers)
+        return
     if "websocket.http.response" not in scope.get("extensions", {}):
         await send({"type": "websocket.close", "code": 1008})
         return
-    payload = dumpb(_UNAUTHORIZED)
-    await send(
-        {
-            "type": "websocket.http.response.start",
-            "status": 401,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
-        }
-    )
+    payload = dumpb(body)
+    start = {"type": "websocket.http.response.start", "status": status, "headers": _json_headers(payload, headers)}
+    await send(start)
     await send({"type": "websocket.http.response.body", "body": payload})

@@ -41,6 +41,13 @@ def register(commands: Any) -> None:
         metavar="ORIGIN",
         help="also allow this browser origin (repeatable; OPENSESSION_CORS=a,b does the same)",
     )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        dest="allowed_hosts",
+        metavar="NAME",
+        help="also accept requests for this host name without a password (repeatable; * for any)",
+    )
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(handler=main)
 
@@ -55,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
         "db": args.db,
         "directory": args.directory,
         "cors": args.cors,
+        "allowed_hosts": args.allowed_hosts,
     }
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if args.allow_public:

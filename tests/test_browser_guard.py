@@ -1,0 +1,154 @@
+"""The guard against web pages, request by request (tests/test_browser_attacks.py sends the same
+attacks from a real Chromium): a rebinding ``Host`` is refused for HTTP and WebSocket alike unless
+a password is set or the name is allowed; a request a foreign page sent is refused whatever its
+method, and a body that is not JSON is refused; the clients OpenCode users run are unaffected."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+
+from app.settings import Settings
+from tests.helpers import create_session, marking_mcp_project
+from tests.servers import ThreadServer, thread_server
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+FOREIGN = "http://evil.example:8000"
+
+
+def _session_count(client: httpx.Client) -> int:
+    return len(client.get("/session").json())
+
+
+def _ws(server: ThreadServer, path: str) -> str:
+    return server.url.replace("http://", "ws://") + path
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:4096", "localhost.evil.example", "EVIL.example."])
+def test_a_foreign_host_is_refused_without_a_password(client: httpx.Client, host: str) -> None:
+    for method, path in (("GET", "/session"), ("POST", "/session"), ("POST", "/pty")):
+        answer = client.request(method, path, headers={"Host": host}, json={})
+        assert answer.status_code == 421, (method, path)
+        assert answer.json()["name"] == "ForbiddenHost"
+    assert _session_count(client) == 0
+    assert client.get("/pty").json() == []
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "localhost:4096", "127.0.0.1:4096", "[::1]:4096", "127.0.0.2", "10.1.2.3"]
+)
+def test_local_names_and_addresses_are_served(client: httpx.Client, host: str) -> None:
+    assert client.get("/session", headers={"Host": host}).status_code == 200
+
+
+async def test_a_terminal_socket_for_a_foreign_host_is_refused(server: ThreadServer) -> None:
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        pty = (await http.post("/pty", json={"command": "/bin/sh"})).json()
+    url = _ws(server, f"/pty/{pty['id']}/connect")
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(url, additional_headers={"Host": "evil.example"}):
+            pass
+    assert refused.value.response.status_code == 421
+    with pytest.raises(websockets.InvalidStatus) as foreign:
+        async with websockets.connect(url, origin=websockets.Origin(FOREIGN)):
+            pass
+    assert foreign.value.response.status_code == 403
+    async with websockets.connect(url, origin=websockets.Origin("http://localhost:3000")) as socket:
+        await socket.send("echo hi\n")
+
+
+@pytest.fixture
+def named(settings: Settings) -> Iterator[ThreadServer]:
+    with thread_server(settings.model_copy(update={"allowed_hosts": ["box.internal"]})) as handle:
+        yield handle
+
+
+def test_allowed_host_names_are_served(named: ThreadServer) -> None:
+    assert httpx.get(f"{named.url}/session", headers={"Host": "box.internal:4096"}).status_code == 200
+    assert httpx.get(f"{named.url}/session", headers={"Host": "other.internal"}).status_code == 421
+
+
+@pytest.fixture
+def guarded(settings: Settings) -> Iterator[ThreadServer]:
+    with thread_server(settings.model_copy(update={"password": "s3cret"})) as handle:
+        yield handle
+
+
+def test_with_a_password_any_host_is_served(guarded: ThreadServer) -> None:
+    answer = httpx.get(
+        f"{guarded.url}/session", headers={"Host": "opensession.team.example"}, auth=("opencode", "s3cret")
+    )
+    assert answer.status_code == 200
+    # ...but a foreign page is still refused, even with the browser's cached credentials.
+    forged = httpx.post(f"{guarded.url}/session", headers={"Origin": FOREIGN}, json={}, auth=("opencode", "s3cret"))
+    assert forged.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None]
+)
+def test_a_body_that_is_not_json_is_refused(client: httpx.Client, content_type: str | None) -> None:
+    export = {"info": {"id": "ses_planted", "title": "planted"}, "messages": []}
+    headers = {"content-type": content_type} if content_type else {}
+    answer = client.post("/opensession/import", content=json.dumps(export), headers=headers)
+    assert answer.status_code == 415
+    assert "JSON" in answer.json()["data"]["message"]
+    assert client.post("/session", content="{}", headers=headers).status_code == 415
+    assert _session_count(client) == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": FOREIGN},
+        {"Origin": "null"},
+        {"Origin": "http://localhost.evil.example:4096"},
+        {"Sec-Fetch-Site": "cross-site"},  # a form post from a page that hides its origin
+        {"Sec-Fetch-Site": "cross-site", "Referer": f"{FOREIGN}/page.html"},
+    ],
+)
+def test_a_bodiless_post_from_a_foreign_page_is_refused(client: httpx.Client, headers: dict[str, str]) -> None:
+    sid = create_session(client)["id"]
+    for path in ("/session", f"/session/{sid}/unrevert", f"/session/{sid}/abort", "/pty"):
+        answer = client.post(path, headers=headers)
+        assert answer.status_code == 403, path
+        assert answer.json()["name"] == "ForbiddenOrigin"
+    assert client.delete(f"/session/{sid}", headers=headers).status_code == 403
+    assert _session_count(client) == 1
+    assert client.get("/pty").json() == []
+
+
+def test_a_foreign_pages_get_starts_nothing(client: httpx.Client, tmp_path: Path) -> None:
+    directory, marker = marking_mcp_project(tmp_path)
+    image = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+    for headers in (image, {**image, "Referer": f"{FOREIGN}/"}, {"Origin": FOREIGN}):
+        answer = client.get("/mcp", params={"directory": str(directory)}, headers=headers)
+        assert answer.status_code == 403
+    assert not marker.exists()
+    # The user's own clients still start it.
+    assert client.get("/mcp", params={"directory": str(directory)}).status_code == 200
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://localhost:3000", "http://127.0.0.1:5173", "tauri://localhost", "https://app.opencode.ai"]
+)
+def test_allowed_origins_and_the_servers_own_pages_keep_working(client: httpx.Client, origin: str) -> None:
+    headers = {"Origin": origin, "Sec-Fetch-Site": "cross-site"}
+    assert client.post("/session", headers=headers, json={"title": "from the app"}).status_code == 200
+    assert client.get("/session", headers={"Sec-Fetch-Site": "same-site", "Referer": f"{origin}/x"}).status_code == 200
+    own = str(client.base_url).rstrip("/")
+    assert client.post("/session", headers={"Origin": own, "Sec-Fetch-Site": "same-origin"}, json={}).status_code == 200
+
+
+def test_a_shared_page_opens_from_a_link_anywhere(client: httpx.Client) -> None:
+    sid = create_session(client)["id"]
+    url = client.post(f"/session/{sid}/share").json()["share"]["url"]
+    link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Referer": "https://chat.example/"}
+    assert httpx.get(url, headers=link).status_code == 200
