@@ -51,7 +51,7 @@ async def test_add_update_move_delete_in_one_patch(tools: Harness) -> None:
     assert (root / "src" / "main.py").read_text() == 'import os\n\ndef greet():\n    print("Hello")\n    return 1\n'
     assert (root / "notes.md").read_text() == "a\nb\nC\n"
     assert not (root / "old.txt").exists()
-    assert tools.asked == [("edit", ["docs/hello.txt", "src/app.py", "notes.md", "old.txt"])]
+    assert tools.asked == [("edit", ["docs/hello.txt", "src/app.py", "src/main.py", "notes.md", "old.txt"])]
     kinds = [(f["type"], f["relativePath"]) for f in result.metadata["files"]]
     assert kinds == [("add", "docs/hello.txt"), ("move", "src/main.py"), ("update", "notes.md"), ("delete", "old.txt")]
 
@@ -101,3 +101,51 @@ def test_gpt_family_models_get_apply_patch_instead_of_edit_and_write() -> None:
     for model in ("gpt-4o", "gpt-oss-120b", "o3", "claude-sonnet-4", "echo"):
         assert "apply_patch" not in offered_for(model) and {"edit", "write"} <= set(offered_for(model))
     assert "invalid" not in offered_for("gpt-5")
+
+
+def _deny_edits(tools: Harness, pattern: str) -> None:
+    tools.rules = [{"permission": "edit", "pattern": "*", "action": "allow"}]
+    tools.rules.append({"permission": "edit", "pattern": pattern, "action": "deny"})
+
+
+@SQLITE
+@pytest.mark.parametrize(
+    "body",
+    [
+        ("*** Update File: a.txt", "*** Move to: locked/a.txt", "@@", "-one", "+uno"),  # the move's destination
+        ("*** Add File: free.txt", "+x", "*** Update File: locked/b.txt", "@@", "-b", "+c"),  # a later file
+        ("*** Update File: alias.txt", "@@", "-b", "+c"),  # a permitted name that links to a denied file
+        ("*** Update File: a.txt", "*** Move to: alias.txt", "@@", "-one", "+uno"),
+        ("*** Delete File: alias.txt",),
+        ("*** Add File: dangling.txt", "+x"),  # a link to a denied file that does not exist yet
+    ],
+)
+async def test_every_path_a_patch_writes_is_checked(tools: Harness, body: tuple[str, ...]) -> None:
+    """The edit rules apply to each path the patch writes: sources, move destinations, every
+    section, and where a symlink really leads (a move once overwrote a denied file unasked)."""
+    root = tools.root
+    (root / "locked").mkdir()
+    (root / "a.txt").write_text("one\ntwo\n")
+    (root / "locked" / "a.txt").write_text("keep\n")
+    (root / "locked" / "b.txt").write_text("b\n")
+    (root / "alias.txt").symlink_to(root / "locked" / "b.txt")
+    (root / "dangling.txt").symlink_to(root / "locked" / "new.txt")
+    _deny_edits(tools, "locked/*")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(Denied):
+        await tools.run("apply_patch", patchText=_patch(*body))
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert not (root / "free.txt").exists() and not (root / "locked" / "new.txt").exists()
+
+
+@SQLITE
+async def test_a_denied_name_that_is_a_symlink_is_denied_too(tools: Harness) -> None:
+    """A rule on a name holds when that name is a symlink to a file the rules allow."""
+    (tools.root / "real.txt").write_text("one\n")
+    (tools.root / ".env").symlink_to(tools.root / "real.txt")
+    _deny_edits(tools, ".env")
+    with pytest.raises(Denied):
+        await tools.run("apply_patch", patchText=_patch("*** Update File: .env", "@@", "-one", "+two"))
+    assert (tools.root / "real.txt").read_text() == "one\n"
+    await tools.run("apply_patch", patchText=_patch("*** Update File: real.txt", "@@", "-one", "+two"))
+    assert (tools.root / "real.txt").read_text() == "two\n"

@@ -124,3 +124,30 @@ async def test_todos_round_trip(tools: Harness) -> None:
     assert read.metadata["todos"] == todos
     with pytest.raises(ToolError):
         await tools.run("todowrite", todos=[{"content": "x", "status": "someday", "priority": "high"}])
+
+
+async def test_file_tools_check_the_name_given_and_where_a_symlink_leads(tools: Harness) -> None:
+    """write, edit and read are checked under both names of a symlinked path, so a rule on either
+    one holds: an allowed alias of a denied file, and a denied name that links to an allowed one."""
+    root = tools.root
+    (root / "locked").mkdir()
+    (root / "locked" / "key.txt").write_text("key\n")
+    (root / "alias.txt").symlink_to(root / "locked" / "key.txt")
+    (root / "plain.txt").write_text("plain\n")
+    (root / ".env").symlink_to(root / "plain.txt")
+    for permission in ("edit", "read"):
+        tools.rules += [
+            {"permission": permission, "pattern": "*", "action": "allow"},
+            {"permission": permission, "pattern": "locked/*", "action": "deny"},
+            {"permission": permission, "pattern": ".env", "action": "deny"},
+        ]
+    for name in ("alias.txt", ".env"):
+        with pytest.raises(Denied):
+            await tools.run("write", filePath=name, content="pwned\n")
+        with pytest.raises(Denied):
+            await tools.run("edit", filePath=name, oldString="\n", newString="!\n")
+        with pytest.raises(Denied):
+            await tools.run("read", filePath=name)
+    assert (root / "locked" / "key.txt").read_text() == "key\n" and (root / "plain.txt").read_text() == "plain\n"
+    await tools.run("write", filePath="plain.txt", content="changed\n")
+    assert "changed" in (await tools.run("read", filePath="plain.txt")).output

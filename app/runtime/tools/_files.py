@@ -1,6 +1,7 @@
 """File tools: read, write, edit, list, glob, grep. Paths go through ``paths.resolve``
-(confinement); writes and edits ask the ``edit`` permission and announce the file they changed
-(the step's snapshots record the change itself)."""
+(confinement); read, write and edit ask their permission under every name ``paths.target`` gives
+the file (as given and where symlinks lead); writes and edits ask the ``edit`` permission and
+announce the file they changed (the step's snapshots record the change itself)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, TypeVar
 from app.providers.media import data_url, is_media
 from app.runtime.errors import RuntimeFailure
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
-from app.runtime.tools._paths import relative, resolve
+from app.runtime.tools._paths import Target, relative, resolve, target
 
 T = TypeVar("T")
 
@@ -95,8 +96,9 @@ class Read:
     )
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-        path = await resolve(ctx, require(args, "filePath"))
-        await ctx.ask("read", [relative(path, ctx.directory.resolve())], ["*"], {"filepath": str(path)})
+        found = await target(ctx, require(args, "filePath"))
+        path = found.path
+        await ctx.ask("read", list(found.names), ["*"], {"filepath": str(path)})
         offset = max(1, int(args.get("offset") or 1))
         limit = max(1, int(args.get("limit") or DEFAULT_READ_LINES))
         result = await asyncio.to_thread(read_path, path, offset, limit)
@@ -113,12 +115,12 @@ def unified_patch(name: str, before: str, after: str) -> str:
     )
 
 
-async def _ask_edit(ctx: ToolContext, path: Path, before: str, after: str) -> tuple[str, str]:
-    """Ask the ``edit`` permission showing the change; returns (relative name, patch)."""
-    rel = relative(path, ctx.directory.resolve())
-    patch = unified_patch(str(path), before, after)
-    await ctx.ask("edit", [rel], ["*"], {"filepath": str(path), "diff": patch})
-    return rel, patch
+async def _ask_edit(ctx: ToolContext, found: Target, before: str, after: str) -> tuple[str, str]:
+    """Ask the ``edit`` permission for every name of ``found``, showing the change; returns (the
+    real path's relative name, patch)."""
+    patch = unified_patch(str(found.path), before, after)
+    await ctx.ask("edit", list(found.names), ["*"], {"filepath": str(found.path), "diff": patch})
+    return relative(found.path, ctx.directory.resolve()), patch
 
 
 def _edit_metadata(path: Path, patch: str, before: str, after: str) -> dict[str, Any]:
@@ -149,12 +151,13 @@ class Write:
         content = args.get("content")
         if not isinstance(content, str):
             raise ToolError("The content parameter is required and must be a string")
-        path = await resolve(ctx, require(args, "filePath"))
+        found = await target(ctx, require(args, "filePath"))
+        path = found.path
         if path.is_dir():
             raise ToolError(f"Path is a directory: {path}")
         existed = path.exists()
         before = await asyncio.to_thread(read_text, path) if existed else ""
-        rel, _patch = await _ask_edit(ctx, path, before, content)
+        rel, _patch = await _ask_edit(ctx, found, before, content)
         path.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(path.write_text, content, encoding="utf-8")
         ctx.services.files.edited(ctx.session, path)
@@ -181,7 +184,8 @@ class Edit:
             raise ToolError("oldString and newString are required strings")
         if old == new:
             raise ToolError("oldString and newString must be different")
-        path = await resolve(ctx, require(args, "filePath"))
+        found = await target(ctx, require(args, "filePath"))
+        path = found.path
         if not path.is_file():
             raise ToolError(f"File not found: {path}")
         text = await asyncio.to_thread(read_text, path)
@@ -194,7 +198,7 @@ class Edit:
                 "identify the correct match, or set replaceAll."
             )
         updated = text.replace(old, new) if args.get("replaceAll") else text.replace(old, new, 1)
-        rel, patch = await _ask_edit(ctx, path, text, updated)
+        rel, patch = await _ask_edit(ctx, found, text, updated)
         await asyncio.to_thread(path.write_text, updated, encoding="utf-8")
         ctx.services.files.edited(ctx.session, path)
         return ToolResult("Edit applied successfully.", title=rel, metadata=_edit_metadata(path, patch, text, updated))

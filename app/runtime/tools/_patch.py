@@ -11,7 +11,9 @@ edit/write (as OpenCode does).
     *** End Patch
 
 Invariants: every section is verified (paths confined, files read, hunks located) before any
-file is written, so a bad patch changes nothing; one ``edit`` permission covers the whole patch.
+file is written, so a bad patch changes nothing; one ``edit`` permission covers the whole patch,
+asked for every path it writes (each section's file and a move's destination, under every name
+``paths.target`` gives).
 Hunk lines are located as OpenCode does: exactly, then ignoring trailing whitespace, then
 surrounding whitespace, then typographic punctuation.
 """
@@ -26,7 +28,7 @@ from typing import Any
 
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, schema
 from app.runtime.tools._files import read_text, unified_patch
-from app.runtime.tools._paths import relative, resolve
+from app.runtime.tools._paths import relative, target
 
 BEGIN, END = "*** Begin Patch", "*** End Patch"
 ADD, UPDATE, DELETE, MOVE = "*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:"
@@ -228,6 +230,7 @@ class _Change:
     before: str
     after: str
     move_to: Path | None = None
+    names: tuple[str, ...] = ()  # what the edit permission is asked for (paths.Target.names)
 
 
 class ApplyPatch:
@@ -269,7 +272,7 @@ class ApplyPatch:
                     **({"movePath": str(change.move_to)} if change.move_to else {}),
                 }
             )
-        patterns = [relative(c.path, root) for c in changes]
+        patterns = list(dict.fromkeys(name for change in changes for name in change.names))
         diff = "\n".join(diffs)
         await ctx.ask("edit", patterns, ["*"], {"filepath": ", ".join(patterns), "diff": diff, "files": files})
         summary = []
@@ -285,23 +288,27 @@ class ApplyPatch:
         return ToolResult(output, title=output, metadata={"diff": diff, "files": files, "diagnostics": {}})
 
     async def _verify(self, ctx: ToolContext, section: Section) -> _Change:
-        path = await resolve(ctx, section.path)
+        found = await target(ctx, section.path)
+        path = found.path
         if section.kind == "add":
             if path.is_dir():
                 raise ToolError(f"apply_patch verification failed: Path is a directory: {path}")
-            return _Change("add", path, "", section.content)
+            return _Change("add", path, "", section.content, names=found.names)
         if not path.is_file():
             verb = "delete" if section.kind == "delete" else "update"
             raise ToolError(f"apply_patch verification failed: Failed to read file to {verb}: {path}")
         before = await asyncio.to_thread(read_text, path)
         if section.kind == "delete":
-            return _Change("delete", path, before, "")
+            return _Change("delete", path, before, "", names=found.names)
         try:
             after = apply_chunks(str(path), before, section.chunks) if section.chunks else before
         except PatchError as exc:
             raise ToolError(f"apply_patch verification failed: {exc}") from None
-        move_to = await resolve(ctx, section.move_to) if section.move_to else None
-        return _Change("move" if move_to else "update", path, before, after, move_to)
+        if section.move_to is None:
+            return _Change("update", path, before, after, names=found.names)
+        destination = await target(ctx, section.move_to)
+        names = (*found.names, *destination.names)
+        return _Change("move", path, before, after, destination.path, names)
 
 
 def _write(change: _Change) -> None:
