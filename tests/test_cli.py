@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.helpers import create_session
+from tests.helpers import create_session, git_repository
 from tests.servers import ROOT, ThreadServer, free_port, thread_server
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -365,9 +366,37 @@ def test_a_server_that_is_not_opensession_is_one_line(database_url: str, tmp_pat
 
 
 def test_the_import_route_refuses_what_is_not_an_export(client: httpx.Client) -> None:
-    assert client.post("/opensession/import", content=b"[1, 2]").status_code == 400
-    assert client.post("/opensession/import", content=b"{").status_code == 400
+    json_body = {"content-type": "application/json"}
+    assert client.post("/opensession/import", content=b"[1, 2]", headers=json_body).status_code == 400
+    assert client.post("/opensession/import", content=b"{", headers=json_body).status_code == 400
     assert sessions_of(client) == []
+
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # in every git repository
+
+
+def test_an_imported_file_cannot_undo_files_or_stay_the_latest(client: httpx.Client, project_dir: Path) -> None:
+    """A file names a pending revert whose tree is git's empty one (unreverting to it would
+    delete the project's files) and a time far ahead (it would stay the session ``run -c``
+    continues). Neither survives the import."""
+    (project_dir / "kept.txt").write_text("the user's work\n")
+    git_repository(project_dir)
+    source = json.loads(OPENCODE_EXPORT.read_text())
+    first_user = source["messages"][0]["info"]["id"]
+    source["info"]["revert"] = {"messageID": first_user, "snapshot": EMPTY_TREE, "diff": ""}
+    reply = source["messages"][1]
+    patch = {"id": "prt_000000000000000000000patch", "type": "patch", "hash": EMPTY_TREE}
+    reply["parts"].append(patch | {"files": [str(project_dir / "kept.txt")], "messageID": reply["info"]["id"]})
+    source["info"]["time"] = {"created": 1, "updated": 99_999_999_999_999}
+    imported = client.post("/opensession/import", json=source)
+    assert imported.status_code == 200, imported.text
+    info = imported.json()
+    assert info["revert"] == {"messageID": first_user}
+    assert info["time"]["created"] == 1 and info["time"]["updated"] <= time.time() * 1000
+    assert client.post(f"/session/{info['id']}/unrevert").status_code == 200
+    assert (project_dir / "kept.txt").read_text() == "the user's work\n"
+    newer = create_session(client)
+    assert client.get("/session").json()[0]["id"] == newer["id"]
 
 
 def test_the_local_server_uses_the_password_from_the_environment(

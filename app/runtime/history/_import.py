@@ -8,6 +8,11 @@ whole session or none of it. Ids are kept when they are free; when any message (
 already taken, every message (or part) gets a new one, in file order, so the order is kept and
 every reference (``messageID``, ``sessionID``, ``parentID``, a pending revert) follows. A session id
 that is already taken is refused: importing the same file twice never makes a duplicate.
+
+A file is not trusted beyond what it describes: a pending revert keeps its point but not the
+tree it names (that tree belongs to the machine the file came from, so unreverting an imported
+session restores no files), and times in the future become now (a file cannot make its session
+the directory's latest for good, which ``opensession run -c`` would continue).
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from app import ids
+from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.runtime.errors import Conflict, InvalidInput
-from app.runtime.history._service import History
-from app.runtime.sessions import SessionService, project_id
+from app.runtime.history._service import COPIED_OPEN, History
+from app.runtime.sessions import SessionService, closed_part, closed_reply, open_reply, project_id
 from app.store import sql
 
 SessionID = Annotated[str, StringConstraints(pattern=r"^ses_[0-9A-Za-z]{1,64}$")]
@@ -105,11 +111,14 @@ class Importer:
 
     async def import_session(self, data: Any, directory: str) -> dict[str, Any]:
         """Write the exported session ``data`` into ``directory`` (as OpenCode's import, the
-        importing project owns it) and return its info."""
+        importing project owns it) and return its info. A reply the file holds open (exported
+        while a turn ran) is closed as a fork closes one: nothing here will ever finish it."""
         validate_export(data)  # every change below builds new objects: ``data`` stays as given
         source = data["info"]
         info = {k: v for k, v in source.items() if k not in ("share", "parentID", "revert")}
         info |= {"directory": directory, "projectID": await project_id(directory), "path": ""}
+        now = now_ms()
+        info["time"] = {**source["time"], **{k: min(source["time"][k], now) for k in ("created", "updated")}}
         async with self.log.transaction() as tx:
             if await tx.fetch(sql.SESSION_INFO, {"id": info["id"]}):
                 raise Conflict(f"Session {info['id']} already exists (imported before?): nothing imported", info["id"])
@@ -124,7 +133,7 @@ class Importer:
             )
             revert = source.get("revert")
             if isinstance(revert, dict) and revert.get("messageID") in messages:
-                info["revert"] = revert | {"messageID": messages[revert["messageID"]]}
+                info["revert"] = {"messageID": messages[revert["messageID"]]}
                 if revert.get("partID") in parts:
                     info["revert"]["partID"] = parts[revert["partID"]]
             await self.sessions.emit_created(tx, info)
@@ -132,7 +141,10 @@ class Importer:
                 message_info = message["info"] | {"id": messages[message["info"]["id"]], "sessionID": info["id"]}
                 if message_info.get("parentID") in messages:
                     message_info["parentID"] = messages[message_info["parentID"]]
+                if open_reply(message_info):
+                    message_info = closed_reply(message_info, COPIED_OPEN, now)
                 new_parts = [part | {"id": parts[part["id"]]} for part in message["parts"]]
+                new_parts = [closed_part(part, now) or part for part in new_parts]
                 await self.history.append_message(tx, info, message_info, new_parts)
         return info
 
