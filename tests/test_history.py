@@ -3,12 +3,14 @@ self-hosted sharing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 import pytest
 
-from tests.helpers import create_session, text_prompt
+from tests.helpers import assistant_text, create_session, text_prompt
 from tests.servers import ThreadServer
-from tests.sse import EventCollector
+from tests.sse import EventCollector, Frame
 
 
 def _session_with_turns(client: httpx.Client, *texts: str, title: str = "Original") -> tuple[str, list[dict]]:
@@ -58,6 +60,95 @@ def test_fork_numbering_empty_bodies_and_missing_boundary(client: httpx.Client) 
     missing = client.post(f"/session/{sid}/fork", json={"messageID": "msg_000000000000000000000000000"})
     assert missing.status_code == 404 and missing.json()["name"] == "NotFoundError"
     assert len(client.get("/session").json()) == sessions_before  # no half-made fork
+
+
+def _open_work(messages: list[dict]) -> list[str]:
+    """What a listing shows as still running: replies never completed, text or reasoning never
+    ended, tool calls pending or running."""
+    found = []
+    for message in messages:
+        if message["info"]["role"] == "assistant" and "completed" not in message["info"]["time"]:
+            found.append(f"reply {message['info']['id']}")
+        for part in message["parts"]:
+            if part["type"] in ("text", "reasoning") and "end" not in part.get("time", {"end": 0}):
+                found.append(f"{part['type']} {part['id']}")
+            if part["type"] == "tool" and part["state"]["status"] in ("pending", "running"):
+                found.append(f"tool {part['id']}")
+    return found
+
+
+MID_TURN = pytest.mark.parametrize(
+    ("prompt", "streaming"),
+    [
+        ("SLOW:0.3 take your time", lambda f: f.type == "message.part.delta"),
+        ("TOOL:bash echo waiting", lambda f: f.type == "permission.asked"),  # a tool waits for its permission
+    ],
+)
+
+
+def _copy_mid_turn(
+    server: ThreadServer,
+    client: httpx.Client,
+    prompt: str,
+    streaming: Callable[[Frame], bool],
+    copy: Callable[[str], str],
+) -> str:
+    """``copy`` (returning the copy's session id) taken while a turn streams, the turn then aborted."""
+    sid = create_session(
+        client, title="Original", permission=[{"permission": "bash", "pattern": "*", "action": "ask"}]
+    )["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt(prompt))
+        events.wait_for(lambda f: streaming(f) and f.properties.get("sessionID") == sid)
+        assert _open_work(client.get(f"/session/{sid}/message").json())  # the source still streams
+        copy_id = copy(sid)
+        client.post(f"/session/{sid}/abort")
+        events.wait_idle(sid)
+    return copy_id
+
+
+def _assert_closed_copy(client: httpx.Client, copy_id: str) -> None:
+    """The copy shows the reply as an abort leaves one, never busy, and takes the next prompt."""
+    copied = client.get(f"/session/{copy_id}/message").json()
+    assert [m["info"]["role"] for m in copied] == ["user", "assistant"]
+    assert _open_work(copied) == []
+    assert copied[1]["info"]["error"]["name"] == "MessageAbortedError"
+    tools = [p for p in copied[1]["parts"] if p["type"] == "tool"]
+    assert all(p["state"]["error"] == "Tool execution aborted" for p in tools)
+    assert copy_id not in client.get("/session/status").json()
+    reply = client.post(f"/session/{copy_id}/message", json=text_prompt("go on"))
+    assert reply.status_code == 200 and assistant_text(reply.json()) == "Echo: go on"
+
+
+@MID_TURN
+def test_a_fork_taken_mid_turn_closes_the_copied_reply(
+    server: ThreadServer, client: httpx.Client, prompt: str, streaming: Callable[[Frame], bool]
+) -> None:
+    """As OpenCode, the fork copies everything the session shows, the reply in flight included;
+    nothing will ever finish that copy, so it is closed as an abort closes a reply."""
+
+    def fork(sid: str) -> str:
+        response = client.post(f"/session/{sid}/fork")
+        assert response.status_code == 200, response.text
+        return str(response.json()["id"])
+
+    _assert_closed_copy(client, _copy_mid_turn(server, client, prompt, streaming, fork))
+
+
+@MID_TURN
+def test_an_export_taken_mid_turn_imports_closed(
+    server: ThreadServer, client: httpx.Client, prompt: str, streaming: Callable[[Frame], bool]
+) -> None:
+    """An export is a copy too (``opensession export`` or ``opencode export`` while a turn runs)."""
+
+    def export_and_import(sid: str) -> str:
+        info = client.get(f"/session/{sid}").json() | {"id": "ses_0000000000000000000000import"}
+        export = {"info": info, "messages": client.get(f"/session/{sid}/message").json()}
+        response = client.post("/opensession/import", json=export)
+        assert response.status_code == 200, response.text
+        return str(response.json()["id"])
+
+    _assert_closed_copy(client, _copy_mid_turn(server, client, prompt, streaming, export_and_import))
 
 
 def test_delete_message_and_part_and_patch_part(server: ThreadServer, client: httpx.Client) -> None:

@@ -16,13 +16,24 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
+from app.jsonutil import dumps, loads
 from app.runtime.errors import InvalidInput, MessageNotFound
-from app.runtime.sessions import DrainCoordinator, SessionService, zero_tokens
+from app.runtime.sessions import (
+    OPEN_REPLY_HINT,
+    OPEN_TOOL_HINTS,
+    DrainCoordinator,
+    SessionService,
+    closed_part,
+    closed_reply,
+    open_reply,
+    zero_tokens,
+)
 from app.store import sql
 from app.store.queries import MessageWithParts, Queries, RawMessage
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
 MAX_SEQ = 2**63 - 1
+COPIED_OPEN = {"name": "MessageAbortedError", "data": {"message": "Aborted: copied before the reply finished"}}
 _PARENT = re.compile(r'"parentID":"(msg_[0-9A-Za-z]+)"')
 _ID = re.compile(r'"id":"(prt_[0-9A-Za-z]+)"')
 
@@ -108,7 +119,10 @@ class History:
 
     async def copy_messages(self, tx: Transaction, source_id: str, target: dict[str, Any], up_to: str | None) -> int:
         """Copy the messages of ``source_id`` that entered it strictly before ``up_to`` (all when
-        None) into ``target`` with new ids, keeping each reply linked to its copied prompt."""
+        None) into ``target`` with new ids, keeping each reply linked to its copied prompt.
+
+        A reply still streaming in the source is copied as far as it got and closed in the copy
+        (``closed_reply``), as an abort leaves one: no turn of the copy will ever finish it."""
         before_seq = MAX_SEQ
         if up_to is not None:
             seq = await self.queries.message_seq(source_id, up_to)
@@ -120,6 +134,7 @@ class History:
         # long session is copied without decoding and re-encoding every message and part.
         renamed: dict[str, str] = {}
         session_id, directory = target["id"], target["directory"]
+        at = now_ms()
         for index, (old_id, role, created, info, part_texts) in enumerate(originals, 1):
             if index % COPY_BATCH == 0:
                 tx.scope.send_ahead()  # the database writes this batch while the next is built
@@ -129,6 +144,9 @@ class History:
             if parent and parent.group(1) in renamed:
                 common.append((parent.group(1), renamed[parent.group(1)]))
             info = _swap(info, common)
+            still_open = role == "assistant" and OPEN_REPLY_HINT not in info and open_reply(decoded := loads(info))
+            if still_open:
+                info = dumps(closed_reply(decoded, COPIED_OPEN, at))
             row = {
                 "id": new_id,
                 "session_id": session_id,
@@ -148,6 +166,9 @@ class History:
                 part_id = ids.part_id()
                 own = _ID.search(text)
                 part = _swap(text, ([(own.group(1), part_id)] if own else []) + common[:2])
+                if still_open or any(hint in part for hint in OPEN_TOOL_HINTS):
+                    closed = closed_part(loads(part), at)
+                    part = part if closed is None else dumps(closed)
                 part_row = {"id": part_id, "message_id": new_id, "session_id": session_id, "data": part}
                 await tx.emit_encoded(
                     "message.part.updated",

@@ -2,13 +2,15 @@
 
 Owns the session service (create, read, mutate, delete, list), project identity, the drain
 coordinator (at most one drain per session; wake / pending wake / interrupt / hold; the status
-map) and start-up recovery of whatever a stop left open.
+map), start-up recovery of whatever a stop left open, and the rule that closes a reply nothing
+will finish (recovery, and history copied mid-turn).
 
 May import: the runtime kernel, events, store. It is the lowest domain: every other one may use it.
 Invariants: status changes only in the coordinator and is announced synchronously, so
 ``active()`` and ``statuses()`` always agree; recovery derives what to close from what is open.
 """
 
+from app.runtime.sessions._closing import OPEN_REPLY_HINT, OPEN_TOOL_HINTS, closed_part, closed_reply, open_reply
 from app.runtime.sessions._cluster import Cluster
 from app.runtime.sessions._coordinator import BUSY, DrainCoordinator
 from app.runtime.sessions._domain import SessionsDomain
@@ -17,12 +19,17 @@ from app.runtime.sessions._service import SessionService, is_default_title, zero
 
 __all__ = [
     "BUSY",
+    "OPEN_REPLY_HINT",
+    "OPEN_TOOL_HINTS",
     "Cluster",
     "DrainCoordinator",
     "SessionService",
     "SessionsDomain",
     "cached_project_id",
+    "closed_part",
+    "closed_reply",
     "is_default_title",
+    "open_reply",
     "project_id",
     "project_info",
     "zero_tokens",

@@ -25,6 +25,7 @@ from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.runtime.errors import SessionNotFound
+from app.runtime.sessions._closing import closed_part, closed_reply
 from app.runtime.sessions._coordinator import DrainCoordinator
 from app.runtime.sessions._service import SessionService
 from app.store.queries import Queries
@@ -35,26 +36,6 @@ log = logging.getLogger("opensession.recovery")
 StepChanges = Callable[[str, str], Awaitable[list[str]]]
 
 INTERRUPTED = {"name": "MessageAbortedError", "data": {"message": "Interrupted: the server stopped during this turn"}}
-
-
-def _closed_part(part: dict[str, Any], at: int) -> dict[str, Any] | None:
-    """The part as recovery leaves it, or None when it is not open."""
-    if part["type"] in ("text", "reasoning") and "end" not in part.get("time", {"end": 0}):
-        return {**part, "time": {**part["time"], "end": at}}
-    state = part.get("state") or {}
-    if part["type"] == "tool" and state.get("status") in ("pending", "running"):
-        start = (state.get("time") or {}).get("start", at)
-        return {
-            **part,
-            "state": {
-                "status": "error",
-                "input": state.get("input", {}),
-                "error": "Tool execution aborted",
-                "metadata": {"interrupted": True},
-                "time": {"start": start, "end": at},
-            },
-        }
-    return None
 
 
 class _OpenWork:
@@ -99,17 +80,15 @@ async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, quer
         if message is None:
             continue
         for part in message["parts"]:
-            closed = _closed_part(part, at)
+            closed = closed_part(part, at)
             if closed is not None:
                 closed_parts.add(part["id"])
                 await emit("message.part.updated", {"part": closed, "time": at})
         if message_id in work.patches:
             await emit("message.part.updated", {"part": work.patches[message_id], "time": at})
-        info = message["info"]
-        closed_info = {**info, "error": INTERRUPTED, "time": {**info["time"], "completed": at}}
-        await emit("message.updated", {"info": closed_info})
+        await emit("message.updated", {"info": closed_reply(message["info"], INTERRUPTED, at)})
     for part in work.parts:
-        closed = _closed_part(part, at)
+        closed = closed_part(part, at)
         if closed is not None and part["id"] not in closed_parts:
             await emit("message.part.updated", {"part": closed, "time": at})
 
