@@ -123,3 +123,71 @@ def test_error_shapes_for_unknown_routes_and_undecodable_bodies(client: httpx.Cl
     _legacy_400(undecodable)
     _v2_400(client.post("/api/session", content=b'{"id": "\xff"}', headers=HEADERS))
     _legacy_400(client.patch(f"/session/{create_session(client)['id']}", json={"time": {"archived": "NaN"}}))
+
+
+LONE = ["\\ud800", "a\\udfff", "\\udbff\\u0041", "\\ude00\\ud83d"]  # JSON escapes of lone surrogates
+
+
+@pytest.mark.parametrize("lone", LONE)
+def test_a_lone_surrogate_in_any_body_is_refused_before_the_route_acts(client: httpx.Client, lone: str) -> None:
+    """Refused up front: once a pty was created (and listing every pty broke) by a title the 400
+    answer then refused to encode; a credential label broke ``GET /api/integration`` for good."""
+    sid = create_session(client)["id"]
+    pty = client.post("/pty", json={"title": "term"}).json()["id"]
+    lists = ("/pty", "/api/pty", "/api/integration", "/session", "/api/session", f"/session/{sid}")
+    before = {path: client.get(path).json() for path in lists}
+    title = f'{{"title": "{lone}"}}'
+    for method, path, body in (
+        ("POST", "/pty", title),
+        ("PUT", f"/pty/{pty}", title),
+        ("POST", "/api/pty", title),
+        ("PUT", f"/api/pty/{pty}", title),
+        ("POST", "/api/integration/deepseek/connect/key", f'{{"key": "k", "label": "{lone}"}}'),
+        ("PUT", "/auth/deepseek", f'{{"type": "api", "key": "{lone}"}}'),
+        ("POST", "/session", title),
+        ("PATCH", f"/session/{sid}", title),
+        ("POST", f"/session/{sid}/message", f'{{"parts": [{{"type": "text", "text": "{lone}"}}]}}'),
+        ("POST", f"/session/{sid}/permissions/per_x", f'{{"response": "reject", "message": "{lone}"}}'),
+    ):
+        response = _raw(client, method, path, body)
+        assert response.status_code == 400, (method, path, response.text)
+        family = "_tag" if path.startswith("/api/") else "name"
+        assert "surrogate" in response.text and family in response.json(), (path, response.text)
+        assert {path: client.get(path).json() for path in lists} == before, (method, path)
+
+
+def test_surrogates_that_are_not_lone_are_text(client: httpx.Client) -> None:
+    """A pair is one character (clients that escape everything send emoji so) and an escaped
+    backslash before ``u`` is plain text: both are stored and listed back."""
+    paired = _raw(client, "POST", "/session", '{"title": "\\ud83d\\ude00 \\\\ud800"}')
+    assert paired.status_code == 200 and paired.json()["title"] == "\U0001f600 \\ud800"
+    pty = _raw(client, "POST", "/pty", '{"title": "\\ud83d\\ude00"}').json()
+    assert [p["title"] for p in client.get("/pty").json() if p["id"] == pty["id"]] == ["\U0001f600"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"title": "\ud800"}'.encode("utf-8", "surrogatepass"),  # a surrogate's own UTF-8 bytes
+        '{"title": "\ud800"}'.encode("utf-16-le", "surrogatepass"),  # JSON in UTF-16, which Python reads
+        b'{"title": "\xff"}',
+    ],
+)
+def test_bodies_that_are_not_utf8_text_are_refused(client: httpx.Client, body: bytes) -> None:
+    before = client.get("/pty").json()
+    for path in ("/pty", "/session", "/api/pty"):
+        response = client.post(path, content=body, headers=HEADERS)
+        assert response.status_code == 400, (path, response.text)
+    assert client.get("/pty").json() == before and client.get("/session").status_code == 200
+
+
+def test_surrogates_percent_encoded_in_paths_queries_and_headers_arrive_replaced(client: httpx.Client) -> None:
+    """A URL or header cannot smuggle one in: its bytes are decoded with replacement characters."""
+    encoded = "%ED%A0%80"
+    made = client.post(f"/session?directory=/tmp/{encoded}", json={})
+    assert made.status_code == 200 and made.json()["directory"] == "/tmp/\ufffd\ufffd\ufffd"
+    header = client.post("/session", headers={"x-opencode-directory": f"/tmp/x{encoded}"}, json={})
+    assert header.status_code == 200 and "\ufffd" in header.json()["directory"]
+    assert client.get(f"/session/ses_{encoded}").status_code in (400, 404)
+    assert client.get(f"/session?search={encoded}").status_code == 200
+    assert client.get("/session").status_code == 200 and client.get("/api/session").status_code == 200

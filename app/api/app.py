@@ -11,6 +11,7 @@ from starlette.routing import BaseRoute
 
 from app import __version__
 from app.api import errors, opensession, permissions, questions, share
+from app.api.bodies import TextBodies
 from app.api.browser import ALLOWED_ORIGINS, BrowserGuard
 from app.api.legacy import auth as legacy_auth
 from app.api.legacy import events as legacy_events
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         routes.extend(router.routes)
     app.router.routes.extend(hot_routes_first(routes))
+    app.add_middleware(TextBodies)  # inside BodyLimit: it reads whole bodies, which BodyLimit bounds
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)
