@@ -34,6 +34,7 @@ from app.runtime.errors import (
     PathOutside,
     PermissionNotFound,
     QuestionNotFound,
+    RevertFailed,
     SearchUnavailable,
     SessionBusy,
     SessionNotFound,
@@ -213,6 +214,12 @@ async def _patch_not_applied(request: Request, exc: PatchNotApplied) -> JSONBody
     return named(400, "VcsApplyError", exc.message, reason=exc.reason)
 
 
+async def _revert_failed(request: Request, exc: RevertFailed) -> JSONBody:
+    if _is_v2(request):
+        return tagged(400, "RevertError", exc.message)
+    return named(400, "RevertError", exc.message)
+
+
 async def _config_invalid(request: Request, exc: ConfigError) -> JSONBody:
     """opencode.json cannot be used for this request (e.g. a malformed model entry): OpenCode's
     ``ConfigInvalidError``, naming the file or key; the server keeps serving."""
@@ -233,6 +240,7 @@ def install(app: FastAPI) -> None:
         ModelNotFoundError: _model_missing,
         ConfigError: _config_invalid,
         PatchNotApplied: _patch_not_applied,
+        RevertFailed: _revert_failed,
         UnencodableValue: _unencodable,
         ShareNotFound: _share_missing,
         PermissionNotFound: _permission_missing,

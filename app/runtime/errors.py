@@ -51,6 +51,12 @@ class PatchNotApplied(RuntimeFailure):
         self.reason = reason
 
 
+class RevertFailed(RuntimeFailure):
+    """A revert or unrevert that cannot put the files back as asked: a file outside the
+    session's directory, a snapshot the project's snapshot repository never recorded, or git
+    failing. Refused before any file moves, unless git fails on the way."""
+
+
 class InvalidCursor(RuntimeFailure):
     def __init__(self, message: str = "Invalid cursor") -> None:
         super().__init__(message)

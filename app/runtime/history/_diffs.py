@@ -22,6 +22,7 @@ from typing import Any
 
 from app.events.log import Transaction
 from app.events.model import Event
+from app.runtime.errors import RevertFailed
 from app.runtime.history._service import History
 from app.runtime.snapshots import FileSnapshots
 
@@ -36,11 +37,19 @@ class RevertPlan:
     undone: list[Message] = field(default_factory=list)  # the messages after it
 
     def files(self) -> dict[str, str]:
-        """Each file the undone steps changed, with the snapshot from before its first change."""
+        """Each file the undone steps changed, with the snapshot from before its first change.
+        RevertFailed for a patch part that names no snapshot and files (an import can plant any)."""
         first: dict[str, str] = {}
         for patch in self.patches:
-            for name in patch.get("files", []):
-                first.setdefault(name, patch["hash"])
+            snapshot, names = patch.get("hash"), patch.get("files")
+            if (
+                not isinstance(snapshot, str)
+                or not isinstance(names, list)
+                or not all(isinstance(n, str) for n in names)
+            ):
+                raise RevertFailed(f"Cannot revert: patch part {str(patch.get('id'))[:40]} is malformed")
+            for name in names:
+                first.setdefault(name, snapshot)
         return first
 
 
@@ -87,10 +96,13 @@ def span(messages: Iterable[Message]) -> tuple[str | None, str | None]:
     last: str | None = None
     for message in messages:
         for part in message["parts"]:
-            if part["type"] == "step-start" and part.get("snapshot") and first is None:
-                first = part["snapshot"]
-            elif part["type"] == "step-finish" and part.get("snapshot"):
-                last = part["snapshot"]
+            snapshot = part.get("snapshot")
+            if not isinstance(snapshot, str) or not snapshot:
+                continue
+            if part["type"] == "step-start" and first is None:
+                first = snapshot
+            elif part["type"] == "step-finish":
+                last = snapshot
     return first, last
 
 

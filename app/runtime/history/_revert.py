@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.events.log import EventLog, Transaction
-from app.runtime.errors import MessageNotFound, SessionBusy
-from app.runtime.history._diffs import RevertPlan, SessionDiffs, plan_revert
+from app.runtime.errors import MessageNotFound, RevertFailed, SessionBusy
+from app.runtime.history._diffs import SessionDiffs, plan_revert
 from app.runtime.history._service import History
 from app.runtime.payloads import next_event
 from app.store import sql
@@ -74,13 +74,14 @@ class Reverts:
             messages = await self.history.get_messages(session_id, by_seq=True)
             plan = plan_revert(messages, message_id, part_id)
             previous = session.get("revert") or {}
-            snapshot = previous.get("snapshot")
-            if snapshot:  # moving an earlier revert: start again from the tree it found
+            snapshot = previous.get("snapshot") or await self.files.track(directory)
+            restore = plan.files()
+            if previous.get("snapshot"):  # moving an earlier revert: its files go back to the tree it found
                 earlier = plan_revert(messages, previous["messageID"], previous.get("partID"))
-                await self.files.restore(directory, snapshot, list(earlier.files()))
-            else:
-                snapshot = await self.files.track(directory)
-            await self._undo(directory, plan)
+                restore = dict.fromkeys(earlier.files(), str(previous["snapshot"])) | restore
+            if restore and await self.files.check(directory, restore) and not snapshot:
+                raise RevertFailed(f"Cannot revert: the files in {directory} could not be recorded first")
+            await self.files.restore(directory, restore)
             revert = dict(plan.point)
             undone = await self.diffs.between(directory, plan.undone)
             if snapshot:
@@ -104,19 +105,12 @@ class Reverts:
                     await self.diffs.publish(tx, info, diffs)
             except SessionBusy:
                 if snapshot:
-                    await self.files.restore(directory, snapshot, list(plan.files()))
+                    await self.files.restore(directory, dict.fromkeys(restore, snapshot))
                 raise
         info = await self.sessions.get(session_id)
         if with_files:
             info["revert"] = {**info["revert"], "files": undone}
         return info
-
-    async def _undo(self, directory: str, plan: RevertPlan) -> None:
-        by_snapshot: dict[str, list[str]] = {}
-        for name, snapshot in plan.files().items():
-            by_snapshot.setdefault(snapshot, []).append(name)
-        for snapshot, names in by_snapshot.items():
-            await self.files.restore(directory, snapshot, names)
 
     async def clear(self, session_id: str) -> dict[str, Any]:
         """Forget the revert point and put back the files it had reverted (OpenCode's unrevert)."""
@@ -125,7 +119,7 @@ class Reverts:
             messages = await self.history.get_messages(session_id, by_seq=True)
             if revert.get("snapshot"):
                 plan = plan_revert(messages, revert["messageID"], revert.get("partID"))
-                await self.files.restore(session["directory"], revert["snapshot"], list(plan.files()))
+                await self.files.restore(session["directory"], dict.fromkeys(plan.files(), revert["snapshot"]))
             diffs = await self.diffs.between(session["directory"], messages) if revert else None
             async with self.log.transaction() as tx:
                 info = await self.sessions.mutate(tx, session_id, lambda s: s.pop("revert", None))

@@ -5,7 +5,8 @@ and undo puts files back.
 May import: the kernel and ``app.config``. Used by ``turn`` (a snapshot around every step) and
 ``history`` (diffs, revert and unrevert).
 Invariant: only the session directory's subtree is ever added, compared or restored, and a
-restore touches only the files it is given.
+restore touches only the files it is given, refusing (RevertFailed, before any file moves) a
+file outside that directory or a snapshot the repository never recorded.
 """
 
 from app.runtime.snapshots._service import FileSnapshots

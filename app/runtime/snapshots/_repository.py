@@ -10,8 +10,13 @@ run from that directory) is ever added, compared or restored.
   Both keep a step cheap.
 - ``changed`` lists the files two snapshots differ in; ``diff`` gives their SnapshotFileDiffs;
   ``patch_text`` is the raw git diff from one snapshot to another.
-- ``restore`` puts a set of files back to their state in one snapshot: checked out when the
-  snapshot has them, deleted when it does not. Nothing else in the tree is touched.
+- ``restore`` puts files back, each to its state in a given snapshot: checked out when the
+  snapshot has it, deleted when not. Nothing else in the tree is touched.
+
+What names a file or a snapshot comes from stored parts, which an import can plant: a snapshot
+reaches git only as a hash (never an option), a restore only from a tree this repository really
+recorded and only inside the session directory (``check``); a deletion never follows a symbolic
+link out of it.
 
 Blocking: each operation runs whole in one worker thread (see ``FileSnapshots``), its git
 commands one after another. Invariant: an operation holds the repository's advisory file lock
@@ -24,17 +29,27 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from app.runtime.errors import RevertFailed
 from app.runtime.snapshots._git import Result, git
 from app.runtime.snapshots._patch import file_diff, split_patches
 
 CHUNK = 100  # paths per command line
 WHOLE_FILE = "--unified=100000000"  # context enough for one hunk spanning any file
+SNAPSHOT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # a SHA-1 or SHA-256 tree hash
+# The empty trees (SHA-1, SHA-256), which git answers for even where none was ever written.
+EMPTY_TREES = frozenset(
+    {
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+        "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321",
+    }
+)
 
 
 Fingerprint = tuple[tuple[str, int, int, int, int], ...]
@@ -82,7 +97,14 @@ def _times(path: Path) -> tuple[int, int, int, int]:
 
 
 class SnapshotError(RuntimeError):
-    """A git command on the shadow repository failed."""
+    """A git command on the shadow repository failed, or was not run: its snapshot is no hash."""
+
+
+def _hash(snapshot: object) -> str:
+    """``snapshot`` as git may be given it: a hash (stored parts may hold anything, even an option)."""
+    if isinstance(snapshot, str) and SNAPSHOT.fullmatch(snapshot):
+        return snapshot
+    raise SnapshotError(f"not a snapshot: {str(snapshot)[:80]!r}")
 
 
 class ShadowRepository:
@@ -90,6 +112,7 @@ class ShadowRepository:
         self.gitdir = gitdir
         self.worktree = worktree
         self.directory = directory
+        self._scope = os.path.realpath(directory)  # how the work tree's paths spell it
         self._index_stamp: tuple[int, int, int] | None = None
         self._tree: str | None = None
         self._fingerprint: Fingerprint | None = None
@@ -152,8 +175,22 @@ class ShadowRepository:
             return None
         return st.st_mtime_ns, st.st_size, st.st_ino
 
-    def _relative(self, files: list[str]) -> list[str]:
-        return [os.path.relpath(f, self.worktree) for f in files]
+    def _inside(self, path: str) -> str:
+        """``path`` (absolute) relative to the work tree's root; RevertFailed unless it names
+        something inside the session directory (``..`` resolved first)."""
+        normal = os.path.normpath(path) if "\0" not in path else ""
+        if not normal.startswith(self._scope + os.sep):
+            raise RevertFailed(f"Cannot revert {path!r}: it is outside the session directory {self.directory}")
+        return os.path.relpath(normal, self.worktree)
+
+    def _recorded(self, snapshot: str) -> None:
+        """RevertFailed unless ``snapshot`` is a tree this repository stored."""
+        if SNAPSHOT.fullmatch(snapshot):
+            kind = git("--git-dir", str(self.gitdir), "cat-file", "-t", snapshot, cwd=str(self.directory))
+            loose = self.gitdir / "objects" / snapshot[:2] / snapshot[2:]
+            if kind.code == 0 and kind.text.strip() == "tree" and (snapshot not in EMPTY_TREES or loose.is_file()):
+                return
+        raise RevertFailed(f"Cannot revert: snapshot {snapshot[:80]!r} is not in this project's snapshot repository")
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -177,7 +214,7 @@ class ShadowRepository:
 
     def patch_text(self, before: str, after: str) -> str:
         with self._locked():
-            result = self._git("diff", "--no-ext-diff", "--no-renames", before, after, "--", ".")
+            result = self._git("diff", "--no-ext-diff", "--no-renames", _hash(before), _hash(after), "--", ".")
         return result.text.strip()
 
     def diff(self, before: str, after: str) -> list[dict[str, Any]]:
@@ -186,9 +223,10 @@ class ShadowRepository:
         follow in the same order."""
         if before == after:
             return []
+        span = (_hash(before), _hash(after))
         with self._locked():
             out = self._git(
-                "diff", "--no-ext-diff", "--no-renames", "--raw", "-z", "-p", WHOLE_FILE, before, after, "--", "."
+                "diff", "--no-ext-diff", "--no-renames", "--raw", "-z", "-p", WHOLE_FILE, *span, "--", "."
             ).text
         tokens = out.split("\0")
         changes: list[tuple[str, str]] = []
@@ -200,23 +238,42 @@ class ShadowRepository:
         bodies += [[]] * (len(changes) - len(bodies))
         return [file_diff(name, code, body) for (code, name), body in zip(changes, bodies, strict=False)]
 
-    def restore(self, snapshot: str, files: list[str]) -> None:
-        """Put ``files`` (absolute paths) back to their state in ``snapshot``."""
+    def check(self, changes: Mapping[str, str]) -> None:
+        """RevertFailed when a path of ``changes`` (absolute path -> the snapshot to take it
+        from) lies outside the session directory or a snapshot is not a tree this repository
+        recorded."""
         with self._locked():
-            for start in range(0, len(files), CHUNK):
-                chunk = self._relative(files[start : start + CHUNK])
-                listed = self._git("ls-tree", "--name-only", "-z", snapshot, "--", *chunk, at_root=True)
-                present = set(listed.text.split("\0"))
-                kept = [name for name in chunk if name in present]
-                if kept:
-                    self._git("checkout", snapshot, "--", *kept, at_root=True)
-                self._delete([name for name in chunk if name not in present])
+            self._checked(changes)
+
+    def _checked(self, changes: Mapping[str, str]) -> dict[str, list[str]]:
+        """``check``, answering the root-relative names to restore from each snapshot."""
+        names: dict[str, list[str]] = {}
+        for path, snapshot in changes.items():
+            names.setdefault(snapshot, []).append(self._inside(path))
+        for snapshot in names:
+            self._recorded(snapshot)
+        return names
+
+    def restore(self, changes: Mapping[str, str]) -> None:
+        """Put each file of ``changes`` back to its state in its snapshot, once all of them
+        passed ``check`` (a refusal moves nothing)."""
+        with self._locked():
+            for snapshot, names in self._checked(changes).items():
+                for start in range(0, len(names), CHUNK):
+                    chunk = names[start : start + CHUNK]
+                    listed = self._git("ls-tree", "--name-only", "-z", snapshot, "--", *chunk, at_root=True)
+                    present = set(listed.text.split("\0"))
+                    kept = [name for name in chunk if name in present]
+                    if kept:
+                        self._git("checkout", snapshot, "--", *kept, at_root=True)
+                    self._delete([name for name in chunk if name not in present])
 
     def _delete(self, names: list[str]) -> None:
-        root = self.worktree.resolve()
+        """Delete files the snapshot lacks. A name whose folder is reached through a symbolic
+        link names no file of the session directory (the link points elsewhere): it is left."""
         for name in names:
-            path = self.worktree / name
-            if not path.parent.resolve().is_relative_to(root):
-                continue  # never follow a link out of the tree
+            path = os.path.join(self.worktree, name)
+            if os.path.realpath(os.path.dirname(path)) != os.path.dirname(path):
+                continue
             with suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                path.unlink()
+                os.unlink(path)

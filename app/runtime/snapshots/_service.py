@@ -8,7 +8,9 @@ one at a time per shadow repository. It is never abandoned halfway: a cancelled 
 waits for it, since a killed ``git add`` would leave ``index.lock`` behind.
 
 A snapshot failure never fails a turn: the operation logs a warning and answers "no snapshot".
-A missing ``git`` executable switches snapshots off for the process, with one warning.
+What moves files is the exception: a restore (and its ``check``) that cannot be done as asked
+raises RevertFailed, so a revert never reports success for files it did not put back. A missing
+``git`` executable switches snapshots off for the process, with one warning.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from app.config import ConfigLoader
+from app.runtime.errors import RevertFailed
 from app.runtime.snapshots._git import GitMissing, git
 from app.runtime.snapshots._repository import ShadowRepository, SnapshotError
 
@@ -62,28 +65,49 @@ class FileSnapshots:
         key = hashlib.sha256(str(worktree).encode()).hexdigest()[:20]
         return ShadowRepository(self.root / key, worktree, Path(directory))
 
+    async def _call(self, directory: str, action: Callable[[ShadowRepository], Any]) -> tuple[bool, Any]:
+        """``action(repository)`` in a worker thread, one at a time per repository, never
+        abandoned halfway; ``(False, None)`` where snapshots are off. Raises what it raises."""
+        repository = await self._repository(directory)
+        if repository is None:
+            return False, None
+        async with self._locks.setdefault(repository.gitdir, asyncio.Lock()):
+            work = asyncio.ensure_future(asyncio.to_thread(action, repository))
+            try:
+                return True, await asyncio.shield(work)
+            except asyncio.CancelledError:
+                await work
+                raise
+
+    def _switch_off(self, exc: GitMissing) -> None:
+        if not self._git_missing:
+            log.warning("git is not usable (%s): file snapshots are off, undo will not restore files", exc)
+        self._git_missing = True
+
     async def _run(
         self, directory: str, operation: str, default: Any, action: Callable[[ShadowRepository], Any]
     ) -> Any:
-        """``action(repository)`` in a worker thread, with the policies of the module docstring."""
+        """``_call`` under the policies of the module docstring: a failure answers ``default``."""
         try:
-            repository = await self._repository(directory)
-            if repository is None:
-                return default
-            async with self._locks.setdefault(repository.gitdir, asyncio.Lock()):
-                work = asyncio.ensure_future(asyncio.to_thread(action, repository))
-                try:
-                    return await asyncio.shield(work)
-                except asyncio.CancelledError:
-                    await work
-                    raise
+            ran, result = await self._call(directory, action)
+            return result if ran else default
         except GitMissing as exc:
-            if not self._git_missing:
-                log.warning("git is not usable (%s): file snapshots are off, undo will not restore files", exc)
-            self._git_missing = True
+            self._switch_off(exc)
         except (SnapshotError, OSError) as exc:
             log.warning("snapshot %s failed in %s: %s", operation, directory, exc)
         return default
+
+    async def _strict(self, directory: str, action: Callable[[ShadowRepository], None]) -> bool:
+        """``_call`` for what moves files (or checks they may be moved): any failure but a
+        missing git is RevertFailed. False where snapshots are off (nothing moves)."""
+        try:
+            ran, _ = await self._call(directory, action)
+            return ran
+        except GitMissing as exc:
+            self._switch_off(exc)
+            return False
+        except (SnapshotError, OSError) as exc:
+            raise RevertFailed(f"Cannot revert the files in {directory}: {exc}") from exc
 
     async def track(self, directory: str) -> str | None:
         """Record the directory now; None where snapshots are off."""
@@ -120,7 +144,13 @@ class FileSnapshots:
         result: str = await self._run(directory, "patch", "", lambda repo: repo.patch_text(before, after))
         return result
 
-    async def restore(self, directory: str, snapshot: str, files: list[str]) -> None:
-        """Put ``files`` back to their state in ``snapshot`` (see ShadowRepository.restore)."""
-        if files:
-            await self._run(directory, "restore", None, lambda repo: repo.restore(snapshot, files))
+    async def check(self, directory: str, changes: Mapping[str, str]) -> bool:
+        """Whether ``restore(directory, changes)`` will move files (False where snapshots are
+        off); RevertFailed when it would be refused (see ShadowRepository.check)."""
+        return await self._strict(directory, lambda repo: repo.check(changes))
+
+    async def restore(self, directory: str, changes: Mapping[str, str]) -> None:
+        """Put each file of ``changes`` (absolute path -> snapshot) back as that snapshot had it
+        (see ShadowRepository.restore); RevertFailed when refused or when git fails."""
+        if changes:
+            await self._strict(directory, lambda repo: repo.restore(changes))
