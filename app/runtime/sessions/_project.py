@@ -13,13 +13,15 @@ import subprocess
 from collections.abc import Iterable
 from typing import Any
 
+from app.processes import tied
+
 _cache: dict[str, str] = {}
 
 
 def _root_commit(directory: str) -> str:
     try:
         out = subprocess.run(
-            ["git", "rev-list", "--max-parents=0", "HEAD"],
+            tied(["git", "rev-list", "--max-parents=0", "HEAD"]),
             cwd=directory,
             capture_output=True,
             text=True,

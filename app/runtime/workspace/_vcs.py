@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.processes import tied
 from app.runtime.errors import PatchNotApplied
 
 GIT_TIMEOUT_S = 30.0
@@ -40,12 +41,7 @@ async def _run(
     """``git`` with its standard error piped when ``stderr`` says so (else discarded)."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            "git",
-            "-c",
-            "core.quotepath=false",
-            "-C",
-            str(root),
-            *args,
+            *tied(["git", "-c", "core.quotepath=false", "-C", str(root), *args], _ENV),
             stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
