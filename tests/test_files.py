@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -393,3 +394,52 @@ def test_vcs_apply_refuses_paths_outside_the_project(
         assert response.json()["data"]["message"].startswith("Patch can't be applied: ")  # and why
         assert {p: p.read_bytes() for p in before} == before, patch
         assert not [*nested.parent.parent.rglob("stolen.txt"), *nested.parent.parent.rglob("escaped.txt")]
+
+
+HOSTILE = {
+    "a name over 255 bytes": "a" * 300,
+    "a path over 4096 bytes": ("\u00e9" * 100 + "/") * 30 + "x",
+    "a symlink loop": "loop",
+    "a path through a symlink loop": "loop/x",
+    "a path through a file": "hello.txt/x",
+    "a NUL byte": "a\0b",
+    "a long name on the way": "d" * 256 + "/x",
+}
+
+
+@pytest.mark.parametrize("path", HOSTILE.values(), ids=HOSTILE.keys())
+def test_paths_the_system_refuses_are_4xx_on_every_file_route(client: httpx.Client, project: Path, path: str) -> None:
+    """ENAMETOOLONG, ELOOP, ENOTDIR, a NUL byte... in a path or in the directory a request names
+    are a 4xx in the family's shape, naming the problem; never a 500 (they once were)."""
+    os.symlink("loop", project / "loop")
+    as_directory = str(project / path)
+    takes_path = [
+        ("/file", {"path": path}),
+        ("/file/content", {"path": path}),
+        ("/api/fs/list", {"path": path}),
+        ("/api/fs/read/" + quote(path), {}),
+        ("/file", {"path": "", "directory": as_directory}),
+        ("/file/content", {"path": "hello.txt", "directory": as_directory}),
+        ("/api/fs/list", {"location[directory]": as_directory}),
+        ("/api/fs/read/hello.txt", {"location[directory]": as_directory}),
+    ]
+    may_answer = [
+        ("/find", {"pattern": path}),
+        ("/find/file", {"query": path}),
+        ("/api/fs/find", {"query": path}),
+        ("/find", {"pattern": "x", "directory": as_directory}),
+        ("/find/file", {"query": "x", "directory": as_directory}),
+        ("/api/fs/find", {"query": "x", "location[directory]": as_directory}),
+        ("/vcs/status", {"directory": as_directory}),
+        ("/vcs/diff", {"mode": "git", "directory": as_directory}),
+        ("/file/status", {"directory": as_directory}),
+    ]
+    for route, params in takes_path + may_answer:
+        response = client.get(route, params=params)
+        assert response.status_code < 500, (route, params, response.text)
+        if (route, params) in takes_path:
+            assert 400 <= response.status_code < 500, (route, params, response.text)
+        if response.status_code >= 400:
+            body = response.json()
+            message = body["message"] if route.startswith("/api/") else body["data"]["message"]
+            assert message and "Unexpected" not in message, (route, params, body)

@@ -10,7 +10,8 @@ Invariants: nothing outside the instance directory is read (paths are resolved, 
 followed, before any access; listings skip symlinks; ripgrep never follows them); every search
 and listing ignores the same things (``.gitignore`` in or outside a git repository, ``.ignore``,
 ``.git/info/exclude``, and the project's ``watcher.ignore`` globs), so the tools and the routes
-agree on what exists.
+agree on what exists; the system's refusal of a client's path or directory (too long, a symlink
+loop, unreadable) is that client's 4xx error, never the server's (``_paths.refusals``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from app.config import ConfigError, ConfigLoader
 from app.runtime.workspace import _files, _find, _ripgrep, _vcs
-from app.runtime.workspace._paths import confine
+from app.runtime.workspace._paths import confine, real, refusals
 from app.runtime.workspace._ripgrep import Match
 from app.runtime.workspace._watcher import Publish, Watcher
 
@@ -70,27 +71,30 @@ class Workspace:
 
     async def listing(self, directory: str, path: str) -> list[_files.Entry]:
         """The direct children of ``path`` (relative to the project, or absolute inside it)."""
-        root = Path(directory).resolve()
-        folder = confine(root, path)
-        return await asyncio.to_thread(_files.list_directory, root, folder, path, self.ignore_patterns(directory))
+        with refusals(path):
+            root = real(Path(directory))
+            folder = confine(root, path)
+            return await asyncio.to_thread(_files.list_directory, root, folder, path, self.ignore_patterns(directory))
 
     async def read(self, directory: str, path: str) -> dict[str, Any]:
         """OpenCode's ``FileContent`` of one file."""
-        target = confine(Path(directory).resolve(), path)
-        return await asyncio.to_thread(_files.read_content, target, path)
+        with refusals(path):
+            target = confine(real(Path(directory)), path)
+            return await asyncio.to_thread(_files.read_content, target, path)
 
     async def file(self, directory: str, path: str) -> tuple[Path, str]:
         """The real path of a regular file of the project and its MIME type (to serve as is)."""
-        target = confine(Path(directory).resolve(), path)
-        return await asyncio.to_thread(_files.regular_file, target, path), _files.mime_type(target)
+        with refusals(path):
+            target = confine(real(Path(directory)), path)
+            return await asyncio.to_thread(_files.regular_file, target, path), _files.mime_type(target)
 
     # -- search -------------------------------------------------------------------------------
 
     async def find_text(self, directory: str, pattern: str, limit: int = FIND_TEXT_LIMIT) -> list[Match]:
         """Lines matching the regular expression ``pattern`` anywhere in the project."""
-        found, _ = await _ripgrep.search(
-            Path(directory).resolve(), pattern, limit=limit, globs=self._exclusions(directory)
-        )
+        with refusals(directory):
+            root = real(Path(directory))
+            found, _ = await _ripgrep.search(root, pattern, limit=limit, globs=self._exclusions(directory))
         return found
 
     async def find_files(
@@ -98,9 +102,10 @@ class Workspace:
     ) -> list[str]:
         """Files and directories (``kind``: file, directory or all) ranked by how well their names
         match ``query``; directories end with ``/``."""
-        root = Path(directory).resolve()
-        globs = self._exclusions(directory)
-        index = await self._indexes.get((str(root), *globs), lambda: _ripgrep.files(root, globs))
+        with refusals(directory):
+            root = real(Path(directory))
+            globs = self._exclusions(directory)
+            index = await self._indexes.get((str(root), *globs), lambda: _ripgrep.files(root, globs))
         return await asyncio.to_thread(index.search, query, kind, limit)
 
     def forget(self, directory: str) -> None:

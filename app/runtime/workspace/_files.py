@@ -130,6 +130,8 @@ def _text(data: bytes, *, partial: bool = True) -> str | None:
 
 
 def regular_file(path: Path, raw: str) -> Path:
-    """``path`` when it is a readable regular file (for serving its bytes as they are)."""
+    """``path`` when it is a readable regular file (for serving its bytes as they are: opened
+    here, so a file that cannot be read is refused before the answer starts)."""
     _regular(path, raw)
+    path.open("rb").close()
     return path
