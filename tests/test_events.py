@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -15,7 +16,7 @@ from app.events.model import Event
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer, thread_server
-from tests.sse import EventCollector, first_frame
+from tests.sse import EventCollector, Frame, first_frame
 
 
 def test_stream_headers_and_first_frame(server: ThreadServer) -> None:
@@ -190,3 +191,40 @@ def test_frames_use_bare_newlines(server: ThreadServer) -> None:
         first = next(response.iter_raw())
     assert b"\r" not in first
     assert first.startswith(b"id: ") and first.endswith(b"\n\n") and b"\ndata: {" in first
+
+
+def _completed_reply(sid: str) -> Callable[[Frame], bool]:
+    def done(f: Frame) -> bool:
+        info = f.properties.get("info") or {}
+        return (
+            f.type == "message.updated"
+            and info.get("sessionID") == sid
+            and info.get("role") == "assistant"
+            and "completed" in info.get("time", {})
+        )
+
+    return done
+
+
+@pytest.mark.parametrize("path", ["/event", "/global/event", "/api/event"])
+def test_a_cursor_past_the_head_resumes_from_the_head_and_says_so(
+    server: ThreadServer, client: httpx.Client, path: str
+) -> None:
+    """A ``Last-Event-ID`` this log never handed out (kept across a database reset) must not
+    filter the log's events out as already sent: the stream starts at the head, says so right
+    after ``server.connected``, and carries every durable event from there."""
+    sid = create_session(client)["id"]
+    stale = 1_000_000
+    with EventCollector(f"{server.url}{path}", headers={"Last-Event-ID": str(stale)}) as events:
+        connected, notice = events.wait_for(lambda _f: True), events.wait_for(lambda f: f.type != "server.connected")
+        client.post(f"/session/{sid}/message", json=text_prompt("after a reset"))
+        events.wait_for(_completed_reply(sid))
+        frames = events.snapshot()
+    head = int(notice.id or -1)
+    assert connected.type == "server.connected" and connected.id in (str(head), None)  # None: V2's, as OpenCode's
+    assert 0 < head < stale
+    assert notice.type == "server.cursor.unknown"
+    assert notice.properties["lastEventID"] == str(stale) and notice.properties["resume"] == str(head)
+    texts = [f.properties["part"].get("text") for f in frames if f.type == "message.part.updated"]
+    assert "after a reset" in texts and "Echo: after a reset" in texts
+    assert all(head < int(f.id) < stale for f in frames[2:] if f.id is not None)

@@ -166,6 +166,26 @@ def test_replay_from_any_cursor_is_gap_free_while_events_are_produced(
         assert all(f.type != "session.next.text.delta" for f in collector.frames)  # durable only
 
 
+def test_a_v2_session_cursor_past_the_head(server: ThreadServer, client: httpx.Client) -> None:
+    """On a session's V2 stream an explicit ``after=`` past its last seq is a 400 naming the
+    problem; a reconnect's ``Last-Event-ID`` past it starts at the head and says so."""
+    sid = create(client)["id"]
+    refused = client.get(f"/api/session/{sid}/event", params={"after": 500})
+    assert refused.status_code == 400
+    assert refused.json()["_tag"] == "InvalidRequestError" and "after=500" in refused.json()["message"]
+    url = f"{server.url}/api/session/{sid}/event"
+    with EventCollector(url, headers={"Last-Event-ID": "500"}) as events:
+        notice = events.wait_for(lambda _f: True)
+        prompt(client, sid, "after a reset")
+        client.post(f"/api/session/{sid}/wait")
+        last = history(client, sid)[-1]["durable"]["seq"]
+        events.wait_for(lambda f: f.id == str(last))
+        frames = events.snapshot()
+    head = int(notice.properties["after"])
+    assert notice.type == "server.cursor.unknown" and notice.properties["lastEventID"] == "500"
+    assert [f.data["durable"]["seq"] for f in frames[1:]] == list(range(head + 1, last + 1))
+
+
 def test_interrupt_keeps_partial_text_and_leaves_active(server: ThreadServer, client: httpx.Client) -> None:
     sid = create(client)["id"]
     with EventCollector(f"{server.url}/api/event") as events:

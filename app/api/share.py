@@ -74,8 +74,9 @@ async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
         kind="legacy",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
+        beyond=runtime.log.beyond,
         connected=lambda origin: control_frame("server.connected", position=origin),
         heartbeat=lambda: control_frame("server.heartbeat"),
         overflow=overflow_frame,
     )
-    return event_source(runtime, spec, None)
+    return await event_source(runtime, spec, None)

@@ -8,7 +8,8 @@ durable event it missed. Ephemeral events (deltas) are not replayed; the final p
 carries the whole text. A frame that is not an event never moves a client's resume position:
 the opening ``server.connected`` carries the position the stream starts from (the one the client
 resumed from, or for a new stream the last event published before it subscribed), and
-heartbeats carry no ``id:`` at all (EventSource then keeps the last one it saw).
+heartbeats carry no ``id:`` at all (EventSource then keeps the last one it saw). A position past
+the head of the log is never taken as "sent already" (``event_source``).
 
 Speed: streams do not subscribe to the bus one by one. The streams of one kind and route share a
 feed (app/events/feed.py) that filters and encodes an event once (stored JSON is spliced in, not
@@ -57,6 +58,8 @@ MAX_POSITION = 2**63 - 1  # positions are SQLite integers
 
 Encode = Callable[[Event], bytes]  # the frame's JSON; b"" means: no frame for this event here
 Replay = Callable[[int], Awaitable[list[Event]]]  # durable events after a position, one batch
+# The head of the log a stream reads (in its positions) when the given position is past it, else None.
+Beyond = Callable[[int], Awaitable[int | None]]
 
 
 def frame(data: bytes, frame_id: int | None = None) -> bytes:
@@ -99,8 +102,12 @@ class StreamSpec:
     kind: str
     position: Callable[[Event], int]
     replay: Replay
+    beyond: Beyond
     heartbeat: Callable[[], bytes]
     connected: Callable[[int], bytes] | None = None  # given the position the stream starts from
+    # The frame after ``connected`` of a stream asked to resume past the head of the log, given the
+    # position asked for and the head, where the stream starts instead.
+    unknown: Callable[[int, int], bytes] | None = None
     # The last frame of a subscriber cut off for falling behind, given the position to resume from.
     overflow: Callable[[int], bytes] | None = None
     twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
@@ -130,7 +137,9 @@ class StreamSpec:
         return rendered
 
 
-async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None, body: Body) -> AsyncGenerator[bytes, None]:
+async def _stream(
+    runtime: Runtime, spec: StreamSpec, after: int | None, body: Body, notice: bytes
+) -> AsyncGenerator[bytes, None]:
     tap = spec.tap(runtime)
     origin = after if after is not None else runtime.bus.cursor  # read with the tap, no await between
     sent = origin  # the position a client that has everything written so far resumes from
@@ -161,6 +170,8 @@ async def _stream(runtime: Runtime, spec: StreamSpec, after: int | None, body: B
     try:
         if spec.connected is not None:
             yield spec.connected(origin)
+        if notice:
+            yield notice
         if after is not None:
             replayed_to = after
             while True:
@@ -326,9 +337,23 @@ class EventStream(Response):
             await self._chunks.aclose()
 
 
-def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventStream:
+async def event_source(runtime: Runtime, spec: StreamSpec, after: int | None, *, strict: bool = False) -> EventStream:
+    """The stream of ``spec`` replaying what follows ``after`` (None: live from now on).
+
+    A position past the head of the log (a cursor kept across a database reset, or from another
+    server) would have the stream drop every durable event up to it as already sent. ``strict``
+    (a position the client asked for explicitly, V2's ``after=``) refuses it with a 400; a
+    reconnecting client's ``Last-Event-ID`` starts the stream at the head instead, with the
+    ``unknown`` frame telling the client its cursor was not this log's (re-read what it shows).
+    Whatever is committed after the head is read is replayed, so nothing is missed either way."""
+    notice = b""
+    if after is not None and (head := await spec.beyond(after)) is not None:
+        if strict:
+            raise InvalidInput(f"after={after} is past the last event of this stream ({head})", kind="Query")
+        notice = spec.unknown(after, head) if spec.unknown is not None else b""
+        after = head
     body = Body()
-    return EventStream(_stream(runtime, spec, after, body), body, runtime.settings.stream_send_timeout)
+    return EventStream(_stream(runtime, spec, after, body, notice), body, runtime.settings.stream_send_timeout)
 
 
 def legacy_envelope(event: Event) -> bytes:
@@ -348,6 +373,14 @@ def control_frame(
     (/global/event)."""
     payload = b'{"id":"%s","type":"%s","properties":%s}' % (ids.event_id().encode(), event_type.encode(), properties)
     return frame(b'{"payload":%s}' % payload if wrap else payload, position)
+
+
+def cursor_unknown_frame(requested: int, head: int, *, wrap: bool = False) -> bytes:
+    """``server.cursor.unknown`` (a type OpenCode clients ignore), right after ``server.connected``:
+    the ``Last-Event-ID`` the client resumed from is past this log's head, so the stream starts
+    at the head (``resume``) and what the client holds from before may be stale."""
+    properties = b'{"lastEventID":"%d","resume":"%d"}' % (requested, head)
+    return control_frame("server.cursor.unknown", position=head, properties=properties, wrap=wrap)
 
 
 def overflow_frame(position: int, *, wrap: bool = False) -> bytes:

@@ -166,6 +166,24 @@ class EventLog:
             last = row[0] if row and row[0] is not None else -1
         return last
 
+    async def beyond(self, position: int, *, session_id: str | None = None) -> int | None:
+        """The head of the log (the newest cursor, or with ``session_id`` that session's last
+        seq) when ``position`` is past it, else None: a position this log never handed out (kept
+        across a database reset, or from another server). What this process published answers
+        most calls; the database is read to confirm, as it may be ahead of that (another
+        process's commits, a commit not yet published here)."""
+        if session_id is None:
+            if position <= self.bus.cursor:
+                return None
+            row = await self.db.fetch_one(sql.MAX_CURSOR)
+            head = int(row[0]) if row else 0
+        else:
+            if position <= self._committed_seq.get(session_id, -1):
+                return None
+            row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
+            head = row[0] if row and row[0] is not None else -1
+        return head if position > head else None
+
     @asynccontextmanager
     async def transaction(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[Transaction]:
         """A write transaction recording events; ``urgent`` ones (a client waits on them: an

@@ -16,6 +16,7 @@ from app.api.sse import (
     REPLAY_BATCH,
     StreamSpec,
     control_frame,
+    cursor_unknown_frame,
     event_source,
     global_position,
     legacy_envelope,
@@ -75,13 +76,15 @@ async def subscribe(
         kind="stainless" if old_sdk else "legacy",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),
+        beyond=runtime.log.beyond,
         connected=lambda origin: control_frame("server.connected", position=origin),
+        unknown=None if old_sdk else cursor_unknown_frame,
         # 0.x has no heartbeat event: an SSE comment keeps the connection alive all the same.
         heartbeat=(lambda: HEARTBEAT_COMMENT) if old_sdk else (lambda: control_frame("server.heartbeat")),
         overflow=None if old_sdk else overflow_frame,
         last=None if old_sdk else (lambda e: e.type == INSTANCE_DISPOSED),
     )
-    return event_source(runtime, spec, resume_position(last_event_id))
+    return await event_source(runtime, spec, resume_position(last_event_id))
 
 
 @router.get("/global/event", operation_id="global.event", summary="Events of every directory (SSE)")
@@ -92,9 +95,11 @@ async def global_subscribe(runtime: RuntimeDep, last_event_id: LastEventID = Non
         kind="global",
         position=global_position,
         replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
+        beyond=runtime.log.beyond,
         connected=lambda origin: control_frame("server.connected", position=origin, wrap=True),
+        unknown=lambda requested, head: cursor_unknown_frame(requested, head, wrap=True),
         heartbeat=lambda: control_frame("server.heartbeat", wrap=True),
         overflow=lambda position: overflow_frame(position, wrap=True),
         twin=_sync_twin,
     )
-    return event_source(runtime, spec, resume_position(last_event_id))
+    return await event_source(runtime, spec, resume_position(last_event_id))

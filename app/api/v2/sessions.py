@@ -243,10 +243,13 @@ async def session_events(
         kind="v2-session",
         position=session_position,
         replay=lambda position: runtime.log.session_since(sessionID, position, limit=REPLAY_BATCH),
+        beyond=lambda position: runtime.log.beyond(position, session_id=sessionID),
         heartbeat=lambda: HEARTBEAT_COMMENT,
+        unknown=_v2_cursor_unknown,
         overflow=_v2_overflow,
     )
-    return event_source(runtime, spec, -1 if start is None else start)
+    # An explicit ``after=`` past the session's last seq is refused; a reconnect's id is not.
+    return await event_source(runtime, spec, -1 if start is None else start, strict=resume is None)
 
 
 def _message_cursor(message_id: str, order: str, direction: str) -> str:
@@ -301,16 +304,24 @@ async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     return JSONBody({"data": data + [views.message(m) for m in window.tail]})
 
 
+def _v2_notice(event_type: bytes, position: int, data: bytes = b"") -> bytes:
+    """A V2 frame that is not an event of the log, saying where to resume: after ``position``
+    (``resume``, and ``after`` for the query), or from the start when it is below 0."""
+    if position < 0:
+        return frame(b'{"id":"%s","type":"%s","data":{%s}}' % (ids.event_id().encode(), event_type, data))
+    where = b'"resume":"%d","after":%d' % (position, position)
+    body = b'{"id":"%s","type":"%s","data":{%s}}' % (ids.event_id().encode(), event_type, data + where)
+    return frame(body, position)
+
+
 def _v2_overflow(position: int) -> bytes:
     """The last frame of a subscriber cut off for falling behind: resume after ``position``."""
-    if position < 0:  # cut off before the first event: resume from the start
-        return frame(b'{"id":"%s","type":"server.overflow","data":{}}' % ids.event_id().encode())
-    body = b'{"id":"%s","type":"server.overflow","data":{"resume":"%d","after":%d}}' % (
-        ids.event_id().encode(),
-        position,
-        position,
-    )
-    return frame(body, position)
+    return _v2_notice(b"server.overflow", position)
+
+
+def _v2_cursor_unknown(requested: int, head: int) -> bytes:
+    """The ``Last-Event-ID`` resumed from is past the log's head: the stream starts there."""
+    return _v2_notice(b"server.cursor.unknown", head, b'"lastEventID":"%d",' % requested)
 
 
 def _v2_connected(_origin: int) -> bytes:
@@ -327,8 +338,10 @@ async def all_events(runtime: RuntimeDep, last_event_id: LastEventID = None) -> 
         kind="v2",
         position=global_position,
         replay=lambda position: runtime.log.since(position, limit=REPLAY_BATCH),
+        beyond=runtime.log.beyond,
         connected=_v2_connected,
         heartbeat=lambda: HEARTBEAT_COMMENT,
+        unknown=_v2_cursor_unknown,
         overflow=_v2_overflow,
     )
-    return event_source(runtime, spec, resume)
+    return await event_source(runtime, spec, resume)
