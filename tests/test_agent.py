@@ -88,6 +88,37 @@ def test_permission_round_trip(
     assert bool(saved) == (reply == "always")
 
 
+def test_permission_requests_belong_to_their_directory(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, tmp_path: Path
+) -> None:
+    """As OpenCode's instance per directory: another directory (here the server's own) neither
+    lists a request nor answers it (404, as for an unknown id); the asking session's directory
+    does both, as the TUI sends it (``?directory=<cwd>`` or the header)."""
+    tui = tmp_path / "tui"
+    tui.mkdir()
+    created = client.post("/session", params={"directory": str(tui)}, json={"permission": ASK_BASH})
+    sid = created.json()["id"]
+    with EventCollector(f"{server.url}/global/event") as events:
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("TOOL:bash echo approved"))
+        asked = _asked(events, sid)
+        assert client.get("/permission").json() == []
+        assert client.get("/permission", headers={"x-opencode-directory": str(project_dir)}).json() == []
+        v2 = client.get("/api/permission/request", params={"location[directory]": str(project_dir)}).json()
+        assert v2 == {"location": {"directory": str(project_dir)}, "data": []}
+        for refused in (
+            client.post(f"/permission/{asked['id']}/reply", json={"reply": "once"}),
+            client.post(f"/session/{sid}/permissions/{asked['id']}", json={"response": "once"}),
+        ):
+            assert refused.status_code == 404 and refused.json()["_tag"] == "PermissionNotFoundError"
+        assert client.get("/permission", headers={"x-opencode-directory": str(tui)}).json() == [asked]
+        v2 = client.get("/api/permission/request", params={"location[directory]": str(tui)}).json()
+        assert [r["id"] for r in v2["data"]] == [asked["id"]]
+        reply = client.post(f"/permission/{asked['id']}/reply", params={"directory": str(tui)}, json={"reply": "once"})
+        assert reply.status_code == 200 and reply.json() is True
+        events.wait_idle(sid)
+    assert _tool_parts(client, sid)[0]["state"]["status"] == "completed"
+
+
 def test_always_is_saved_across_a_restart(settings: Settings, tmp_path: Path) -> None:
     with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         sid = create_session(client, permission=ASK_BASH)["id"]

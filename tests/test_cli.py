@@ -138,6 +138,17 @@ def test_a_permission_ask_without_a_terminal_fails_and_yes_approves(
     assert approved.stdout.startswith("Tool result seen: approved-run")
 
 
+def test_yes_approves_in_the_directory_of_the_session(attach: Any, client: httpx.Client, tmp_path: Path) -> None:
+    """Permission requests belong to their session's directory: run answers there, not in the
+    server's (or its own) directory."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    created = client.post("/session", params={"directory": str(elsewhere)}, json={"permission": ASK_BASH})
+    approved = attach("run", "--session", created.json()["id"], "--yes", "TOOL:bash echo elsewhere-run")
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith("Tool result seen: elsewhere-run")
+
+
 def test_json_format_prints_each_event_of_the_session_as_a_line(attach: Any, project_dir: Path) -> None:
     result = attach("run", "--directory", str(project_dir), "--format", "json", "TOOL:bash echo json-run")
     assert result.returncode == 0, result.stderr

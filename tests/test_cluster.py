@@ -149,6 +149,10 @@ def test_permission_and_shell_from_the_other_process(two: tuple[ProcessServer, P
         asked = on_b.wait_for(lambda f: f.type == "permission.asked", timeout=15).properties
         listed = httpx.get(f"{b.url}/permission").json()
         assert [r["id"] for r in listed] == [asked["id"]]  # asked on A, listed on B
+        other = {"directory": "/elsewhere"}  # not the session's: B neither lists nor forwards it there
+        assert httpx.get(f"{b.url}/permission", params=other).json() == []
+        refused = httpx.post(f"{b.url}/permission/{asked['id']}/reply", params=other, json={"reply": "once"})
+        assert refused.status_code == 404 and refused.json()["_tag"] == "PermissionNotFoundError"
         reply = httpx.post(f"{b.url}/permission/{asked['id']}/reply", json={"reply": "once"})
         assert reply.status_code == 200 and reply.json() is True
         on_b.wait_idle(sid, timeout=15)

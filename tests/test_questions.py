@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -64,6 +65,27 @@ def test_asked_event_and_listings(server: ThreadServer, client: httpx.Client) ->
         assert client.post(f"/question/{asked['id']}/reject").json() is True
         events.wait_idle(sid)
     assert client.get("/question").json() == []
+
+
+def test_questions_belong_to_their_directory(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, tmp_path: Path
+) -> None:
+    """Another directory neither lists a question nor answers or dismisses it (404); the asking
+    session's directory does, as the TUI running there sends it."""
+    other = str(tmp_path / "other")
+    with EventCollector(f"{server.url}/event") as events:
+        sid, asked = _ask(server, client, events)
+        assert client.get("/question", headers={"x-opencode-directory": other}).json() == []
+        v2 = client.get("/api/question/request", params={"location[directory]": other}).json()
+        assert v2 == {"location": {"directory": other}, "data": []}
+        for action, body in (("reply", {"answers": [["Red"], ["Cat"]]}), ("reject", None)):
+            refused = client.post(f"/question/{asked['id']}/{action}", params={"directory": other}, json=body)
+            assert refused.status_code == 404 and refused.json()["_tag"] == "QuestionNotFoundError"
+        mine = {"x-opencode-directory": str(project_dir)}
+        assert client.get("/question", headers=mine).json() == [asked]
+        assert client.post(f"/question/{asked['id']}/reject", headers=mine).json() is True
+        events.wait_idle(sid)
+    assert _tool_part(client, sid)["state"]["status"] == "error"
 
 
 @pytest.mark.parametrize("route", ["legacy", "v2"])

@@ -1,6 +1,10 @@
 """Permission routes of both protocols: list pending requests, reply (``/permission/:id/reply``,
 the deprecated ``/session/:id/permissions/:id`` and V2's ``/api/session/:id/permission/:id/reply``)
-and the saved "always" rules. All reach the same runtime service."""
+and the saved "always" rules. All reach the same runtime service.
+
+Routes that name no session are scoped to the request's directory, as OpenCode's instance is:
+they list and answer only requests of sessions in that directory. V2's session routes are
+scoped by their session."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import ID_PATTERN, DirectoryDep, RuntimeDep, SessionIDPath
+from app.api.deps import ID_PATTERN, DirectoryDep, LocationDep, RuntimeDep, SessionIDPath
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["permission"])
@@ -30,27 +34,31 @@ class RespondBody(BaseModel):
 
 
 @router.get("/permission", operation_id="permission.list", summary="Pending permission requests")
-async def pending(runtime: RuntimeDep) -> Response:
-    return JSONBody(runtime.permissions.pending())
+async def pending(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(runtime.permissions.pending(directory=directory))
 
 
 @router.post("/permission/{requestID}/reply", operation_id="permission.reply")
-async def reply(runtime: RuntimeDep, requestID: RequestIDPath, body: ReplyBody) -> Response:
-    await runtime.reply_permission(requestID, body.reply, body.message)
+async def reply(runtime: RuntimeDep, directory: DirectoryDep, requestID: RequestIDPath, body: ReplyBody) -> Response:
+    await runtime.reply_permission(requestID, body.reply, body.message, directory=directory)
     return JSONBody(True)
 
 
 @router.post("/session/{sessionID}/permissions/{permissionID}", operation_id="permission.respond", deprecated=True)
 async def respond(
-    runtime: RuntimeDep, sessionID: SessionIDPath, permissionID: RequestIDPath, body: RespondBody
+    runtime: RuntimeDep,
+    directory: DirectoryDep,
+    sessionID: SessionIDPath,
+    permissionID: RequestIDPath,
+    body: RespondBody,
 ) -> Response:
-    await runtime.reply_permission(permissionID, body.response, None, session_id=sessionID)
+    await runtime.reply_permission(permissionID, body.response, None, session_id=sessionID, directory=directory)
     return JSONBody(True)
 
 
 @router.get("/api/permission/request", operation_id="v2.permission.requests")
-async def v2_pending(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody({"location": {"directory": directory}, "data": runtime.permissions.pending_v2()})
+async def v2_pending(runtime: RuntimeDep, directory: LocationDep) -> Response:
+    return JSONBody({"location": {"directory": directory}, "data": runtime.permissions.pending_v2(directory=directory)})
 
 
 @router.get("/api/session/{sessionID}/permission", operation_id="v2.session.permission.list")

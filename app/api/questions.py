@@ -1,6 +1,8 @@
 """Question routes of both protocols: list the questions waiting for the user, answer one
 (``answers``: one list of selected labels per question) or dismiss it. All reach the same
-runtime operation; an unknown or settled id is a 404 QuestionNotFoundError."""
+runtime operation; an unknown or settled id is a 404 QuestionNotFoundError, and so is one asked
+in another directory than the request's (routes naming no session are scoped to it, as
+OpenCode's instance is)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import ID_PATTERN, DirectoryDep, RuntimeDep, SessionIDPath
+from app.api.deps import ID_PATTERN, DirectoryDep, LocationDep, RuntimeDep, SessionIDPath
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["question"])
@@ -25,25 +27,25 @@ class ReplyBody(BaseModel):
 
 
 @router.get("/question", operation_id="question.list", summary="List pending questions")
-async def pending(runtime: RuntimeDep) -> Response:
-    return JSONBody(runtime.questions.pending())
+async def pending(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(runtime.questions.pending(directory=directory))
 
 
 @router.post("/question/{requestID}/reply", operation_id="question.reply", summary="Reply to question request")
-async def reply(runtime: RuntimeDep, requestID: RequestIDPath, body: ReplyBody) -> Response:
-    await runtime.reply_question(requestID, body.answers)
+async def reply(runtime: RuntimeDep, directory: DirectoryDep, requestID: RequestIDPath, body: ReplyBody) -> Response:
+    await runtime.reply_question(requestID, body.answers, directory=directory)
     return JSONBody(True)
 
 
 @router.post("/question/{requestID}/reject", operation_id="question.reject", summary="Reject question request")
-async def reject(runtime: RuntimeDep, requestID: RequestIDPath) -> Response:
-    await runtime.reply_question(requestID, None)
+async def reject(runtime: RuntimeDep, directory: DirectoryDep, requestID: RequestIDPath) -> Response:
+    await runtime.reply_question(requestID, None, directory=directory)
     return JSONBody(True)
 
 
 @router.get("/api/question/request", operation_id="v2.question.request.list", tags=["session questions"])
-async def v2_pending(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody({"location": {"directory": directory}, "data": runtime.questions.pending()})
+async def v2_pending(runtime: RuntimeDep, directory: LocationDep) -> Response:
+    return JSONBody({"location": {"directory": directory}, "data": runtime.questions.pending(directory=directory)})
 
 
 @router.get("/api/session/{sessionID}/question", operation_id="v2.session.question.list", tags=["session questions"])

@@ -85,13 +85,14 @@ def _agent(api: Api, name: str | None, directory: str) -> str | None:
 class Turn:
     """Follows one turn's events and renders them; remembers whether it failed."""
 
-    def __init__(self, api: Api, session_id: str, *, as_json: bool, approve: bool, ask: bool) -> None:
+    def __init__(self, api: Api, session: dict[str, Any], *, as_json: bool, approve: bool, ask: bool) -> None:
         self.api = api
-        self.session_id = session_id
+        self.session_id: str = session["id"]
+        self.directory: str = session["directory"]  # where its permission requests are answered
         self.as_json = as_json
         self.approve = approve
         self.ask = ask
-        self.sessions = {session_id}  # and its sub-agents' sessions, whose permission asks are ours too
+        self.sessions = {self.session_id}  # and its sub-agents' (in its directory), whose asks are ours too
         self.part_types: dict[str, str] = {}
         self.streamed: set[str] = set()
         self.errors: list[str] = []
@@ -186,7 +187,7 @@ class Turn:
         else:
             reply = "reject"
             self._fail(f"permission {what} rejected: standard input is not a terminal (pass --yes to approve)")
-        self.api.call("POST", f"/permission/{request['id']}/reply", json={"reply": reply})
+        self.api.call("POST", f"/permission/{request['id']}/reply", directory=self.directory, json={"reply": reply})
 
 
 def main(args: argparse.Namespace) -> int:
@@ -204,7 +205,7 @@ def main(args: argparse.Namespace) -> int:
         agent = _agent(api, args.agent, session["directory"])
         if agent:
             body["agent"] = agent
-        turn = Turn(api, session["id"], as_json=args.format == "json", approve=args.yes, ask=sys.stdin.isatty())
+        turn = Turn(api, session, as_json=args.format == "json", approve=args.yes, ask=sys.stdin.isatty())
         try:
             with api.events(session["directory"]) as events:
                 api.call("POST", f"/session/{session['id']}/prompt_async", json=body)

@@ -295,9 +295,18 @@ class Runtime:
         return child, text or "(the sub-agent gave no answer)"
 
     async def reply_permission(
-        self, request_id: str, reply: str, message: str | None, *, session_id: str | None = None
+        self,
+        request_id: str,
+        reply: str,
+        message: str | None,
+        *,
+        session_id: str | None = None,
+        directory: str | None = None,
     ) -> None:
-        info = self.permissions.get(request_id, session_id=session_id)
+        """Answer a permission request; PermissionNotFound unless it is pending (in ``session_id``
+        and ``directory``, when given). In a cluster the process whose tool waits for it takes
+        the answer."""
+        info = self.permissions.get(request_id, session_id=session_id, directory=directory)
         cluster = self._sessions.cluster
         if cluster is not None and not self.permissions.is_local(request_id):  # asked on another process
             owner = (await cluster.owners()).get(info["sessionID"])
@@ -307,15 +316,21 @@ class Runtime:
                 raise PermissionNotFound(request_id)
             await cluster.send(owner, "permission", info["sessionID"], id=request_id, reply=reply, message=message)
             return
-        directory = self.sessions.cached_directory(info["sessionID"])
-        await self.permissions.reply(request_id, reply, message, directory=directory)
+        await self.permissions.reply(
+            request_id, reply, message, directory=self.sessions.cached_directory(info["sessionID"])
+        )
 
     async def reply_question(
-        self, request_id: str, answers: list[list[str]] | None, *, session_id: str | None = None
+        self,
+        request_id: str,
+        answers: list[list[str]] | None,
+        *,
+        session_id: str | None = None,
+        directory: str | None = None,
     ) -> None:
-        """Answer a question (``answers``) or dismiss it (``None``). In a cluster the process whose
-        tool waits for it takes the answer, as with permission replies."""
-        info = self.questions.get(request_id, session_id=session_id)
+        """Answer a question (``answers``) or dismiss it (``None``), as permission replies are
+        answered (the same scoping, the same cluster forwarding)."""
+        info = self.questions.get(request_id, session_id=session_id, directory=directory)
         cluster = self._sessions.cluster
         if cluster is not None and not self.questions.is_local(request_id):  # asked on another process
             owner = (await cluster.owners()).get(info["sessionID"])
@@ -323,11 +338,11 @@ class Runtime:
                 raise QuestionNotFound(request_id)  # nobody waits for it any more
             await cluster.send(owner, "question", info["sessionID"], id=request_id, answers=answers)
             return
-        directory = self.sessions.cached_directory(info["sessionID"])
+        announced_in = self.sessions.cached_directory(info["sessionID"])
         if answers is None:
-            self.questions.reject(request_id, directory=directory)
+            self.questions.reject(request_id, directory=announced_in)
         else:
-            self.questions.reply(request_id, answers, directory=directory)
+            self.questions.reply(request_id, answers, directory=announced_in)
 
     async def interrupt(self, session_id: str) -> None:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the

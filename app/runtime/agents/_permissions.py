@@ -86,6 +86,7 @@ def evaluate(permission: str, pattern: str, rules: list[Rule]) -> str:
 @dataclass
 class Pending:
     info: dict[str, Any]
+    directory: str | None
     project_id: str
     rules: list[Rule]
     reply: asyncio.Future[tuple[str, str | None]] = field(
@@ -176,7 +177,7 @@ class Permissions(PendingRequests[Pending]):
         }
         if tool:
             info["tool"] = tool
-        pending = Pending(info, session["projectID"], rules)
+        pending = Pending(info, session["directory"], session["projectID"], rules)
         self._pending[info["id"]] = pending
         self._announce(session["directory"], "permission.asked", info, "permission.v2.asked", _v2_request(info))
         try:
@@ -196,8 +197,8 @@ class Permissions(PendingRequests[Pending]):
         self.log.publish(Event(legacy, props, session_id, directory))
         self.log.publish(Event(v2, v2_props, session_id, directory))
 
-    def pending_v2(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        return [_v2_request(info) for info in self.pending(session_id)]
+    def pending_v2(self, session_id: str | None = None, *, directory: str | None = None) -> list[dict[str, Any]]:
+        return [_v2_request(info) for info in self.pending(session_id, directory=directory)]
 
     async def reply(
         self, request_id: str, reply: str, message: str | None = None, *, directory: str | None = None

@@ -33,6 +33,7 @@ class QuestionRejected(Exception):
 @dataclass
 class _Pending:
     info: dict[str, Any]
+    directory: str | None
     answer: asyncio.Future[Answers | None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -60,8 +61,8 @@ class Questions(PendingRequests[_Pending]):
         info: dict[str, Any] = {"id": ids.new_id("question"), "sessionID": session["id"], "questions": questions}
         if tool:
             info["tool"] = tool
-        pending = _Pending(info)
         directory = session["directory"]
+        pending = _Pending(info, directory)
         self._pending[info["id"]] = pending
         self._announce(directory, "question.asked", info)
         try:
