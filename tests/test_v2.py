@@ -167,12 +167,13 @@ def test_replay_from_any_cursor_is_gap_free_while_events_are_produced(
 
 
 def test_a_v2_session_cursor_past_the_head(server: ThreadServer, client: httpx.Client) -> None:
-    """On a session's V2 stream an explicit ``after=`` past its last seq is a 400 naming the
-    problem; a reconnect's ``Last-Event-ID`` past it starts at the head and says so."""
+    """On a session's V2 stream and history an explicit ``after=`` past its last seq is a 400
+    naming the problem; a reconnect's ``Last-Event-ID`` past it starts at the head and says so."""
     sid = create(client)["id"]
-    refused = client.get(f"/api/session/{sid}/event", params={"after": 500})
-    assert refused.status_code == 400
-    assert refused.json()["_tag"] == "InvalidRequestError" and "after=500" in refused.json()["message"]
+    for path in ("event", "history"):
+        refused = client.get(f"/api/session/{sid}/{path}", params={"after": 500})
+        assert refused.status_code == 400, path
+        assert refused.json()["_tag"] == "InvalidRequestError" and "after=500" in refused.json()["message"]
     url = f"{server.url}/api/session/{sid}/event"
     with EventCollector(url, headers={"Last-Event-ID": "500"}) as events:
         notice = events.wait_for(lambda _f: True)

@@ -337,19 +337,16 @@ class EventStream(Response):
             await self._chunks.aclose()
 
 
-async def event_source(runtime: Runtime, spec: StreamSpec, after: int | None, *, strict: bool = False) -> EventStream:
+async def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventStream:
     """The stream of ``spec`` replaying what follows ``after`` (None: live from now on).
 
-    A position past the head of the log (a cursor kept across a database reset, or from another
-    server) would have the stream drop every durable event up to it as already sent. ``strict``
-    (a position the client asked for explicitly, V2's ``after=``) refuses it with a 400; a
-    reconnecting client's ``Last-Event-ID`` starts the stream at the head instead, with the
-    ``unknown`` frame telling the client its cursor was not this log's (re-read what it shows).
-    Whatever is committed after the head is read is replayed, so nothing is missed either way."""
+    A position past the head of the log (a reconnect's ``Last-Event-ID`` kept across a database
+    reset, or from another server) would have the stream drop every durable event up to it as
+    already sent. The stream starts at the head instead, its ``unknown`` frame telling the client
+    its cursor was not this log's (what it shows may be stale); whatever is committed after the
+    head was read is replayed, so nothing is missed. (An EventSource given a 400 would give up.)"""
     notice = b""
     if after is not None and (head := await spec.beyond(after)) is not None:
-        if strict:
-            raise InvalidInput(f"after={after} is past the last event of this stream ({head})", kind="Query")
         notice = spec.unknown(after, head) if spec.unknown is not None else b""
         after = head
     body = Body()

@@ -29,6 +29,7 @@ from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.errors import InvalidCursor, InvalidInput
 from app.runtime.inputs import PromptRequest
+from app.runtime.service import Runtime
 
 router = APIRouter(prefix="/api", tags=["v2"])
 
@@ -204,6 +205,14 @@ async def revert_commit(runtime: RuntimeDep, sessionID: SessionIDPath) -> Respon
     return Response(status_code=204)
 
 
+async def _check_after(runtime: Runtime, session_id: str, after: int | None) -> None:
+    """An explicit ``after=`` past the session's last seq (a cursor kept across a database reset)
+    would page or stream nothing until the session got that far, and skip what came before:
+    refused, naming the problem. (A reconnect's ``Last-Event-ID`` is not: see ``event_source``.)"""
+    if after is not None and (head := await runtime.log.beyond(after, session_id=session_id)) is not None:
+        raise InvalidInput(f"after={after} is past the session's last event (seq {head})", kind="Query")
+
+
 @router.get(
     "/session/{sessionID}/history",
     operation_id="v2.session.history",
@@ -216,6 +225,7 @@ async def history(
     limit: Limit = 50,
 ) -> Response:
     await runtime.sessions.get(sessionID)
+    await _check_after(runtime, sessionID, after)
     events = await runtime.log.session_since(sessionID, -1 if after is None else after, limit=limit + 1)
     data = b",".join(views.event_json(e, with_location=False) for e in events[:limit])
     more = b"true" if len(events) > limit else b"false"
@@ -235,6 +245,8 @@ async def session_events(
 ) -> Response:
     await runtime.sessions.get(sessionID)
     resume = resume_position(last_event_id)
+    if resume is None:
+        await _check_after(runtime, sessionID, after)
     start = resume if resume is not None else after
     spec = StreamSpec(
         accept=lambda e: e.durable and e.session_id == sessionID,
@@ -248,8 +260,7 @@ async def session_events(
         unknown=_v2_cursor_unknown,
         overflow=_v2_overflow,
     )
-    # An explicit ``after=`` past the session's last seq is refused; a reconnect's id is not.
-    return await event_source(runtime, spec, -1 if start is None else start, strict=resume is None)
+    return await event_source(runtime, spec, -1 if start is None else start)
 
 
 def _message_cursor(message_id: str, order: str, direction: str) -> str:
