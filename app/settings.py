@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     subscriber_queue_bytes: int = 8 * 1024 * 1024
     # Seconds a stream's write may wait for a client that does not read before the stream closes.
     stream_send_timeout: float = 30.0
+    # Seconds an idle HTTP connection is kept open. Well beyond clients' pool expiry (5 s is
+    # common; uvicorn's default is 5 s too), so the server never closes one as a client reuses it.
+    keep_alive_seconds: int = 75
     # How often a streaming text/reasoning part is written to the database while deltas arrive.
     part_flush_seconds: float = 0.25
     # Several processes on one PostgreSQL database: how long a drain lease lasts without renewal,

@@ -204,7 +204,7 @@ def balanced(two: tuple[ProcessServer, ProcessServer], tmp_path: Path) -> Iterat
     port = free_port()
     upstreams = "".join(f"    server {urlsplit(s.url).netloc};\n" for s in two)
     conf = (ROOT / "deploy" / "nginx.conf").read_text()
-    conf = re.sub(r"upstream opensession \{[^}]*\}", "upstream opensession {\n" + upstreams + "  }", conf)
+    conf = re.sub(r"(    server opensession-\d+:4096;\n)+", upstreams, conf)  # the rest of the block stays
     conf = conf.replace("listen 4096;", f"listen 127.0.0.1:{port};")
     prefix = tmp_path / "nginx"
     prefix.mkdir()

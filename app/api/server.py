@@ -1,5 +1,11 @@
 """uvicorn's server, ending the event streams before it waits for its connections at shutdown.
 
+Every opensession server is one of these (``opensession serve``, the command line's in-process
+server, the tests'), so this is also where idle connections are kept open
+``keep_alive_seconds`` (75 s) instead of uvicorn's 5 s: clients' pools reuse a connection for up to
+5 s (Node's and httpx's default), and a server closing it at the same moment left a request
+unanswered now and then (4 of 500 ``prompt_async`` under load).
+
 Event streams never end by themselves, so without this a shutdown would wait for them for the
 whole graceful timeout and then cancel them (sse-starlette, which served them before, ended them
 on its own shutdown watch).
@@ -41,6 +47,7 @@ YOUNG_OBJECTS = 10_000  # the youngest generation's collection threshold (see th
 
 class Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, runtime: Runtime, *, freeze_heap: bool = False) -> None:
+        config.timeout_keep_alive = runtime.settings.keep_alive_seconds
         super().__init__(config)
         self._runtime = runtime
         self._freeze_heap = freeze_heap
