@@ -379,6 +379,19 @@ async def test_a_stream_waiting_for_batches_is_not_cut_off_however_much_piles_up
     waiting.close()
 
 
+@pytest.mark.usefixtures("database_url")
+def test_a_batch_ends_with_the_event_after_which_its_streams_end() -> None:
+    """What follows such an event in the same batch (a share's revoke, a dispose) is not sent:
+    the stream's last frame is that event's, and its position the one to resume from."""
+    kind = Kind(
+        lambda _e: True, lambda e: b"<%s>" % e.type.encode(), lambda e: e.cursor, lambda: b"", lambda e: e.type == "end"
+    )
+    events = [Event(name, {}, durable=True, cursor=n) for n, name in enumerate(("before", "end", "after"), 1)]
+    batch = kind.batch(events)
+    assert batch.last and batch.chunk == b"<before><end>" and batch.events == events[:2] and batch.position == 2
+    assert not kind.batch(events[2:]).last
+
+
 @pytest.mark.asyncio
 async def test_streams_behind_by_the_same_batches_share_one_merge(settings: Settings) -> None:
     """Streams woken together take the same batches: the merge (and its encoding) is done once and

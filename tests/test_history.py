@@ -4,6 +4,7 @@ self-hosted sharing."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -204,3 +205,44 @@ def test_share_serves_a_read_only_page_until_unshared(client: httpx.Client, serv
     assert httpx.get(url).status_code == 404
     assert httpx.get(f"{url}/data").status_code == 404
     assert client.get(f"{server.url}/share/not-a-token").status_code == 404
+
+
+def test_revoking_a_share_ends_its_open_streams(client: httpx.Client) -> None:
+    """Unsharing (or deleting the session) ends every open ``/share/<token>/event`` stream, and
+    sharing again under a new token does not bring the old token's back."""
+    sid, _history = _session_with_turns(client, "one", title="Shared")
+    first = client.post(f"/session/{sid}/share").json()["share"]["url"]
+    with EventCollector(f"{first}/event") as revoked:
+        revoked.wait_for(lambda f: f.type == "server.connected")
+        assert client.delete(f"/session/{sid}/share").status_code == 200
+        assert revoked.ended.wait(10), "the revoked share's stream goes on"
+        second = client.post(f"/session/{sid}/share").json()["share"]["url"]
+        assert second != first
+        assert client.post(f"/session/{sid}/message", json=text_prompt("after the revoke")).status_code == 200
+    assert not [f.type for f in revoked.frames if f.type.startswith("message.")]
+    assert httpx.get(f"{first}/event").status_code == 404
+    with EventCollector(f"{second}/event") as deleted:
+        deleted.wait_for(lambda f: f.type == "server.connected")
+        assert client.delete(f"/session/{sid}").json() is True
+        assert deleted.ended.wait(10), "the deleted session's share stream goes on"
+
+
+def test_a_share_revoked_while_its_stream_opens_ends_that_stream(
+    server: ThreadServer, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revoke that lands after the route checked the token but before the stream subscribed
+    (its event is gone by then) still ends the stream, before its first frame."""
+    sid, _history = _session_with_turns(client, "one")
+    url = client.post(f"/session/{sid}/share").json()["share"]["url"]
+    shares = server.runtime.shares
+    check = shares.shared
+
+    async def checked_then_revoked(token: str) -> Any:
+        found = await check(token)
+        await shares.unshare(sid)
+        return found
+
+    monkeypatch.setattr(shares, "shared", checked_then_revoked)
+    with EventCollector(f"{url}/event") as opening:
+        assert opening.ended.wait(10), "a stream opened on a revoked share goes on"
+    assert opening.status == 200 and opening.frames == []

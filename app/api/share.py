@@ -64,7 +64,8 @@ async def data(runtime: RuntimeDep, token: ShareToken) -> Response:
 @router.get("/share/{token}/event", operation_id="share.event", summary="A shared session's events (SSE)")
 async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
     """Live events of the shared session only (``{id, type, properties}`` frames, as ``/event``);
-    no replay: the page fetches the transcript when the stream opens."""
+    no replay: the page fetches the transcript when the stream opens. Revoking the share ends
+    the stream: its last frame is the session's update (or deletion) that revoked it."""
     session, _messages = await runtime.shares.shared(token)
     session_id = session["id"]
     spec = StreamSpec(
@@ -78,5 +79,7 @@ async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
         connected=lambda origin: control_frame("server.connected", position=origin),
         heartbeat=lambda: control_frame("server.heartbeat"),
         overflow=overflow_frame,
+        last=runtime.shares.revokes,
+        still_allowed=lambda: runtime.shares.serves(token, session_id),
     )
     return await event_source(runtime, spec, None)

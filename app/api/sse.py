@@ -113,6 +113,10 @@ class StreamSpec:
     twin: Encode | None = None  # a second frame for durable events (/global/event's sync twin)
     # The event after whose frame the stream ends (/event's server.instance.disposed, as OpenCode's).
     last: Accept | None = None
+    # Asked once the stream is subscribed; False ends it before its first frame. A right that
+    # ``last`` takes away (a share's token) may be lost between the route's check and the
+    # subscription, and then no event would tell the stream.
+    still_allowed: Callable[[], Awaitable[bool]] | None = None
     # What the bus routes on (app/events/bus.py): only this session's, else this directory's events.
     session: str | None = None
     directory: str | None = None
@@ -168,6 +172,8 @@ async def _stream(
         return not chunk or body.write_now(chunk)
 
     try:
+        if spec.still_allowed is not None and not await spec.still_allowed():
+            return
         if spec.connected is not None:
             yield spec.connected(origin)
         if notice:

@@ -69,14 +69,20 @@ class Kind:
     last: Accept | None = None  # an event after which this kind of stream ends
 
     def batch(self, events: list[Event], chunk: bytes | None = None) -> Batch:
-        """``last`` is worked out here once for every stream of the feed, which reads it off."""
+        """``last`` is worked out here once for every stream of the feed, which reads it off. A
+        batch ends with such an event: what came after it in the same spacing never reaches
+        the streams it ends (a revoked share's, a disposed directory's)."""
+        last = False
+        if self.last is not None:
+            end = next((i for i, event in enumerate(events) if self.last(event)), None)
+            if end is not None:
+                last, events = True, events[: end + 1]
         position, first_durable = -1, -1
         for event in events:
             at = self.position(event)
             position = max(position, at)
             if event.durable and (first_durable < 0 or at < first_durable):
                 first_durable = at
-        last = self.last is not None and any(map(self.last, events))
         if chunk is None:
             chunk = b"".join(self.frames(event) for event in events)
         return Batch(chunk, events, position, first_durable, last)

@@ -1,6 +1,8 @@
 """Self-hosted sharing. Sharing gives a session ``share.url`` on this server, an unguessable
 token that serves a read-only page of the transcript (and its JSON); unsharing revokes the token,
-after which the page is gone (404)."""
+after which the page is gone (404) and the streams it opened end (``revokes``): a token is the
+credential, so nothing reaches its readers after it is revoked, and a new share is a new token
+that revives no old reader."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from app.clock import now_ms
 from app.events.log import EventLog
+from app.events.model import Event
 from app.runtime.errors import ShareNotFound
 from app.runtime.history._service import History
 from app.store import sql
@@ -37,6 +40,19 @@ class Shares:
         async with self.log.transaction() as tx:
             tx.execute(sql.DELETE_SESSION_ROWS["shares"], {"session_id": session_id})
             return await self.sessions.mutate(tx, session_id, lambda info: info.pop("share", None))
+
+    @staticmethod
+    def revokes(event: Event) -> bool:
+        """Whether ``event`` (one of the shared session's) revokes its share: the session unshared
+        or deleted. Sharing again is only possible after unsharing (a shared session keeps its
+        url), so every token a stream may hold is revoked by one of these."""
+        if event.type == "session.deleted":
+            return True
+        return event.type == "session.updated" and "share" not in event.properties.get("info", {})
+
+    async def serves(self, token: str, session_id: str) -> bool:
+        """Whether ``token`` still shares ``session_id``."""
+        return await self.history.queries.shared_session(token) == session_id
 
     async def shared(self, token: str) -> tuple[dict[str, Any], list[MessageWithParts]]:
         """The session and transcript a token serves; ShareNotFound once revoked."""
