@@ -3,6 +3,7 @@ self-hosted sharing."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -246,3 +247,18 @@ def test_a_share_revoked_while_its_stream_opens_ends_that_stream(
     with EventCollector(f"{url}/event") as opening:
         assert opening.ended.wait(10), "a stream opened on a revoked share goes on"
     assert opening.status == 200 and opening.frames == []
+
+
+def test_concurrent_shares_make_one_token(server: ThreadServer, client: httpx.Client) -> None:
+    """Sharing is idempotent under concurrency too: every answer names the one token, so no
+    second token the owner never saw stays readable after unsharing what they were shown."""
+    sid, _history = _session_with_turns(client, "one")
+
+    async def share_at_once() -> set[str]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            answers = await asyncio.gather(*(http.post(f"/session/{sid}/share") for _ in range(8)))
+        return {answer.json()["share"]["url"] for answer in answers}
+
+    urls = asyncio.run(share_at_once())
+    assert len(urls) == 1
+    assert client.get(f"/session/{sid}").json()["share"]["url"] in urls

@@ -25,13 +25,15 @@ class Shares:
         self.sessions = history.sessions
 
     async def share(self, session_id: str, base_url: str) -> dict[str, Any]:
-        """Share the session (idempotent: an already shared session keeps its url)."""
-        session = await self.sessions.get(session_id)
-        if session.get("share"):
-            return session
+        """Share the session (idempotent: an already shared session keeps its url). Looked at
+        inside the write transaction, so concurrent shares make one token, the one every answer
+        names: no token the owner was never shown stays readable after an unshare."""
         token = secrets.token_urlsafe(24)
         url = f"{base_url.rstrip('/')}/share/{token}"
         async with self.log.transaction() as tx:
+            session = await self.sessions.current(tx, session_id)
+            if session.get("share"):
+                return session
             tx.execute(sql.INSERT_SHARE, {"token": token, "session_id": session_id, "time_created": now_ms()})
             return await self.sessions.mutate(tx, session_id, lambda info: info.__setitem__("share", {"url": url}))
 
