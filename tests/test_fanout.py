@@ -39,7 +39,9 @@ class RawStream:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         self.sock.connect(("127.0.0.1", port))
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n{extra}\r\n".encode())
+        self.sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n{extra}\r\n".encode()
+        )
         self.frames: list[Frame] = []
         self.ended = False  # the terminating chunk arrived: the response ended properly
         self._raw = b""
