@@ -244,6 +244,21 @@ def test_cwd_stays_inside_the_project(pty_server: ThreadServer, http: httpx.Clie
     http.delete(f"/pty/{inside['id']}")
 
 
+def test_a_cwd_or_directory_the_system_refuses_is_a_400(pty_server: ThreadServer, http: httpx.Client) -> None:
+    """A name over 255 bytes or a symlink loop, as ``cwd`` or as the directory: a 400 naming the
+    problem, and no terminal (they were 500s)."""
+    project = Path(pty_server.settings.directory)
+    (project / "loop").symlink_to("loop")
+    for cwd in ("a" * 300, "loop", "loop/x", "d" * 256 + "/x"):
+        for path, params in (("/pty", {}), ("/api/pty", {}), ("/pty", {"directory": str(project / cwd)})):
+            body = {} if params else {"cwd": cwd}
+            refused = http.post(path, params=params, json={"command": "sh", **body})
+            assert refused.status_code == 400, (path, cwd, refused.text)
+            error = refused.json()
+            assert "Unexpected" not in (error.get("message") or error["data"]["message"])
+    assert http.get("/pty").json() == []
+
+
 async def test_unknown_ids_and_bad_bodies(pty_server: ThreadServer, http: httpx.Client) -> None:
     missing = {"_tag": "PtyNotFoundError", "ptyID": "pty_nope", "message": "PTY session not found: pty_nope"}
     for method in ("GET", "PUT", "DELETE"):

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from app.runtime.errors import InvalidInput, TerminalForbidden
+from app.runtime.workspace import real, refusals
 
 _SHELLS_FILE = Path("/etc/shells")
 _NOT_LOGIN_SHELLS = {"nologin", "false"}
@@ -57,7 +58,13 @@ def command_line(command: str | None, args: list[str] | None) -> tuple[str, list
 
 def working_directory(directory: str, cwd: str | None) -> str:
     """The directory to start in: the instance directory, or ``cwd`` inside it (relative to it,
-    or absolute). ``..``, other absolute paths and symlinks resolving outside are refused."""
+    or absolute). ``..``, other absolute paths and symlinks resolving outside are refused, and so
+    is a path the system cannot use (a 400, as the file routes answer)."""
+    with refusals(cwd or directory):
+        return _working_directory(directory, cwd)
+
+
+def _working_directory(directory: str, cwd: str | None) -> str:
     root_path = Path(directory)
     if not root_path.is_dir():
         raise InvalidInput(f"Directory does not exist: {directory}")
@@ -66,7 +73,7 @@ def working_directory(directory: str, cwd: str | None) -> str:
     if "\0" in cwd:
         raise InvalidInput("cwd must not contain NUL characters")
     named = Path(os.path.normpath(root_path / cwd))  # an absolute cwd replaces the root
-    resolved, root = named.resolve(), root_path.resolve()
+    resolved, root = real(named), real(root_path)
     if resolved != root and root not in resolved.parents:
         raise TerminalForbidden(f"cwd is outside the project directory {directory}: {cwd}")
     if not resolved.is_dir():

@@ -26,7 +26,7 @@ from app.runtime.workspace._paths import confine, real, refusals
 from app.runtime.workspace._ripgrep import Match
 from app.runtime.workspace._watcher import Publish, Watcher
 
-__all__ = ["Match", "Workspace", "confine"]
+__all__ = ["Match", "Workspace", "confine", "real", "refusals"]
 
 FIND_TEXT_LIMIT = 10  # OpenCode's /find answers at most ten matches
 FIND_FILES_LIMIT = 10
