@@ -9,11 +9,12 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import create_session, text_prompt
+from tests.helpers import create_session, git_repository, text_prompt
 from tests.servers import ThreadServer
 from tests.sse import EventCollector, Frame
 
@@ -102,7 +103,8 @@ async def _race(url: str, op: Op, trial: Trial) -> httpx.Response:
         async def prompt() -> None:
             await asyncio.sleep(max(0.0, lead))
             response = await client.post(f"/session/{trial.sid}/prompt_async", json=text_prompt("SLOW:0.02 second"))
-            assert response.status_code == 204
+            # 409 only while a revert or unrevert moves the session's files.
+            assert response.status_code in (204, 409), response.text
             # A prompt while the turn runs: admission must not commit a staged revert under it.
             await client.post(f"/session/{trial.sid}/prompt_async", json=text_prompt("third"))
 
@@ -154,3 +156,39 @@ def test_history_operation_never_lands_inside_a_turn(
             history = client.get(f"/session/{trial.sid}/message").json()
             _consistent(history)
             assert "revert" not in client.get(f"/session/{trial.sid}").json()
+
+
+FILES = 200  # enough for an unrevert to take a while
+
+
+def test_unrevert_and_a_prompt_never_interleave(server: ThreadServer, client: httpx.Client, project_dir: Path) -> None:
+    """The prompt commits the staged revert (its messages go), the unrevert puts its files back:
+    either happens first, or one of them is refused; never the messages gone and the files back."""
+    git_repository(project_dir)
+    outcomes: list[tuple[int, int]] = []
+    for trial in range(TRIALS):
+        folder = project_dir / f"t{trial}"
+        sid = create_session(client)["id"]
+        make = f"TOOL:bash mkdir {folder.name} && for i in $(seq {FILES}); do echo $i > {folder.name}/f$i.txt; done"
+        assert client.post(f"/session/{sid}/message", json=text_prompt(make)).status_code == 200
+        made = client.get(f"/session/{sid}/message").json()[0]["info"]["id"]
+        assert client.post(f"/session/{sid}/revert", json={"messageID": made}).status_code == 200
+        assert not any(folder.iterdir())
+
+        async def race(sid: str = sid) -> tuple[int, int]:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+                delay = random.uniform(0.0, 0.03)  # the prompt lands somewhere in the unrevert
+
+                async def prompt() -> httpx.Response:
+                    await asyncio.sleep(delay)
+                    return await http.post(f"/session/{sid}/prompt_async", json=text_prompt("next"))
+
+                unrevert, admitted = await asyncio.gather(http.post(f"/session/{sid}/unrevert"), prompt())
+                return unrevert.status_code, admitted.status_code
+
+        outcomes.append(asyncio.run(race()))
+        assert set(outcomes[-1]) <= {200, 204, 409}, outcomes
+        client.post(f"/session/{sid}/message", json=text_prompt("settle"))
+        kept = made in [m["info"]["id"] for m in client.get(f"/session/{sid}/message").json()]
+        restored = len(list(folder.iterdir()))
+        assert restored == (FILES if kept else 0), (trial, outcomes, kept, restored)

@@ -7,14 +7,21 @@ refused with a 400 before any file moves, and no revert marker is set."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
+import threading
+from collections import Counter
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.helpers import git_repository, text_prompt
-from tests.servers import ThreadServer
+from tests.helpers import git_repository, running, text_prompt, wait_until
+from tests.servers import ProcessServer, ThreadServer, process_server
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git knows it without ever storing it
 NEVER_RECORDED = "0123456789abcdef0123456789abcdef01234567"
@@ -126,3 +133,114 @@ def test_a_malformed_patch_part_is_refused(
     copy, user = _plant(client, project, sid, **patch)
     _assert_refused(client.post(f"/session/{copy}/revert", json={"messageID": user}), "malformed")
     assert (project / "sub" / "made.txt").exists()
+
+
+MANY = 2_000  # files one step changes; a restore checks them out a hundred at a time
+
+# Real git, except that once ARMED exists the second checkout (the second hundred files of a
+# restore) writes its pid to PAUSED and waits: the moment the test kills the server.
+SLOW_GIT = """#!{python}
+import os, sys, time
+armed, paused, count = {armed!r}, {paused!r}, {count!r}
+if "checkout" in sys.argv and os.path.exists(armed):
+    with open(count, "a") as seen:
+        seen.write("x")
+    if os.path.getsize(count) == 2:
+        os.unlink(armed)
+        with open(paused, "w") as mark:
+            mark.write(str(os.getpid()))
+        time.sleep(60)
+os.execv({git!r}, [{git!r}, *sys.argv[1:]])
+"""
+
+
+@dataclass
+class SlowGit:
+    folder: Path
+
+    def __post_init__(self) -> None:
+        self.folder.mkdir()
+        self.armed, self.paused, self.count = (self.folder / n for n in ("armed", "paused", "count"))
+        shim = self.folder / "git"
+        real = shutil.which("git") or "git"
+        names = {"armed": str(self.armed), "paused": str(self.paused), "count": str(self.count)}
+        shim.write_text(SLOW_GIT.format(python=sys.executable, git=real, **names))
+        shim.chmod(0o755)
+
+    def arm(self) -> None:
+        self.paused.unlink(missing_ok=True)
+        self.count.unlink(missing_ok=True)
+        self.armed.touch()
+
+    def paused_pid(self) -> int:
+        wait_until(lambda: self.paused.exists() and self.paused.read_text() != "", timeout=30)
+        return int(self.paused.read_text())
+
+
+def _contents(folder: Path) -> Counter[str]:
+    """How many files hold what (a file git is rewriting right now counts as "missing")."""
+    found: Counter[str] = Counter()
+    for path in folder.iterdir():
+        try:
+            found[path.read_text()] += 1
+        except FileNotFoundError:
+            found["missing"] += 1
+    return found
+
+
+def _killed_mid_restore(server: ProcessServer, git: SlowGit, path: str, body: dict[str, Any] | None = None) -> None:
+    """POST ``path`` to the server, kill it -9 once its restore has put back a hundred files,
+    and check the paused git died with it."""
+    git.arm()
+
+    def ask() -> None:
+        with suppress(httpx.HTTPError):  # the server dies before it answers
+            httpx.post(server.url + path, json=body, timeout=60)
+
+    request = threading.Thread(target=ask)
+    request.start()
+    child = git.paused_pid()
+    server.kill9()
+    request.join()
+    wait_until(lambda: not running(child))
+
+
+def _settled(server: ProcessServer, sid: str, many: Path, content: str) -> dict[str, Any]:
+    """The session once every file holds ``content`` (on PostgreSQL the restarted server finishes
+    the revert once the dead server's lease has expired)."""
+    wait_until(lambda: _contents(many) == {content: MANY}, timeout=30)
+    info: dict[str, Any] = httpx.get(f"{server.url}/session/{sid}").json()
+    return info
+
+
+@pytest.mark.slow
+def test_a_revert_killed_mid_restore_is_finished_at_the_next_start(
+    database_url: str, project_dir: Path, config_dir: Path, tmp_path: Path
+) -> None:
+    """kill -9 while a revert (then an unrevert) has put back a hundred of 2,000 files: the next
+    start finishes it, so files and marker agree, and no git outlives the killed server."""
+    many = project_dir / "many"
+    many.mkdir()
+    for i in range(MANY):
+        (many / f"f{i}.txt").write_text("before\n")
+    git_repository(project_dir)
+    git = SlowGit(tmp_path / "slow-git")
+    server = process_server(database_url, project_dir, config_dir)
+    server.env["PATH"] = f"{git.folder}{os.pathsep}{server.env['PATH']}"
+    server.start()
+    try:
+        sid = httpx.post(f"{server.url}/session").json()["id"]
+        step = text_prompt("TOOL:bash for f in many/*; do echo after > $f; done")
+        assert httpx.post(f"{server.url}/session/{sid}/message", json=step, timeout=60).status_code == 200
+        user = httpx.get(f"{server.url}/session/{sid}/message").json()[0]["info"]["id"]
+        assert _contents(many) == {"after\n": MANY}
+        _killed_mid_restore(server, git, f"/session/{sid}/revert", {"messageID": user})
+        assert _contents(many) == {"before\n": 100, "after\n": MANY - 100}
+        server.start()
+        assert _settled(server, sid, many, "before\n")["revert"]["messageID"] == user
+        _killed_mid_restore(server, git, f"/session/{sid}/unrevert")
+        assert _contents(many) == {"after\n": 100, "before\n": MANY - 100}
+        server.start()
+        assert "revert" not in _settled(server, sid, many, "after\n")
+    finally:
+        server.stop()

@@ -54,7 +54,8 @@ class PatchNotApplied(RuntimeFailure):
 class RevertFailed(RuntimeFailure):
     """A revert or unrevert that cannot put the files back as asked: a file outside the
     session's directory, a snapshot the project's snapshot repository never recorded, or git
-    failing. Refused before any file moves, unless git fails on the way."""
+    failing. Refused before any file moves, unless git fails on the way: then the operation stays
+    under way (its journal) and is finished by the next revert operation, takeover or start."""
 
 
 class InvalidCursor(RuntimeFailure):

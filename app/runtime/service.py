@@ -105,6 +105,7 @@ class Runtime:
                 self.warming = asyncio.create_task(asyncio.to_thread(load_modules, modules))
                 self._background.append(self.warming)
         await self._sessions.start(self.infra, self.files.changed_since)
+        await self.reverts.recover()  # before serving: no prompt meets a revert a stop interrupted
         if self._sessions.cluster is not None:
             self._join_cluster(self._sessions.cluster)
 

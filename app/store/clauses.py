@@ -43,6 +43,7 @@ from app.store.schema import (
     messages,
     metadata,
     parts,
+    reverts,
     saved_permissions,
     sessions,
     shares,
@@ -126,8 +127,11 @@ DELETE_PART = Clause(delete(parts).where(parts.c.id == bindparam("id")))
 DELETE_PARTS_OF_MESSAGE = Clause(delete(parts).where(parts.c.message_id == bindparam("message_id")))
 DELETE_SESSION_ROWS = {
     table.name: Clause(delete(table).where(table.c.session_id == bindparam("session_id")))
-    for table in (parts, messages, inputs, shares, snapshots, todos)
+    for table in (parts, messages, inputs, shares, snapshots, todos, reverts)
 }
+SAVE_REVERT = _upsert(reverts)
+REVERT = Clause(select(reverts.c.journal).where(reverts.c.session_id == bindparam("session_id")), quick=True)
+REVERTS_UNDER_WAY = Clause(select(reverts.c.session_id))
 UPSERT_TODOS = _upsert(todos)
 TODOS = Clause(select(todos.c.todos).where(todos.c.session_id == bindparam("session_id")), quick=True)
 INSERT_SAVED_PERMISSION = Clause(

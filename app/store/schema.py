@@ -8,6 +8,7 @@ Invariants:
 - ``sessions``/``messages``/``parts`` are projections written in the same transaction as the event.
 - ``inputs`` is the admission queue: a row exists before the HTTP answer; ``promoted_seq`` is set
   when its turn starts and ``completed`` when the turn has settled (answered or aborted).
+- ``reverts`` holds a row exactly while a revert or unrevert is moving a session's files.
 """
 
 from __future__ import annotations
@@ -153,4 +154,15 @@ saved_permissions = Table(
     Column("pattern", String, nullable=False),
     Column("time_created", BigInteger, nullable=False),
     Index("ix_saved_permissions_project", "project_id"),
+)
+
+# A revert or unrevert under way (its journal): written before the first file moves, deleted in
+# the transaction that records the outcome. While it exists the session takes no prompt, and the
+# next start finishes it: ``journal`` says every file to restore and what the session's revert
+# marker is to become.
+reverts = Table(
+    "reverts",
+    metadata,
+    Column("session_id", String, primary_key=True),
+    Column("journal", Text, nullable=False),
 )

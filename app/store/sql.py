@@ -21,7 +21,11 @@ DELETE_SESSION_ROWS = {
     'shares': Statement('DELETE FROM shares WHERE shares.session_id = :session_id', ('DELETE_SESSION_ROWS', 'shares')),
     'snapshots': Statement('DELETE FROM snapshots WHERE snapshots.session_id = :session_id', ('DELETE_SESSION_ROWS', 'snapshots')),
     'todos': Statement('DELETE FROM todos WHERE todos.session_id = :session_id', ('DELETE_SESSION_ROWS', 'todos')),
+    'reverts': Statement('DELETE FROM reverts WHERE reverts.session_id = :session_id', ('DELETE_SESSION_ROWS', 'reverts')),
 }
+SAVE_REVERT = Statement('INSERT INTO reverts (session_id, journal) VALUES (:session_id, :journal) ON CONFLICT (session_id) DO UPDATE SET journal = excluded.journal', ('SAVE_REVERT',))
+REVERT = Statement('SELECT reverts.journal \nFROM reverts \nWHERE reverts.session_id = :session_id', ('REVERT',), quick=True)
+REVERTS_UNDER_WAY = Statement('SELECT reverts.session_id \nFROM reverts', ('REVERTS_UNDER_WAY',))
 UPSERT_TODOS = Statement('INSERT INTO todos (session_id, todos) VALUES (:session_id, :todos) ON CONFLICT (session_id) DO UPDATE SET todos = excluded.todos', ('UPSERT_TODOS',))
 TODOS = Statement('SELECT todos.todos \nFROM todos \nWHERE todos.session_id = :session_id', ('TODOS',), quick=True)
 INSERT_SAVED_PERMISSION = Statement('INSERT INTO saved_permissions (id, project_id, permission, pattern, time_created) VALUES (:id, :project_id, :permission, :pattern, :time_created)', ('INSERT_SAVED_PERMISSION',))
@@ -339,6 +343,7 @@ SCHEMA = (
     'CREATE TABLE leases (\n\tsession_id VARCHAR NOT NULL, \n\towner VARCHAR NOT NULL, \n\ttoken BIGINT NOT NULL, \n\texpires_at BIGINT NOT NULL, \n\tPRIMARY KEY (session_id)\n)',
     'CREATE TABLE messages (\n\tid VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\trole VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tinfo TEXT NOT NULL, \n\tseq BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE parts (\n\tid VARCHAR NOT NULL, \n\tmessage_id VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\tdata TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
+    'CREATE TABLE reverts (\n\tsession_id VARCHAR NOT NULL, \n\tjournal TEXT NOT NULL, \n\tPRIMARY KEY (session_id)\n)',
     'CREATE TABLE saved_permissions (\n\tid VARCHAR NOT NULL, \n\tproject_id VARCHAR NOT NULL, \n\tpermission VARCHAR NOT NULL, \n\tpattern VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE sessions (\n\tid VARCHAR NOT NULL, \n\tdirectory VARCHAR NOT NULL, \n\tparent_id VARCHAR, \n\ttitle VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\ttime_updated BIGINT NOT NULL, \n\tinfo TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE shares (\n\ttoken VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tPRIMARY KEY (token)\n)',

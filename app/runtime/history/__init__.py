@@ -9,7 +9,8 @@ May import: ``sessions`` (the session service, and the coordinator to hold a ses
 ``snapshots`` (file diffs and restores), the
 runtime kernel, events, store, providers (model limits).
 Invariants: history never moves under a running turn (every write that moves it holds the
-session still from its busy check to its commit); compaction never rewrites what clients list.
+session still from its busy check to its commit); compaction never rewrites what clients list;
+a revert's files and marker agree after any stop (its journal is finished at the next start).
 """
 
 from app.runtime.history._compaction import (

@@ -28,11 +28,14 @@ class HistoryDomain:
     def build(cls, infra: Infrastructure, sessions: SessionsDomain, files: FileSnapshots) -> HistoryDomain:
         history = History(infra.log, infra.queries, sessions.service, sessions.coordinator)
         diffs = SessionDiffs(history, files)
+        reverts = Reverts(infra.log, history, diffs)
+        if sessions.cluster is not None:  # a dead process's revert is finished by who takes its session
+            sessions.cluster.takeovers.append(reverts.finish_taken_over)
         return cls(
             history,
             Snapshots(infra.log, infra.queries),
             diffs,
-            Reverts(infra.log, history, diffs),
+            reverts,
             Shares(infra.log, history),
             Importer(infra.log, sessions.service, history),
         )

@@ -9,7 +9,8 @@
   partitioned, presumed dead) can never write into the session again (``LeaseLost``).
 - Liveness: each process renews its leases every third of the lease time. A process that dies
   stops renewing; the watchdog of any other process finds the expired lease, claims the session
-  (a takeover), closes what the dead drain left open, and answers the admitted prompts.
+  (a takeover), closes what the dead drain left open (and finishes a revert it was moving files
+  for, through ``takeovers``), and answers the admitted prompts.
 - A graceful stop expires its leases at once, so the takeover does not wait for the expiry.
 - Control messages (wake, abort, interrupt) travel to a lease's owner through NOTIFY.
 """
@@ -60,6 +61,8 @@ class Cluster:
         self._running: set[asyncio.Task[Any]] = set()
         # Further control operations, by name (the Runtime adds what other domains answer).
         self.handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {}
+        # What other domains finish in a session taken over (given its id), after its turn.
+        self.takeovers: list[Callable[[str], Awaitable[None]]] = []
 
     async def start(self, target: Controlled, changes: StepChanges | None = None) -> None:
         self._target = target
@@ -103,10 +106,13 @@ class Cluster:
         return token
 
     async def close_open(self, session_id: str) -> None:
-        """Close what a dead or failed drain left open in a session this process now holds."""
+        """Close what a dead or failed drain (or revert) left open in a session this process now
+        holds."""
         with suppress(SessionNotFound):
             session = await self.sessions.get(session_id)
             await close_session(self.infra.log, self.infra.queries, session, self._changes)
+            for finish in self.takeovers:
+                await finish(session_id)
 
     async def release(self, session_id: str, token: int) -> None:
         async with self.db.write() as scope:
