@@ -2,7 +2,9 @@
 the project's shadow repository really recorded. The file lists and hashes they act on are read
 from patch parts, which an import can plant at will: a list naming a file elsewhere (in the
 parent directory, through ``..`` or a symbolic link) or a hash the repository never recorded is
-refused with a 400 before any file moves, and no revert marker is set."""
+refused with a 400 before any file moves, and no revert marker is set. And a server killed with
+SIGKILL in the middle of moving them finishes the job at its next start: files and marker agree,
+and no git child outlives the killed server."""
 
 from __future__ import annotations
 
