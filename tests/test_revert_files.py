@@ -207,11 +207,18 @@ def _killed_mid_restore(server: ProcessServer, git: SlowGit, path: str, body: di
     wait_until(lambda: not running(child))
 
 
-def _settled(server: ProcessServer, sid: str, many: Path, content: str) -> dict[str, Any]:
-    """The session once every file holds ``content`` (on PostgreSQL the restarted server finishes
-    the revert once the dead server's lease has expired)."""
-    wait_until(lambda: _contents(many) == {content: MANY}, timeout=30)
-    info: dict[str, Any] = httpx.get(f"{server.url}/session/{sid}").json()
+def _settled(server: ProcessServer, sid: str, many: Path, content: str, *, reverted: bool) -> dict[str, Any]:
+    """The session once every file holds ``content`` and it has a revert marker or not as
+    ``reverted`` says (on PostgreSQL the restarted server finishes the revert once the dead
+    server's lease has expired)."""
+    info: dict[str, Any] = {}
+
+    def agree() -> bool:
+        info.clear()
+        info.update(httpx.get(f"{server.url}/session/{sid}").json())
+        return _contents(many) == {content: MANY} and ("revert" in info) == reverted
+
+    wait_until(agree, timeout=30)
     return info
 
 
@@ -239,10 +246,10 @@ def test_a_revert_killed_mid_restore_is_finished_at_the_next_start(
         _killed_mid_restore(server, git, f"/session/{sid}/revert", {"messageID": user})
         assert _contents(many) == {"before\n": 100, "after\n": MANY - 100}
         server.start()
-        assert _settled(server, sid, many, "before\n")["revert"]["messageID"] == user
+        assert _settled(server, sid, many, "before\n", reverted=True)["revert"]["messageID"] == user
         _killed_mid_restore(server, git, f"/session/{sid}/unrevert")
         assert _contents(many) == {"after\n": 100, "before\n": MANY - 100}
         server.start()
-        assert "revert" not in _settled(server, sid, many, "after\n")
+        _settled(server, sid, many, "after\n", reverted=False)
     finally:
         server.stop()
