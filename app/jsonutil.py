@@ -5,13 +5,19 @@ orjson refuses integers beyond 64 bits and strings with lone surrogates, both of
 own parser lets into a request body. Everything the server encodes that it did not build itself
 came from a client, so such a value is the client's bad input: ``UnencodableValue`` (a
 ValueError) is answered with a 400 and the write it was part of is rolled back.
+
+What the server reports of the outside world is another matter: a file name that is not UTF-8
+reaches Python as escape surrogates, and must still be listed and stored. ``readable`` shows
+each such byte as U+FFFD, as a UTF-8 decoder does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+
+T = TypeVar("T")
 
 
 class UnencodableValue(ValueError):
@@ -30,3 +36,29 @@ def dumps(value: Any) -> str:
 
 
 loads = orjson.loads
+
+
+def readable(value: T) -> T:
+    """``value`` (strings, lists, dicts of them) with each lone surrogate in its strings, keys
+    included, replaced by U+FFFD (one per byte a ``surrogateescape`` name could not decode)."""
+    if isinstance(value, str):
+        return _readable_text(value)  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [readable(item) for item in value]  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {readable(key): readable(item) for key, item in value.items()}  # type: ignore[return-value]
+    return value
+
+
+def _readable_text(text: str) -> str:
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a surrogate that does not stand for a byte
+            raw = text.encode("utf-8", "surrogatepass")
+        return raw.decode("utf-8", "replace")
+    return text

@@ -443,3 +443,19 @@ def test_paths_the_system_refuses_are_4xx_on_every_file_route(client: httpx.Clie
             body = response.json()
             message = body["message"] if route.startswith("/api/") else body["data"]["message"]
             assert message and "Unexpected" not in message, (route, params, body)
+
+
+def test_names_that_are_not_utf8_are_listed_with_replacement_characters(client: httpx.Client, project: Path) -> None:
+    """A file name with a byte that is not UTF-8 once made the root listing, ``@`` search and the
+    VCS status answer 400 (the name could not be encoded); it is shown as U+FFFD, as in OpenCode."""
+    with open(os.fsencode(project) + b"/bad\xff.txt", "wb") as handle:
+        handle.write(b"needle\n")
+    os.mkdir(os.fsencode(project) + b"/dir\xfe")
+    shown = "bad\ufffd.txt"
+    assert shown in [n["name"] for n in ok(client.get("/file", params={"path": ""}))]
+    assert "dir\ufffd/" in [e["path"] for e in ok(client.get("/api/fs/list"))["data"]]
+    assert shown in ok(client.get("/find/file", params={"query": "bad"}))
+    assert {"path": shown, "type": "file"} in ok(client.get("/api/fs/find", params={"query": "bad"}))["data"]
+    assert shown in [c["file"] for c in ok(client.get("/vcs/status"))]
+    assert shown in [c["path"] for c in ok(client.get("/file/status"))]
+    assert shown in [d["file"] for d in ok(client.get("/vcs/diff", params={"mode": "git"}))]

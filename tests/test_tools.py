@@ -6,12 +6,13 @@ import asyncio
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.runtime.abort import Aborted
 from app.runtime.agents import Denied
 from app.runtime.tools import ToolError
-from tests.helpers import running
+from tests.helpers import create_session, running, text_prompt
 from tests.tool_harness import Harness
 
 
@@ -151,3 +152,17 @@ async def test_file_tools_check_the_name_given_and_where_a_symlink_leads(tools: 
     assert (root / "locked" / "key.txt").read_text() == "key\n" and (root / "plain.txt").read_text() == "plain\n"
     await tools.run("write", filePath="plain.txt", content="changed\n")
     assert "changed" in (await tools.run("read", filePath="plain.txt")).output
+
+
+def test_tools_that_list_a_name_that_is_not_utf8_complete(client: httpx.Client, project_dir: Path) -> None:
+    """glob, list and read of a directory holding such a name once left the tool running forever
+    (its output could not be stored); the name reaches the model with U+FFFD for the byte."""
+    with open(os.fsencode(project_dir) + b"/bad\xff.txt", "wb") as handle:
+        handle.write(b"needle\n")
+    sid = create_session(client)["id"]
+    for directive in ('TOOL:glob {"pattern": "*"}', "TOOL:list {}", "TOOL:read .", "TOOL:grep needle"):
+        reply = client.post(f"/session/{sid}/message", json=text_prompt(directive))
+        assert reply.status_code == 200 and reply.json()["info"]["time"].get("completed"), reply.text
+        messages = client.get(f"/session/{sid}/message").json()
+        tool = [p for m in messages for p in m["parts"] if p["type"] == "tool"][-1]
+        assert tool["state"]["status"] == "completed" and "bad\ufffd.txt" in tool["state"]["output"], directive

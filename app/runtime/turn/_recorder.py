@@ -19,6 +19,7 @@ from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
 from app.events.model import Event
+from app.jsonutil import readable
 from app.providers.base import Finish, ModelInfo, Usage
 from app.providers.models import step_cost
 from app.runtime.payloads import next_event
@@ -207,10 +208,13 @@ class AssistantRecorder:
         return part
 
     async def _tool_state(self, part: dict[str, Any], state: dict[str, Any], kind: str, **fields: Any) -> None:
-        part["state"] = state
+        """Record a tool's state. What a tool reports can hold names from the file system that are
+        not UTF-8: they are made ``readable``, or the record could not be stored (and the part
+        would stay running)."""
+        part["state"] = readable(state)
         async with self.log.transaction() as tx:
             await self.emit_part(tx, dict(part))
-            await self._emit_next(tx, kind, callID=part["callID"], **fields)
+            await self._emit_next(tx, kind, callID=part["callID"], **readable(fields))
 
     async def tool_running(self, part: dict[str, Any], args: dict[str, Any], raw: str) -> None:
         self._started[part["callID"]] = now_ms()

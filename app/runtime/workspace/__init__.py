@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import ConfigError, ConfigLoader
+from app.jsonutil import readable
 from app.runtime.workspace import _files, _find, _ripgrep, _vcs
 from app.runtime.workspace._paths import confine, real, refusals
 from app.runtime.workspace._ripgrep import Match
@@ -106,7 +107,7 @@ class Workspace:
             root = real(Path(directory))
             globs = self._exclusions(directory)
             index = await self._indexes.get((str(root), *globs), lambda: _ripgrep.files(root, globs))
-        return await asyncio.to_thread(index.search, query, kind, limit)
+        return readable(await asyncio.to_thread(index.search, query, kind, limit))
 
     def forget(self, directory: str) -> None:
         """Something changed under ``directory``: the next name lookup re-reads the tree."""
@@ -142,7 +143,13 @@ class Workspace:
         """OpenCode's ``VcsFileDiff[]`` against HEAD (``git``) or the default branch (``branch``)."""
         found = await _vcs.patches(Path(directory), mode, context)
         return [
-            {"file": c.file, "patch": p, "additions": c.additions, "deletions": c.deletions, "status": c.status}
+            {
+                "file": readable(c.file),
+                "patch": p,
+                "additions": c.additions,
+                "deletions": c.deletions,
+                "status": c.status,
+            }
             for c, p in found
         ]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.jsonutil import readable
 from app.runtime.errors import InvalidInput, PathNotFound
 from app.runtime.workspace._ignore import IgnoreRules
 from app.runtime.workspace._paths import relative
@@ -61,7 +62,8 @@ class Entry:
         """OpenCode's ``FileNode`` (a directory's ``path`` ends with ``/``)."""
         kind = "directory" if self.is_dir else "file"
         path = self.path + "/" if self.is_dir else self.path
-        return {"name": self.name, "path": path, "absolute": self.absolute, "type": kind, "ignored": self.ignored}
+        node = {"name": self.name, "path": path, "absolute": self.absolute, "type": kind, "ignored": self.ignored}
+        return readable(node)  # a name that is not UTF-8 is shown, not refused
 
 
 def list_directory(root: Path, folder: Path, raw: str, extra_ignores: Sequence[str]) -> list[Entry]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.jsonutil import readable
 from app.processes import tied
 from app.runtime.errors import PatchNotApplied
 
@@ -99,7 +100,13 @@ class Change:
     status: str
 
     def wire(self) -> dict[str, Any]:
-        return {"file": self.file, "additions": self.additions, "deletions": self.deletions, "status": self.status}
+        """OpenCode's ``VcsFileStatus``; a name that is not UTF-8 is shown with U+FFFD."""
+        return {
+            "file": readable(self.file),
+            "additions": self.additions,
+            "deletions": self.deletions,
+            "status": self.status,
+        }
 
 
 def _fields(out: bytes) -> list[str]:
