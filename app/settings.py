@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     # Binding a non-loopback address without a password needs this explicit opt-in.
     allow_public: bool = False
     max_body_bytes: int = 10 * 1024 * 1024
+    # The import route's own limit (``POST /opensession/import``): a long session's export is
+    # tens of megabytes, and the route streams it to a temporary file, so it holds little of it.
+    max_import_bytes: int = 1024 * 1024 * 1024
     heartbeat_seconds: float = 10.0
     # Events a live subscriber may lag behind before its stream is closed (it can resume by id).
     subscriber_queue_size: int = 4096

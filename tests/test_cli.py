@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.helpers import create_session, git_repository
+from tests.helpers import create_session, git_repository, text_prompt
 from tests.servers import ROOT, ThreadServer, free_port, thread_server
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -280,6 +280,24 @@ def test_export_then_import_into_a_fresh_database(attach: Any, client: httpx.Cli
     assert "already exists" in one_error_line(again)
     listed = json.loads(cli("sessions", "--json", db=fresh, cwd=elsewhere).stdout)
     assert [(s["id"], s["messages"]) for s in listed] == [(session["id"], 7)]
+
+
+def test_an_export_over_the_body_limit_imports_back(
+    attach: Any, client: httpx.Client, server: ThreadServer, tmp_path: Path
+) -> None:
+    """What export writes, import reads: a session whose export is over the request body limit
+    (a long session's is tens of megabytes) goes back in through ``POST /opensession/import``."""
+    session = create_session(client)
+    turn = "x" * (server.settings.max_body_bytes // 3)
+    for index in range(2):  # each turn stores the prompt and its echo
+        assert client.post(f"/session/{session['id']}/message", json=text_prompt(f"{index} {turn}")).status_code == 200
+    out = tmp_path / "long.json"
+    assert attach("export", session["id"], "--output", str(out)).returncode == 0
+    assert out.stat().st_size > server.settings.max_body_bytes
+    assert client.delete(f"/session/{session['id']}").status_code == 200
+    result = attach("import", str(out))
+    assert result.returncode == 0, result.stderr
+    assert client.get(f"/session/{session['id']}/message").json() == json.loads(out.read_text())["messages"]
 
 
 def test_a_real_opencode_export_imports(attach: Any, client: httpx.Client) -> None:

@@ -98,8 +98,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         routes.extend(router.routes)
     app.router.routes.extend(hot_routes_first(routes))
-    app.add_middleware(TextBodies)  # inside BodyLimit: it reads whole bodies, which BodyLimit bounds
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    # Inside BodyLimit: it reads whole bodies, which BodyLimit bounds; the import streams its own.
+    app.add_middleware(TextBodies, streamed=frozenset({opensession.IMPORT_PATH}))
+    app.add_middleware(
+        BodyLimit, limit=settings.max_body_bytes, streamed={opensession.IMPORT_PATH: settings.max_import_bytes}
+    )
     if settings.password:
         app.add_middleware(BasicAuth, username=settings.username, password=settings.password)
     app.add_middleware(BrowserGuard, origins=settings.cors, hosts=settings.request_hosts)

@@ -47,13 +47,15 @@ def problem(body: bytes) -> str | None:
 
 class TextBodies:
     """Reads the whole body of a request that may carry one (``BodyLimit``, outside, bounds it),
-    refuses it when ``problem`` finds one, else hands it on unchanged."""
+    refuses it when ``problem`` finds one, else hands it on unchanged. Routes in ``streamed``
+    read their body as a stream (too large to hold) and check it as they read it."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, streamed: frozenset[str] = frozenset()) -> None:
         self.app = app
+        self.streamed = streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in _NO_BODY:
+        if scope["type"] != "http" or scope["method"] in _NO_BODY or scope["path"] in self.streamed:
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []

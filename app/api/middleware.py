@@ -25,26 +25,33 @@ async def _reply(send: Send, status: int, body: dict, headers: list[tuple[bytes,
     await send({"type": "http.response.body", "body": payload})
 
 
-def _too_large(limit: int) -> dict:
+def too_large(limit: int) -> dict:
     return {"name": "BadRequest", "data": {"message": f"Request body exceeds {limit} bytes", "kind": "Payload"}}
 
 
 class BodyLimit:
-    """Refuses bodies over ``limit`` bytes with 413 before any route sees them."""
+    """Refuses bodies over ``limit`` bytes with 413 before any route sees them. A route in
+    ``streamed`` (path: its own limit) reads its body as a stream and holds to that limit itself:
+    a declared length over it is refused here, a chunked body is passed on, not buffered."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, streamed: dict[str, int] | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.streamed = streamed or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        limit = self.streamed.get(scope["path"], self.limit)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None:
-            if not length.isdigit() or int(length) > self.limit:
-                await _reply(send, 413, _too_large(self.limit))
+            if not length.isdigit() or int(length) > limit:
+                await _reply(send, 413, too_large(limit))
                 return
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] in self.streamed:
             await self.app(scope, receive, send)
             return
         # No declared length (chunked): buffer up to the limit, then replay to the app.
@@ -57,7 +64,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
-                await _reply(send, 413, _too_large(self.limit))
+                await _reply(send, 413, too_large(self.limit))
                 return
             if not message.get("more_body"):
                 break

@@ -4,27 +4,43 @@ that the OpenCode routes do not offer."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import tempfile
+from typing import IO, Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.middleware import too_large
 from app.api.responses import JSONBody
-from app.jsonutil import loads
-from app.runtime.errors import InvalidInput
 
 router = APIRouter(prefix="/opensession", tags=["opensession"], include_in_schema=False)
 
+IMPORT_PATH = "/opensession/import"  # streams its body (app/api/app.py gives it its own limit)
 
-@router.post("/import")
+
+async def _spool(request: Request, file: IO[bytes], limit: int) -> bool:
+    """Write the request's body to ``file`` as it arrives; False once it is over ``limit``
+    bytes (a chunked body: a declared length over it never gets here)."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return False
+        file.write(chunk)
+    file.seek(0)
+    return True
+
+
+@router.post(IMPORT_PATH.removeprefix("/opensession"))
 async def import_session(runtime: RuntimeDep, directory: DirectoryDep, request: Request) -> Response:
     """Import an ``opencode export`` file (the request body) into ``directory``; 409 when its
-    session already exists."""
-    try:
-        data = loads(await request.body())
-    except ValueError:
-        raise InvalidInput("the body is not JSON") from None
-    return JSONBody(await runtime.imports.import_session(data, directory))
+    session already exists. The body goes to a temporary file, read a message at a time: an
+    export of tens of megabytes is imported with little memory."""
+    limit = runtime.settings.max_import_bytes
+    with tempfile.TemporaryFile() as spool:
+        if not await _spool(request, spool, limit):
+            return JSONBody(too_large(limit), status_code=413)
+        return JSONBody(await runtime.imports.import_session(spool, directory))
 
 
 @router.get("/sessions")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +45,15 @@ def export_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(file: str) -> bytes:
-    """The file's bytes, once checked to be JSON (the server checks that it is an export)."""
-    try:
-        content = Path(file).read_bytes()
-    except OSError as exc:
-        raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
-    try:
-        json.loads(content)
-    except ValueError as exc:
-        raise CliError(f"{file} is not JSON: {exc}") from None
-    return content
-
-
 def import_main(args: argparse.Namespace) -> int:
-    content = _read(args.file)
-    with connect(args) as api:
+    """The file goes to the server as it is read (the server checks it, a message at a time, and
+    names the first problem), so a long session's export takes little memory here either."""
+    with ExitStack() as stack:
+        try:
+            content = stack.enter_context(Path(args.file).open("rb"))
+        except OSError as exc:
+            raise CliError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+        api = stack.enter_context(connect(args))
         info = api.call(
             "POST",
             "/opensession/import",

@@ -122,10 +122,14 @@ class WriteScope:
         await self.flush()
         return await self._driver.rows(sql, params or {})
 
-    def send_ahead(self) -> None:
+    async def send_ahead(self) -> None:
         """Start sending everything queued so far while the caller prepares more (a large copy):
         the driver writes one batch while Python builds the next. Batches stay in order; the next
-        flush (or the commit) waits for them and re-raises their errors."""
+        flush (or the commit) waits for them and re-raises their errors.
+
+        It returns once the batch has started (one pass of the loop): a caller building the next
+        batch without ever waiting (a copy, an import) would otherwise hold every batch, and all
+        its rows, until the commit."""
         batch = self._queued + self._appended
         self._queued, self._appended = [], []
         previous = self._in_flight
@@ -136,6 +140,7 @@ class WriteScope:
             await self._send(batch)
 
         self._in_flight = asyncio.ensure_future(send())
+        await asyncio.sleep(0)
 
     async def settle(self) -> None:
         in_flight, self._in_flight = self._in_flight, None

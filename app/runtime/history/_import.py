@@ -13,19 +13,29 @@ A file is not trusted beyond what it describes: a pending revert keeps its point
 tree it names (that tree belongs to the machine the file came from, so unreverting an imported
 session restores no files), and times in the future become now (a file cannot make its session
 the directory's latest for good, which ``opensession run -c`` would continue).
+
+Memory: the file is read twice, a message at a time (app/runtime/history/_export_file.py), once to
+check it and once to write it; what the transaction holds until it commits is the events' JSON
+text (``History.append_encoded``), not the file decoded into Python objects (about ten times its
+size).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from app import ids
 from app.clock import now_ms
 from app.events.log import EventLog, Transaction
+from app.jsonutil import UnencodableValue, dumpb
 from app.runtime.errors import Conflict, InvalidInput
-from app.runtime.history._service import COPIED_OPEN, History
+from app.runtime.history._export_file import Elements, ExportSyntax, members
+from app.runtime.history._service import COPIED_OPEN, COPY_BATCH, History
 from app.runtime.sessions import SessionService, closed_part, closed_reply, open_reply, project_id
 from app.store import sql
 
@@ -71,36 +81,80 @@ class _Message(_Loose):
     parts: list[_Part]
 
 
-class _Export(_Loose):
-    info: _SessionInfo
-    messages: list[_Message]
-
-
-def _describe(error: ValidationError) -> str:
+def _describe(error: ValidationError, at: tuple[str | int, ...]) -> str:
     first = error.errors()[0]
-    where = ".".join(str(step) for step in first["loc"]) or "(top level)"
-    return f"not a session export: {where}: {first['msg']}"
+    return f"not a session export: {'.'.join(str(step) for step in (*at, *first['loc']))}: {first['msg']}"
 
 
-def validate_export(data: Any) -> None:
-    """Raise InvalidInput naming the first problem of ``data`` as a session export."""
+def _valid(model: type[_Loose], value: Any, at: tuple[str | int, ...]) -> Any:
+    """``value`` checked as ``model`` and as something the server can store."""
     try:
-        export = _Export.model_validate(data)
+        checked = model.model_validate(value)
+        dumpb(value)
     except ValidationError as exc:
-        raise InvalidInput(_describe(exc)) from None
-    message_ids: set[str] = set()
-    part_ids: set[str] = set()
-    for index, message in enumerate(export.messages):
-        if message.info.id in message_ids:
-            raise InvalidInput(f"not a session export: message {message.info.id} appears twice")
-        message_ids.add(message.info.id)
-        for part in message.parts:
-            owner = (part.model_extra or {}).get("messageID", message.info.id)
-            if owner != message.info.id:
-                raise InvalidInput(f"not a session export: part {part.id} of messages.{index} names message {owner}")
-            if part.id in part_ids:
-                raise InvalidInput(f"not a session export: part {part.id} appears twice")
-            part_ids.add(part.id)
+        raise InvalidInput(_describe(exc, at)) from None
+    except UnencodableValue as exc:
+        raise InvalidInput(f"not a session export: {'.'.join(map(str, at))}: {exc}") from None
+    return checked
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What checking an export found: its session's info, and every message and part id in
+    file order (the import renames them all when one is taken)."""
+
+    info: dict[str, Any]
+    messages: list[str]
+    parts: list[str]
+
+
+def check_export(file: IO[bytes]) -> Checked:
+    """Raise InvalidInput naming the first problem of ``file`` as a session export, reading it
+    from the start a message at a time."""
+    info: dict[str, Any] | None = None
+    names: set[str] = set()
+    messages: dict[str, None] = {}  # ordered sets
+    parts: dict[str, None] = {}
+    try:
+        for name, value in members(file):
+            if name in names:
+                raise InvalidInput(f"not a session export: {name} appears twice")
+            names.add(name)
+            if name == "info":
+                _valid(_SessionInfo, value, ("info",))
+                info = value
+            elif name == "messages" and not isinstance(value, Elements):
+                raise InvalidInput("not a session export: messages: Input should be a valid list")
+            elif name == "messages":
+                for index, data in enumerate(value):
+                    message = _valid(_Message, data, ("messages", index))
+                    if message.info.id in messages:
+                        raise InvalidInput(f"not a session export: message {message.info.id} appears twice")
+                    messages[message.info.id] = None
+                    for part in message.parts:
+                        owner = (part.model_extra or {}).get("messageID", message.info.id)
+                        if owner != message.info.id:
+                            raise InvalidInput(
+                                f"not a session export: part {part.id} of messages.{index} names message {owner}"
+                            )
+                        if part.id in parts:
+                            raise InvalidInput(f"not a session export: part {part.id} appears twice")
+                        parts[part.id] = None
+    except ExportSyntax as exc:
+        raise InvalidInput(str(exc)) from None
+    for required in ("info", "messages"):
+        if required not in names:
+            raise InvalidInput(f"not a session export: {required}: Field required")
+    assert info is not None
+    return Checked(info, list(messages), list(parts))
+
+
+def _messages(file: IO[bytes]) -> Iterator[dict[str, Any]]:
+    """The messages of a checked export, from the start of ``file``, one at a time."""
+    file.seek(0)
+    for name, value in members(file):
+        if name == "messages":
+            yield from value
 
 
 class Importer:
@@ -109,12 +163,12 @@ class Importer:
         self.sessions = sessions
         self.history = history
 
-    async def import_session(self, data: Any, directory: str) -> dict[str, Any]:
-        """Write the exported session ``data`` into ``directory`` (as OpenCode's import, the
+    async def import_session(self, file: IO[bytes], directory: str) -> dict[str, Any]:
+        """Write the session exported in ``file`` into ``directory`` (as OpenCode's import, the
         importing project owns it) and return its info. A reply the file holds open (exported
         while a turn ran) is closed as a fork closes one: nothing here will ever finish it."""
-        validate_export(data)  # every change below builds new objects: ``data`` stays as given
-        source = data["info"]
+        checked = await asyncio.to_thread(check_export, file)  # parsing megabytes: off the loop
+        source = checked.info
         info = {k: v for k, v in source.items() if k not in ("share", "parentID", "revert")}
         info |= {"directory": directory, "projectID": await project_id(directory), "path": ""}
         now = now_ms()
@@ -125,19 +179,17 @@ class Importer:
             parent = source.get("parentID")
             if isinstance(parent, str) and await tx.fetch(sql.SESSION_INFO, {"id": parent}):
                 info["parentID"] = parent  # a child keeps its parent only when the parent is here
-            messages = await self._renamed(
-                tx, [m["info"]["id"] for m in data["messages"]], sql.MESSAGE_ID_EXISTS, "message"
-            )
-            parts = await self._renamed(
-                tx, [p["id"] for m in data["messages"] for p in m["parts"]], sql.PART_ID_EXISTS, "part"
-            )
+            messages = await self._renamed(tx, checked.messages, sql.MESSAGE_ID_EXISTS, "message")
+            parts = await self._renamed(tx, checked.parts, sql.PART_ID_EXISTS, "part")
             revert = source.get("revert")
             if isinstance(revert, dict) and revert.get("messageID") in messages:
                 info["revert"] = {"messageID": messages[revert["messageID"]]}
                 if revert.get("partID") in parts:
                     info["revert"]["partID"] = parts[revert["partID"]]
             await self.sessions.emit_created(tx, info)
-            for message in data["messages"]:
+            for index, message in enumerate(_messages(file), 1):
+                if index % COPY_BATCH == 0:
+                    await tx.scope.send_ahead()  # the database writes this batch while the next is read
                 message_info = message["info"] | {"id": messages[message["info"]["id"]], "sessionID": info["id"]}
                 if message_info.get("parentID") in messages:
                     message_info["parentID"] = messages[message_info["parentID"]]
@@ -145,7 +197,7 @@ class Importer:
                     message_info = closed_reply(message_info, COPIED_OPEN, now)
                 new_parts = [part | {"id": parts[part["id"]]} for part in message["parts"]]
                 new_parts = [closed_part(part, now) or part for part in new_parts]
-                await self.history.append_message(tx, info, message_info, new_parts)
+                await self.history.append_encoded(tx, info, message_info, new_parts)
         return info
 
     @staticmethod

@@ -29,6 +29,7 @@ from app.runtime.sessions import (
     zero_tokens,
 )
 from app.store import sql
+from app.store.database import Params
 from app.store.queries import MessageWithParts, Queries, RawMessage
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
@@ -43,6 +44,34 @@ def _swap(text: str, pairs: list[tuple[str, str]]) -> str:
     for old, new in pairs:
         text = text.replace(old, new)
     return text
+
+
+async def _emit_text(
+    tx: Transaction, session: dict[str, Any], event_type: str, payload: str, row: tuple[str, Params]
+) -> None:
+    """A message event of ``session`` whose payload members (after ``sessionID``) are JSON text
+    already, with its projection ``row``."""
+    await tx.emit_encoded(
+        event_type,
+        f'{{"sessionID":"{session["id"]}",{payload}}}',
+        session_id=session["id"],
+        directory=session["directory"],
+        rows=[row],
+    )
+
+
+async def _emit_message_text(
+    tx: Transaction, session: dict[str, Any], message_id: str, role: str, created: int, info: str
+) -> None:
+    row = {"id": message_id, "session_id": session["id"], "role": role, "time_created": created, "info": info, "seq": 0}
+    await _emit_text(tx, session, "message.updated", f'"info":{info}', (sql.UPSERT_MESSAGE, row))
+
+
+async def _emit_part_text(
+    tx: Transaction, session: dict[str, Any], message_id: str, part_id: str, part: str, time: int
+) -> None:
+    row = {"id": part_id, "message_id": message_id, "session_id": session["id"], "data": part}
+    await _emit_text(tx, session, "message.part.updated", f'"part":{part},"time":{time}', (sql.UPSERT_PART, row))
 
 
 class History:
@@ -133,11 +162,11 @@ class History:
         # Stored JSON is copied as text with its ids swapped (ids are unique random tokens), so a
         # long session is copied without decoding and re-encoding every message and part.
         renamed: dict[str, str] = {}
-        session_id, directory = target["id"], target["directory"]
+        session_id = target["id"]
         at = now_ms()
         for index, (old_id, role, created, info, part_texts) in enumerate(originals, 1):
             if index % COPY_BATCH == 0:
-                tx.scope.send_ahead()  # the database writes this batch while the next is built
+                await tx.scope.send_ahead()  # the database writes this batch while the next is built
             new_id = renamed[old_id] = ids.message_id()
             common = [(old_id, new_id), (source_id, session_id)]
             parent = _PARENT.search(info)
@@ -147,21 +176,7 @@ class History:
             still_open = role == "assistant" and OPEN_REPLY_HINT not in info and open_reply(decoded := loads(info))
             if still_open:
                 info = dumps(closed_reply(decoded, COPIED_OPEN, at))
-            row = {
-                "id": new_id,
-                "session_id": session_id,
-                "role": role,
-                "time_created": created,
-                "info": info,
-                "seq": 0,
-            }
-            await tx.emit_encoded(
-                "message.updated",
-                f'{{"sessionID":"{session_id}","info":{info}}}',
-                session_id=session_id,
-                directory=directory,
-                rows=[(sql.UPSERT_MESSAGE, row)],
-            )
+            await _emit_message_text(tx, target, new_id, role, created, info)
             for text in part_texts:
                 part_id = ids.part_id()
                 own = _ID.search(text)
@@ -169,15 +184,20 @@ class History:
                 if still_open or any(hint in part for hint in OPEN_TOOL_HINTS):
                     closed = closed_part(loads(part), at)
                     part = part if closed is None else dumps(closed)
-                part_row = {"id": part_id, "message_id": new_id, "session_id": session_id, "data": part}
-                await tx.emit_encoded(
-                    "message.part.updated",
-                    f'{{"sessionID":"{session_id}","part":{part},"time":{created}}}',
-                    session_id=session_id,
-                    directory=directory,
-                    rows=[(sql.UPSERT_PART, part_row)],
-                )
+                await _emit_part_text(tx, target, new_id, part_id, part, created)
         return len(originals)
+
+    async def append_encoded(
+        self, tx: Transaction, session: dict[str, Any], info: dict[str, Any], parts: list[dict[str, Any]]
+    ) -> None:
+        """``append_message`` for bulk writes (an import): the events keep their JSON text only,
+        not the decoded payload as well, so a transaction of thousands of messages holds about
+        the size of their text until it commits. Every part has its id."""
+        await _emit_message_text(tx, session, info["id"], info["role"], info["time"]["created"], dumps(info))
+        at = now_ms()
+        for part in parts:
+            row = part | {"sessionID": session["id"], "messageID": info["id"]}
+            await _emit_part_text(tx, session, info["id"], part["id"], dumps(row), at)
 
     async def fork(self, source_id: str, up_to: str | None) -> dict[str, Any]:
         """A new session holding copies of the messages before ``up_to`` (all when None), titled
