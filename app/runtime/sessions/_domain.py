@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions._cluster import Cluster
 from app.runtime.sessions._coordinator import Drain, DrainCoordinator, StatusListener
-from app.runtime.sessions._recovery import StepChanges, recover
+from app.runtime.sessions._recovery import StepChanges, close_session, recover
 from app.runtime.sessions._service import SessionService
 
 
@@ -33,6 +34,15 @@ class SessionsDomain:
         if self.cluster is not None:
             await self.cluster.start(self.coordinator, changes)
         return recovered
+
+    async def close_failed(
+        self, infra: Infrastructure, session_id: str, answered: list[str], error: dict[str, Any], changes: StepChanges
+    ) -> None:
+        """Close what a drain of this process left open when it could not record its own end
+        (a write refused: the disk was full), settling the inputs it ``answered`` in the same
+        transaction, so they are not answered a second time."""
+        session = await self.service.get(session_id)
+        await close_session(infra.log, infra.queries, session, changes, error=error, settle=answered)
 
     async def stop(self) -> None:
         await self.coordinator.shutdown()

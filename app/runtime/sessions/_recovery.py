@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app import ids
@@ -28,6 +28,7 @@ from app.runtime.errors import SessionNotFound
 from app.runtime.sessions._closing import closed_part, closed_reply
 from app.runtime.sessions._coordinator import DrainCoordinator
 from app.runtime.sessions._service import SessionService
+from app.store import sql
 from app.store.queries import Queries
 
 log = logging.getLogger("opensession.recovery")
@@ -68,7 +69,9 @@ class _OpenWork:
                 }
 
 
-async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, queries: Queries, at: int) -> None:
+async def _close(
+    tx: Transaction, session: dict[str, Any], work: _OpenWork, queries: Queries, at: int, error: dict[str, Any]
+) -> None:
     session_id, directory = session["id"], session["directory"]
 
     async def emit(event_type: str, props: dict[str, Any]) -> None:
@@ -86,7 +89,7 @@ async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, quer
                 await emit("message.part.updated", {"part": closed, "time": at})
         if message_id in work.patches:
             await emit("message.part.updated", {"part": work.patches[message_id], "time": at})
-        await emit("message.updated", {"info": closed_reply(message["info"], INTERRUPTED, at)})
+        await emit("message.updated", {"info": closed_reply(message["info"], error, at)})
     for part in work.parts:
         closed = closed_part(part, at)
         if closed is not None and part["id"] not in closed_parts:
@@ -94,17 +97,26 @@ async def _close(tx: Transaction, session: dict[str, Any], work: _OpenWork, quer
 
 
 async def close_session(
-    log_: EventLog, queries: Queries, session: dict[str, Any], changes: StepChanges | None = None
+    log_: EventLog,
+    queries: Queries,
+    session: dict[str, Any],
+    changes: StepChanges | None = None,
+    *,
+    error: dict[str, Any] = INTERRUPTED,
+    settle: Sequence[str] = (),
 ) -> None:
     """Close what a dead drain left open in one session (a takeover: the caller now holds its
-    lease, so nothing else writes there)."""
+    lease, so nothing else writes there), or a failed one (``error`` says why). The inputs in
+    ``settle`` are settled in the same transaction: their turn is over, and is not run again."""
     work = _OpenWork()
     work.messages = [m for _, m in await queries.open_assistant_messages(session["id"])]
     work.parts = [p for _, p in await queries.open_tool_parts(session["id"])]
     await work.find_patches(session, queries, changes)
-    if work.messages or work.parts:
+    if work.messages or work.parts or settle:
         async with log_.transaction() as tx:
-            await _close(tx, session, work, queries, now_ms())
+            await _close(tx, session, work, queries, now_ms(), error)
+            for input_id in settle:
+                tx.execute(sql.COMPLETE_INPUT, {"id": input_id})
 
 
 async def recover(
@@ -135,7 +147,7 @@ async def recover(
         if session_id in open_work:
             await open_work[session_id].find_patches(session, queries, changes)
             async with log_.transaction() as tx:
-                await _close(tx, session, open_work[session_id], queries, now_ms())
+                await _close(tx, session, open_work[session_id], queries, now_ms(), INTERRUPTED)
     for session_id in present:  # woken only once everything open is closed
         if session_id in waiting:
             coordinator.wake(session_id)

@@ -72,11 +72,16 @@ class _InfoCache:
     not re-read a row it wrote a moment ago. Entries change only after a commit (and are all
     dropped if a commit other transactions already built on is lost). A row read from a reader
     connection is kept only if no write changed the cache while it was being read: else it may
-    be older than what the write put there."""
+    be older than what the write put there.
+
+    Directories are kept apart and outlive ``clear``: a session's directory never changes, so a
+    lost commit cannot make one stale, and status announcements (which cannot wait for a read)
+    still reach the session's directory after a failed commit (a full disk)."""
 
     def __init__(self, size: int = 2048) -> None:
         self._size = size
-        self._entries: OrderedDict[str, tuple[str, str]] = OrderedDict()  # id -> (info JSON, directory)
+        self._entries: OrderedDict[str, str] = OrderedDict()  # id -> info JSON
+        self._directories: OrderedDict[str, str] = OrderedDict()
         self.generation = 0  # changes with every put, drop and clear
 
     def get(self, session_id: str) -> dict[str, Any] | None:
@@ -84,19 +89,19 @@ class _InfoCache:
         if entry is None:
             return None
         self._entries.move_to_end(session_id)
-        return loads(entry[0])  # a fresh copy: callers may change it
+        return loads(entry)  # a fresh copy: callers may change it
 
     def directory(self, session_id: str) -> str | None:
         """A session's directory (it never changes), without decoding its info."""
-        entry = self._entries.get(session_id)
-        return entry[1] if entry is not None else None
+        return self._directories.get(session_id)
 
     def put(self, info: dict[str, Any]) -> None:
         self.generation += 1
-        self._entries[info["id"]] = (dumps(info), info["directory"])
-        self._entries.move_to_end(info["id"])
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
+        for entries, value in ((self._entries, dumps(info)), (self._directories, info["directory"])):
+            entries[info["id"]] = value
+            entries.move_to_end(info["id"])
+            if len(entries) > self._size:
+                entries.popitem(last=False)
 
     def put_read(self, info: dict[str, Any], generation: int) -> None:
         """Keep ``info``, read when the cache was at ``generation``, unless it changed since."""
@@ -106,6 +111,7 @@ class _InfoCache:
     def drop(self, session_id: str) -> None:
         self.generation += 1
         self._entries.pop(session_id, None)
+        self._directories.pop(session_id, None)
 
     def clear(self) -> None:
         self.generation += 1

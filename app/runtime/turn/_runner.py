@@ -22,13 +22,15 @@ shutdown settles nothing, so the next start recovers the work.
 from __future__ import annotations
 
 import asyncio
+import logging
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 from app import ids
 from app.clock import now_ms
 from app.config import ConfigError, reading
-from app.events.log import Transaction
+from app.events.log import LeaseLost, Transaction
 from app.events.model import Event
 from app.jsonutil import loads
 from app.providers.base import (
@@ -45,7 +47,7 @@ from app.providers.options import tune
 from app.providers.registry import ModelNotFoundError, ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Rule
-from app.runtime.errors import Conflict
+from app.runtime.errors import Conflict, DatabaseUnavailable, SessionNotFound
 from app.runtime.history import (
     SUMMARY_INSTRUCTION,
     SUMMARY_SYSTEM,
@@ -71,12 +73,19 @@ from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import sql
 from app.store.queries import InputRow
 
+log = logging.getLogger("opensession.runner")
+
 MAX_STEERS_PER_STEP = 100
 # A provider's stream is read this many events at a time before the loop runs others: when a
 # burst is buffered (a long reply sent at once), reading it never suspends, and one session would
 # hold the loop, and every other session's admissions and deltas, until its burst was through.
 STREAM_EVENTS_PER_PASS = 32
 MAX_STEPS_PER_TURN = 25  # the last step is offered no tools, so a runaway tool loop ends
+# The error of a reply a failed drain left open, closed by the next drain of its session.
+UNRECORDED = {
+    "name": "UnknownError",
+    "data": {"message": "The reply could not be recorded to its end (the database refused a write)"},
+}
 
 
 def _first_user_text(request: ChatRequest) -> str:
@@ -105,6 +114,7 @@ class Turn:
     tools: TurnTools = field(default_factory=TurnTools)
     snapshot: str | None = None
     first: str | None = None  # the tree its first step started from
+    recorder: AssistantRecorder | None = None  # the step's reply, once it has one
 
 
 def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
@@ -130,8 +140,13 @@ class Runner:
     toolcalls: ToolCalls
     titles: TitleGenerator
     pacer: StepPacer = field(default_factory=StepPacer)
+    # Sessions whose last drain here ended with its reply open: not even its error could be
+    # written (a full disk). Until that reply is closed, nothing else of the session runs.
+    left_open: set[str] = field(default_factory=set)
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
+        if session_id in self.left_open:
+            await self._close_left_open(session_id)
         try:
             while batch := next_batch(await self.infra.queries.unsettled_inputs(session_id)):
                 signal.check()
@@ -144,6 +159,22 @@ class Runner:
                     # busy period's, so the drain after this one answers it.
                     self.sessions.coordinator.wake(session_id)
             raise
+        except (LeaseLost, DatabaseUnavailable):
+            raise  # the session's new owner, or the drain after the outage, closes what is open
+        except Exception:
+            self.left_open.add(session_id)
+            raise
+
+    async def _close_left_open(self, session_id: str) -> None:
+        """Close the reply the last drain left open, settling the inputs it answered (promoted):
+        they were answered, if not to the end, and are not answered again. Raises (and the
+        session stays marked) while the database still refuses the write."""
+        answered = [
+            row.id for row in await self.infra.queries.unsettled_inputs(session_id) if row.promoted_seq is not None
+        ]
+        with suppress(SessionNotFound):  # deleted meanwhile: nothing is left to close
+            await self.sessions.close_failed(self.infra, session_id, answered, UNRECORDED, self.snapshots.changed_since)
+        self.left_open.discard(session_id)
 
     async def _turn(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
         """Steps until the model stops asking for tools: each continuation answers the same
@@ -210,6 +241,14 @@ class Runner:
         slot = await signal.race(self.pacer.acquire())
         try:
             return await self._step_in(slot, session_id, batch, signal, turn, parent=parent, last_step=last_step)
+        except (Aborted, LeaseLost, DatabaseUnavailable):
+            raise
+        except Exception as exc:  # a write refused (a full disk) or a fault: the turn reports it
+            if turn.recorder is None:
+                raise
+            log.exception("a step of %s failed", session_id)
+            await self._fail(turn.recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
+            return False
         finally:
             slot.release()
 
@@ -224,6 +263,7 @@ class Runner:
         parent: InputRow | None,
         last_step: bool,
     ) -> bool:
+        turn.recorder = None  # until this step has its own
         session = await self.sessions.service.get(session_id)
         directory = session["directory"]
         answered = batch[-1] if batch else parent
@@ -254,7 +294,9 @@ class Runner:
         # A compaction summarizes what came before its request, so its window is read before the
         # step's own messages exist; a normal step reads it after promoting the prompts it answers.
         window = await self.history.snapshots.window(session_id) if reason else None
-        recorder = AssistantRecorder(self.infra.log, info, directory, self.infra.settings.part_flush_seconds)
+        recorder = turn.recorder = AssistantRecorder(
+            self.infra.log, info, directory, self.infra.settings.part_flush_seconds
+        )
         turn.inputs += [row.id for row in batch]
         start = turn.snapshot or await self.snapshots.track(directory)
         turn.first = turn.first or start

@@ -1,0 +1,160 @@
+"""A disk that fills up in the middle of a turn, for real: the SQLite database lives on a tmpfs of
+a few megabytes, and a file written until the kernel says ENOSPC fills what is left while the
+reply streams, so SQLite's next write fails with SQLITE_FULL ("database or disk is full").
+
+What must hold: the turn reports the failure (the reply gets the error, ``session.error``, status
+idle, the prompt settled); when even that cannot be written, the next drain closes the reply the
+failed one left open, and no prompt is ever answered twice.
+
+SQLite only: the failure is the filesystem's, under the embedded engine. Mounting needs root
+(CI runs as root); elsewhere these are skipped."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from tests.helpers import assistant_text, create_session, text_prompt, wait_until
+from tests.servers import ThreadServer, thread_server
+from tests.sse import EventCollector
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+class Disk:
+    """A small filesystem of its own; ``fill`` takes all the space left, ``free`` gives it back."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._filler = root / "filler"
+
+    def fill(self) -> None:
+        with self._filler.open("ab") as filler:
+            block = b"\0" * 65536
+            try:
+                while True:
+                    filler.write(block)
+                    filler.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+
+    def free(self) -> None:
+        self._filler.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Disk]:
+    root = tmp_path / "disk"
+    root.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(root)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield Disk(root)
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+@pytest.fixture
+def full_server(settings: Settings, disk: Disk) -> Iterator[ThreadServer]:
+    """A server whose database is on ``disk``, checkpointing streamed text often."""
+    on_disk = settings.model_copy(update={"db": str(disk.root / "opensession.db"), "part_flush_seconds": 0.05})
+    with thread_server(on_disk) as server:
+        yield server
+
+
+class _OnStepFailure(logging.Handler):
+    """Runs ``action`` when the server logs a failed step (in the server's thread, before the
+    turn writes its error)."""
+
+    def __init__(self, action: object) -> None:
+        super().__init__()
+        self.action = action
+        self.failures = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("a step of"):
+            self.failures += 1
+            if callable(self.action):
+                self.action()
+
+
+@pytest.fixture
+def step_failures() -> Iterator[list[_OnStepFailure]]:
+    handlers: list[_OnStepFailure] = []
+    runner_log = logging.getLogger("opensession.runner")
+    yield handlers
+    for handler in handlers:
+        runner_log.removeHandler(handler)
+
+
+def _watch(handlers: list[_OnStepFailure], action: object) -> _OnStepFailure:
+    handler = _OnStepFailure(action)
+    logging.getLogger("opensession.runner").addHandler(handler)
+    handlers.append(handler)
+    return handler
+
+
+def _fill_mid_reply(server: ThreadServer, client: httpx.Client, disk: Disk, sid: str) -> EventCollector:
+    """Prompt, and fill the disk once the reply streams; returns the collector (idle seen)."""
+    events = EventCollector(f"{server.url}/event")
+    prompt = text_prompt("SLOW:0.15 the disk fills while this streams")
+    assert client.post(f"/session/{sid}/prompt_async", json=prompt).status_code == 204
+    events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
+    disk.fill()
+    events.wait_idle(sid, timeout=15)
+    return events
+
+
+def _replies(client: httpx.Client, sid: str) -> list[dict]:
+    return [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "assistant"]
+
+
+def test_a_full_disk_mid_turn_is_an_error_the_turn_reports(
+    full_server: ThreadServer, disk: Disk, step_failures: list[_OnStepFailure]
+) -> None:
+    watch = _watch(step_failures, disk.free)  # space comes back before the error is written
+    with httpx.Client(base_url=full_server.url, timeout=30) as client:
+        sid = create_session(client)["id"]
+        events = _fill_mid_reply(full_server, client, disk, sid)
+        assert watch.failures == 1
+        errors = [f for f in events.snapshot() if f.type == "session.error"]
+        assert [f.properties["error"]["data"]["message"] for f in errors] == ["database or disk is full"]
+        (reply,) = _replies(client, sid)
+        assert reply["info"]["error"]["data"]["message"] == "database or disk is full"
+        assert "completed" in reply["info"]["time"]
+        assert client.get("/session/status").json() == {}
+        answer = client.post(f"/session/{sid}/message", json=text_prompt("and now"))
+        assert answer.status_code == 200 and assistant_text(answer.json()) == "Echo: and now"
+        assert [r["info"]["parentID"] for r in _replies(client, sid)] == [
+            m["info"]["id"] for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"
+        ]  # one reply per prompt: nothing answered twice
+
+
+def test_when_not_even_the_error_can_be_written_the_next_drain_closes_the_reply(
+    full_server: ThreadServer, disk: Disk, step_failures: list[_OnStepFailure]
+) -> None:
+    watch = _watch(step_failures, None)  # the disk stays full while the turn fails
+    with httpx.Client(base_url=full_server.url, timeout=30) as client:
+        sid = create_session(client)["id"]
+        _fill_mid_reply(full_server, client, disk, sid)
+        assert watch.failures == 1
+        wait_until(lambda: client.get("/session/status").json() == {})
+        (left,) = _replies(client, sid)
+        assert "completed" not in left["info"]["time"]  # nothing could be written: still open
+        disk.free()
+        answer = client.post(f"/session/{sid}/message", json=text_prompt("after the space came back"))
+        assert answer.status_code == 200, answer.text
+        assert assistant_text(answer.json()) == "Echo: after the space came back"
+        first, second = _replies(client, sid)
+        assert first["info"]["id"] == left["info"]["id"] and "completed" in first["info"]["time"]
+        assert "could not be recorded" in first["info"]["error"]["data"]["message"]
+        users = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"]
+        assert [first["info"]["parentID"], second["info"]["parentID"]] == [u["info"]["id"] for u in users]
