@@ -9,12 +9,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api import stainless
-from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.deps import MAX_INT, DirectoryDep, RuntimeDep
 from app.api.legacy.schemas import PatchBody
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["file"])
 
+GIT_MAX_CONTEXT = 2**31 - 1  # the most context lines git takes (-U<n>)
 PathQuery = Annotated[str, Query(max_length=4096, description="Path relative to the project directory")]
 
 
@@ -88,9 +89,12 @@ async def vcs_diff(
     runtime: RuntimeDep,
     directory: DirectoryDep,
     mode: Literal["git", "branch"],
-    context: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+    context: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
 ) -> Response:
-    return JSONBody(await runtime.workspace.diff(directory, mode, 3 if context is None else context))
+    """Any ``context`` (OpenCode sets no maximum): past git's own (a 32-bit count) it is the whole
+    file either way."""
+    lines = 3 if context is None else min(context, GIT_MAX_CONTEXT)
+    return JSONBody(await runtime.workspace.diff(directory, mode, lines))
 
 
 @router.get(

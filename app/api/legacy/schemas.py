@@ -33,7 +33,7 @@ class PermissionRule(_Body):
 
 class SessionCreate(_Body):
     parentID: SessionID | None = None
-    title: str | None = Field(default=None, max_length=1000)
+    title: str | None = None
     agent: str | None = None
     model: SessionModel | None = None
     metadata: dict[str, Any] | None = None
@@ -46,7 +46,7 @@ class SessionTime(_Body):
 
 
 class SessionUpdate(_Body):
-    title: str | None = Field(default=None, max_length=1000)
+    title: str | None = None
     metadata: dict[str, Any] | None = None
     permission: list[PermissionRule] | None = None
     time: SessionTime | None = None

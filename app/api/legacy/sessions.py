@@ -23,13 +23,17 @@ from app.api.legacy.schemas import (
     ShellBody,
     SummarizeBody,
 )
-from app.api.responses import JSONBody, raw_messages_json
+from app.api.responses import JSONBody, json_array, raw_messages_json
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.errors import InvalidCursor, InvalidInput, MessageNotFound
 from app.runtime.inputs import PromptRequest
 
 router = APIRouter(tags=["session"])
+
+# A page of messages holds at most this many: a larger ``limit`` (OpenCode takes any) is served as
+# this many, with ``x-next-cursor`` for the older ones.
+MESSAGES_PAGE = 10_000
 
 _SESSION_DOC: dict[int | str, dict[str, Any]] = {200: {"description": "Session info (OpenCode's Session schema)"}}
 
@@ -69,24 +73,36 @@ async def list_sessions(
     directory: DirectoryDep,
     roots: Annotated[bool | None, Query()] = None,
     start: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated at or after (ms)")] = None,
-    search: Annotated[str | None, Query(max_length=500)] = None,
-    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
+    search: str | None = None,
+    limit: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
 ) -> Response:
-    infos = await runtime.sessions.recent(
-        directory, roots=bool(roots), start=start, search=search, limit=limit if limit is not None else 100
+    """Any ``limit``, as OpenCode (clients ask for thousands, and this list has no next page): the
+    answer is written a page of sessions at a time."""
+    walk = runtime.sessions.walk(
+        descending=True,
+        directory=directory,
+        search=search,
+        roots=bool(roots),
+        start=start,
+        limit=limit if limit is not None else 100,
     )
-    return JSONBody(infos)
+    return await json_array(b",".join(dumpb(info) for info in page) async for page in walk)
+
+
+# What one page of ``/experimental/session`` holds at most: a larger ``limit`` is served as this
+# many, with ``x-next-cursor`` for the rest (its sessions are gathered before the header is sent).
+EXPERIMENTAL_PAGE = 10_000
 
 
 @router.get("/experimental/session", operation_id="experimental.session.list", summary="List sessions")
 async def sessions_everywhere(
     runtime: RuntimeDep,
-    directory: Annotated[str | None, Query(max_length=4096, description="Only this directory's sessions")] = None,
+    directory: Annotated[str | None, Query(description="Only this directory's sessions")] = None,
     roots: Annotated[bool | None, Query()] = None,
     start: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated at or after (ms)")] = None,
     cursor: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated before (ms)")] = None,
-    search: Annotated[str | None, Query(max_length=500)] = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    search: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_INT)] = 100,
     archived: Annotated[bool | None, Query(description="Include archived sessions")] = None,
 ) -> Response:
     """Sessions of every project, most recently updated first, each with its ``project``; when
@@ -98,7 +114,7 @@ async def sessions_everywhere(
         before=cursor,
         search=search,
         archived=bool(archived),
-        limit=limit,
+        limit=min(limit, EXPERIMENTAL_PAGE),
     )
     headers = {"x-next-cursor": str(next_cursor)} if next_cursor is not None else None
     return JSONBody(listed, headers=headers)
@@ -184,7 +200,7 @@ async def list_messages(
     request: Request,
     runtime: RuntimeDep,
     sessionID: SessionIDPath,
-    limit: Annotated[int | None, Query(ge=0, le=10_000, description="Newest N messages")] = None,
+    limit: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Newest N messages")] = None,
     before: Annotated[str | None, Query(description="Cursor from x-next-cursor")] = None,
 ) -> Response:
     await runtime.sessions.get(sessionID)
@@ -199,6 +215,7 @@ async def list_messages(
     if limit is None:
         raw = raw_messages_json(await runtime.history.raw_messages(sessionID))
         return Response(encode(raw), media_type="application/json")
+    limit = min(limit, MESSAGES_PAGE)
     page = await runtime.history.raw_messages(sessionID, limit=limit + 1, before=before_id)
     more = len(page) > limit
     page = page[len(page) - limit :] if limit else []

@@ -9,13 +9,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse
 
-from app.api.deps import LocationDep, RuntimeDep
+from app.api.deps import MAX_INT, LocationDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.runtime.sessions import project_id
 
 router = APIRouter(prefix="/api/fs", tags=["filesystem"])
 
 FIND_LIMIT = 100  # what OpenCode's file search returns when no limit is given
+FIND_MOST = 1000  # the most one search returns, whatever limit is asked
 
 
 async def _answer(directory: str, data: list[dict[str, Any]]) -> Response:
@@ -51,8 +52,10 @@ async def find(
     directory: LocationDep,
     query: Annotated[str, Query(max_length=1024)],
     type: Literal["file", "directory"] | None = None,
-    limit: Annotated[int | None, Query(gt=0, le=1000)] = None,
+    limit: Annotated[int | None, Query(gt=0, le=MAX_INT)] = None,
 ) -> Response:
-    """Files and directories ranked by how well their names match ``query``."""
-    paths = await runtime.workspace.find_files(directory, query, type or "all", limit or FIND_LIMIT)
+    """Files and directories ranked by how well their names match ``query``: the best ``limit``
+    of them, at most ``FIND_MOST`` (OpenCode sets no maximum; a larger limit is served as that)."""
+    wanted = min(limit or FIND_LIMIT, FIND_MOST)
+    paths = await runtime.workspace.find_files(directory, query, type or "all", wanted)
     return await _answer(directory, [{"path": p, "type": "directory" if p.endswith("/") else "file"} for p in paths])

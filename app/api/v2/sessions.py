@@ -6,13 +6,14 @@ from __future__ import annotations
 import base64
 import binascii
 import mimetypes
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
 from app import ids
 from app.api.deps import MAX_INT, DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath, checked_directory
-from app.api.responses import JSONBody
+from app.api.responses import JSONBody, json_array
 from app.api.sse import (
     HEARTBEAT_COMMENT,
     REPLAY_BATCH,
@@ -33,7 +34,10 @@ from app.runtime.service import Runtime
 
 router = APIRouter(prefix="/api", tags=["v2"])
 
-Limit = Annotated[int, Query(ge=1, le=100)]
+# What OpenCode's server takes as the ``limit`` of one page (it answers 400 past it, which its
+# OpenAPI document does not say): messages 200, history events 100.
+MessagesLimit = Annotated[int, Query(ge=1, le=200)]
+HistoryLimit = Annotated[int, Query(ge=1, le=100)]
 Order = Annotated[str | None, Query(pattern="^(asc|desc)$")]
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 
@@ -77,11 +81,13 @@ async def health() -> Response:
 async def list_sessions(
     runtime: RuntimeDep,
     directory: DirectoryDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_INT)] = 50,
     order: Order = None,
-    search: Annotated[str | None, Query(max_length=500)] = None,
+    search: str | None = None,
     cursor: str | None = None,
 ) -> Response:
+    """Any ``limit`` (the web app asks for 5000, and takes a shorter page for the end of the list):
+    the answer is written a page of sessions at a time, ``cursor.next`` after the last."""
     anchor = None
     if cursor is not None:
         state = _decode_cursor(cursor)
@@ -100,22 +106,37 @@ async def list_sessions(
         ):
             raise InvalidCursor
     order = order or "desc"
-    infos = await runtime.sessions.page(
-        descending=order == "desc", directory=directory, search=search, anchor=anchor, limit=limit + 1
-    )
-    page = infos[:limit]
-    cursors: dict[str, str] = {}
-    if len(infos) > limit:
-        last = page[-1]
-        cursors["next"] = _encode_cursor(
-            {
-                "order": order,
-                "directory": directory,
-                "search": search,
-                "anchor": {"id": last["id"], "time": last["time"]["updated"], "direction": "next"},
-            }
+    listed = 0
+    last: dict[str, Any] | None = None
+    more = False
+
+    async def pages() -> AsyncIterator[bytes]:
+        nonlocal listed, last, more
+        walk = runtime.sessions.walk(
+            descending=order == "desc", directory=directory, search=search, anchor=anchor, limit=limit + 1
         )
-    return JSONBody({"data": [views.session(info) for info in page], "cursor": cursors})
+        async for page in walk:
+            taken = page[: limit - listed]
+            more = more or len(taken) < len(page)
+            if taken:
+                listed += len(taken)
+                last = taken[-1]
+                yield b",".join(dumpb(views.session(info)) for info in taken)
+
+    def tail() -> bytes:
+        cursors: dict[str, str] = {}
+        if more and last is not None:
+            cursors["next"] = _encode_cursor(
+                {
+                    "order": order,
+                    "directory": directory,
+                    "search": search,
+                    "anchor": {"id": last["id"], "time": last["time"]["updated"], "direction": "next"},
+                }
+            )
+        return b'],"cursor":' + dumpb(cursors) + b"}"
+
+    return await json_array(pages(), head=b'{"data":[', tail=tail)
 
 
 @router.post("/session", operation_id="v2.session.create")
@@ -222,7 +243,7 @@ async def history(
     runtime: RuntimeDep,
     sessionID: SessionIDPath,
     after: Annotated[int, Query(ge=0, le=MAX_INT)] | None = None,
-    limit: Limit = 50,
+    limit: HistoryLimit = 50,
 ) -> Response:
     await runtime.sessions.get(sessionID)
     await _check_after(runtime, sessionID, after)
@@ -275,7 +296,7 @@ def _message_cursor(message_id: str, order: str, direction: str) -> str:
 async def messages(
     runtime: RuntimeDep,
     sessionID: SessionIDPath,
-    limit: Limit = 50,
+    limit: MessagesLimit = 50,
     order: Order = None,
     cursor: str | None = None,
 ) -> Response:

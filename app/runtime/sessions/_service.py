@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app import __version__, ids
@@ -18,6 +18,8 @@ from app.runtime.sessions._project import project_id, projects
 from app.store import sql
 from app.store.queries import Queries
 
+# Sessions a long list reads per query (``SessionService.walk``): what it holds in memory at once.
+LIST_PAGE = 500
 DEFAULT_TITLE = re.compile(r"^(New session - |Child session - )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 _ADJECTIVES = (
     "brave",
@@ -244,6 +246,43 @@ class SessionService:
     ) -> list[dict[str, Any]]:
         """Sessions most recently updated first (the legacy list)."""
         return await self.queries.sessions(directory=directory, roots=roots, start=start, search=search, limit=limit)
+
+    async def walk(
+        self,
+        *,
+        descending: bool,
+        directory: str | None,
+        search: str | None,
+        limit: int,
+        anchor: tuple[int, str] | None = None,
+        roots: bool = False,
+        start: int | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Up to ``limit`` sessions, as ``page`` orders them after ``anchor``, read ``page_size``
+        at a time (non-empty pages): a list of any length holds one page in memory, never all.
+
+        Each page is a query of its own, keyed on the last session of the one before, so a session
+        updated while the walk goes on moves ahead of it and is left out (the client has its
+        ``session.updated`` event); none is listed twice."""
+        remaining, most = limit, page_size or LIST_PAGE
+        while remaining > 0:
+            size = min(most, remaining)
+            page = await self.queries.session_page(
+                descending=descending,
+                directory=directory,
+                search=search,
+                anchor=anchor,
+                limit=size,
+                roots=roots,
+                start=start,
+            )
+            if page:
+                yield page
+            if len(page) < size:
+                return
+            remaining -= size
+            anchor = (page[-1]["time"]["updated"], page[-1]["id"])
 
     async def children(self, session_id: str) -> list[dict[str, Any]]:
         await self.get(session_id)
