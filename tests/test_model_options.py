@@ -229,7 +229,7 @@ def test_anthropic_thinking_budget_and_max_tokens(claude: Stub, client: httpx.Cl
     assert body["max_tokens"] == 32_000 and body["max_tokens"] > body["thinking"]["budget_tokens"]
     assert "temperature" not in body and "top_p" not in body  # refused with thinking on
     headers = claude.headers[claude.requests.index(body)]
-    assert headers["x-model"] == "m" and "interleaved-thinking-2025-05-14" in headers["anthropic-beta"]
+    assert headers["x-model"] == "m" and "anthropic-beta" not in headers  # OpenCode 1.18.33 sends no beta
 
 
 def test_anthropic_without_thinking_takes_the_agent_temperature(

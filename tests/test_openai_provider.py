@@ -155,6 +155,7 @@ async def test_transport_failures_are_retryable_provider_errors() -> None:
     still reach the turn as retryable ProviderErrors, and a healthy answer after a cut comes over
     a fresh connection."""
     from app.providers.base import ChatRequest, ModelInfo, ProviderError, TextDelta
+    from app.providers.connection import Connection
     from app.providers.openai_compat import OpenAICompatibleProvider
     from tests.servers import free_port
     from tests.stubs import Answer, sse_stub
@@ -164,7 +165,7 @@ async def test_transport_failures_are_retryable_provider_errors() -> None:
     async def _stream_all(provider: OpenAICompatibleProvider, request: ChatRequest) -> list[object]:
         return [event async for event in provider.stream(request)]
 
-    refused = OpenAICompatibleProvider("stub", f"http://127.0.0.1:{free_port()}/v1", None, {})
+    refused = OpenAICompatibleProvider(Connection("stub", "stub", f"http://127.0.0.1:{free_port()}/v1", None))
     try:
         with pytest.raises(ProviderError) as failure:
             await _stream_all(refused, request)
@@ -178,7 +179,7 @@ async def test_transport_failures_are_retryable_provider_errors() -> None:
     with sse_stub("/v1") as stub:
         answers = iter([Answer([chunk("par"), chunk("tial")], cut=True), Answer([chunk("whole"), (None, "[DONE]")])])
         stub.answer = lambda _body: next(answers)
-        provider = OpenAICompatibleProvider("stub", stub.url, None, {})
+        provider = OpenAICompatibleProvider(Connection("stub", "stub", stub.url, None))
         try:
             with pytest.raises(ProviderError) as cut:
                 await _stream_all(provider, request)

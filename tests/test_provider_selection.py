@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.providers import catalog
 from tests.helpers import create_session, text_prompt
 from tests.servers import OpenAIStub, ThreadServer, openai_stub
 from tests.sse import EventCollector
@@ -93,6 +94,13 @@ def test_title_agent_model_outranks_the_small_model(stub: OpenAIStub, client: ht
     assert _title_models(stub) == ["titler"]
 
 
+def _newest(provider_id: str, family: str) -> str:
+    """The installed catalog's newest listed model of ``family`` (the catalog changes with it)."""
+    models = catalog.providers()[provider_id]["models"].values()
+    listed = [m for m in models if m.get("family") == family and m.get("status") not in ("deprecated", "alpha")]
+    return max(listed, key=lambda m: (m.get("release_date", ""), m["id"]))["id"]
+
+
 def test_provider_small_family_is_picked_newest_first(
     stub: OpenAIStub, client: httpx.Client, project_dir: Path
 ) -> None:
@@ -104,7 +112,7 @@ def test_provider_small_family_is_picked_newest_first(
     assert _prompt(client, sid, "openrouter", "openai/gpt-4.1").status_code == 200
     _wait_title(client, sid)
     assert _turn_models(stub) == ["openai/gpt-4.1"]
-    assert _title_models(stub) == ["google/gemini-2.5-flash"]
+    assert _title_models(stub) == [_newest("openrouter", "gemini-flash")]
 
 
 def test_without_a_small_model_the_main_model_titles(stub: OpenAIStub, client: httpx.Client, project_dir: Path) -> None:
@@ -254,22 +262,31 @@ def test_stored_key_reaches_a_catalog_provider_on_the_next_turn(
     assert sent == [None, f"Bearer {SECRET}", f"Bearer {SECRET}"]
 
 
-def test_what_the_first_turn_imports_is_named_for_loading_ahead(server: ThreadServer, project_dir: Path) -> None:
-    """After start-up a server loads, on a thread, what the first turn on its default model would
-    import on the event loop: nothing for the built-in model; the model catalog and then the SDK
-    for a native provider, the OpenAI-compatible client (and its CA bundle) otherwise."""
+def test_what_the_first_turn_loads_is_loaded_ahead_on_a_thread(
+    server: ThreadServer, project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After start-up a server loads, on a thread, what the first requests would load on the
+    event loop: the model catalog always (the TUI lists providers at once), then the client
+    and SDK of the default model's API (Anthropic's SDK for a model of any provider whose
+    package is Anthropic's), the OpenAI-compatible client and its CA bundle for the rest."""
     from app.providers import catalog, http
-    from app.providers.registry import load_modules
+    from app.providers import registry as registry_module
 
     registry = server.runtime.registry
     directory = str(project_dir)
-    assert registry.first_use(directory) == ()
-    _write_config(project_dir, model="anthropic/claude-sonnet-4-5")
-    assert registry.first_use(directory) == ("app.providers.catalog", "app.providers.anthropic", "anthropic")
-    _write_config(project_dir, model="stub/m", provider={"stub": _stub_provider("http://127.0.0.1:9/v1", "m")})
-    assert registry.first_use(directory) == ("app.providers.catalog", "app.providers.openai_compat")
-    http.tls_context.cache_clear()
     catalog.providers.cache_clear()
-    load_modules(registry.first_use(directory))
+    registry.first_use(directory)()
+    assert catalog.providers.cache_info().currsize == 1  # the catalog read, for the built-in model too
+    loaded: list[tuple[str, ...]] = []
+    monkeypatch.setattr(registry_module, "load_modules", loaded.append)
+    registry.first_use(directory)()
+    _write_config(project_dir, model="minimax/MiniMax-M2")  # the catalog names Anthropic's package
+    registry.first_use(directory)()
+    _write_config(project_dir, model="openai/gpt-5.1")
+    registry.first_use(directory)()
+    assert loaded == [("app.providers.anthropic", "anthropic"), ("app.providers.openai_responses", "openai")]
+    monkeypatch.undo()
+    _write_config(project_dir, model="stub/m", provider={"stub": _stub_provider("http://127.0.0.1:9/v1", "m")})
+    http.tls_context.cache_clear()
+    registry.first_use(directory)()
     assert http.tls_context.cache_info().currsize == 1  # the CA bundle is loaded
-    assert catalog.providers.cache_info().currsize == 1  # and the catalog read

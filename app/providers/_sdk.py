@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.providers.base import ProviderError, missing_key_message
+from app.providers.connection import Connection
 
 # Continuation state is kept for this many tool calls (oldest dropped first: only recent turns
 # are continued).
@@ -15,23 +15,13 @@ KEPT_CALLS = 1024
 
 
 class SDKProvider:
-    """``api_key`` None means the key is missing, which fails each request with a
-    ProviderAuthError naming ``key_env``; ``base_url`` None lets the SDK read its own variable."""
+    """A missing key fails each request with a ProviderAuthError naming where one may come from;
+    ``connection.base_url`` None lets the SDK read its own variable."""
 
-    label: str  # the API's name in messages ("OpenAI")
-    key_env: str  # the environment variable its key comes from
-
-    def __init__(
-        self,
-        provider_id: str,
-        api_key: str | None,
-        base_url: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.id = provider_id
-        self._api_key = api_key
-        self._base_url = base_url
-        self._headers = headers or {}
+    def __init__(self, connection: Connection) -> None:
+        self.id = connection.provider_id
+        self.connection = connection
+        self._headers = connection.header_map
         self._client: Any = None
         # Per tool call id, what the API wants sent back with the assistant turn that made the call
         # (signed thinking, encrypted reasoning); our history keeps reasoning as text only.
@@ -40,6 +30,10 @@ class SDKProvider:
     def _client_class(self) -> Any:
         """The SDK's async client class, imported here (the first request)."""
         raise NotImplementedError
+
+    def _sdk_base_url(self) -> str | None:
+        """``connection.base_url`` as the SDK wants it (the same, for SDKs that agree with OpenCode)."""
+        return self.connection.base_url
 
     def _http_client(self) -> Any:
         """The SDK's HTTP client on aiohttp's pool (its ``DefaultAioHttpClient``), for the reason
@@ -55,22 +49,19 @@ class SDKProvider:
     def _sdk(self) -> Any:
         if self._client is None:
             self._client = self._client_class()(
-                api_key=self._api_key,
-                base_url=self._base_url,
+                api_key=self.connection.api_key,
+                base_url=self._sdk_base_url(),
                 default_headers=self._default_headers(),
                 max_retries=0,  # the turn runner retries, with OpenCode's policy and status events
-                timeout=300.0,
+                timeout=self.connection.timeout_s,
                 http_client=self._http_client(),
             )
         return self._client
 
     def _check_key(self) -> None:
-        if not self._api_key:
-            raise ProviderError(
-                missing_key_message(self.label, self.id, [self.key_env]),
-                name="ProviderAuthError",
-                provider_id=self.id,
-            )
+        missing = self.connection.missing_key()
+        if missing is not None:
+            raise missing
 
     def _keep(self, call_id: str, items: list[dict[str, Any]]) -> None:
         self._kept[call_id] = items

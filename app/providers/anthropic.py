@@ -10,8 +10,9 @@ and PDF documents in user turns and tool results), and the SSE events (``message
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.providers._errors import error_object, http_error
 from app.providers._sdk import SDKProvider
@@ -29,8 +30,6 @@ from app.providers.base import (
 from app.providers.media import split_data_url
 from app.providers.options import thinking_budget
 
-API_KEY_ENV = "ANTHROPIC_API_KEY"
-
 # OpenCode's finish names for Anthropic's stop reasons (as the AI SDK maps them).
 _FINISH = {
     "end_turn": "stop",
@@ -43,8 +42,6 @@ _FINISH = {
 }
 _RETRYABLE_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # what the API accepts
-# The betas OpenCode's Anthropic provider sends unless opencode.json sets its own anthropic-beta.
-_BETA = "claude-code-20250219,interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14"
 
 
 def _source(url: str, media_type: str | None = None) -> dict[str, Any]:
@@ -197,11 +194,26 @@ def _error(provider_id: str, exc: Exception) -> ProviderError:
     )
 
 
-class AnthropicProvider(SDKProvider):
-    """Anthropic's Messages API through ``AsyncAnthropic``, one client per (key, base URL, headers)."""
+def _opencode_path(base_url: str) -> Callable[[Any], Awaitable[None]]:
+    """A request hook turning the SDK's ``<base>/v1/<path>`` into OpenCode's ``<base>/<path>``."""
+    base = urlsplit(base_url).path.rstrip("/")
+    sdk_prefix = f"{base}/v1/"
 
-    label = "Anthropic"
-    key_env = API_KEY_ENV
+    async def rewrite(request: Any) -> None:
+        path: str = request.url.path
+        if path.startswith(sdk_prefix):
+            request.url = request.url.copy_with(path=f"{base}/{path[len(sdk_prefix) :]}")
+
+    return rewrite
+
+
+class AnthropicProvider(SDKProvider):
+    """Anthropic's Messages API through ``AsyncAnthropic``, one client per connection.
+
+    OpenCode's ``baseURL`` is the prefix ``/messages`` is appended to (``https://api.anthropic.com/v1``,
+    a gateway's ``http://proxy/v1``); the SDK's is the prefix of ``/v1/messages``. The SDK is given
+    OpenCode's URL and each request's path has the SDK's ``v1/`` taken out again, so any
+    configured URL (with or without ``/v1``) is reached exactly as OpenCode reaches it."""
 
     def _client_class(self) -> Any:
         from anthropic import AsyncAnthropic  # base URL None: the SDK reads ANTHROPIC_BASE_URL
@@ -211,11 +223,16 @@ class AnthropicProvider(SDKProvider):
     def _http_client(self) -> Any:
         from anthropic import DefaultAioHttpClient
 
-        return DefaultAioHttpClient()
+        base = self.connection.base_url
+        if base is None:
+            return DefaultAioHttpClient()
+        return DefaultAioHttpClient(event_hooks={"request": [_opencode_path(base)]})
 
     def _default_headers(self) -> dict[str, str]:
-        configured = {key.lower() for key in self._headers}
-        return ({} if "anthropic-beta" in configured else {"anthropic-beta": _BETA}) | self._headers
+        """The key in ``x-api-key`` too, as OpenCode's provider sends it (this SDK sends it as a
+        bearer token; gateways that look for ``x-api-key`` find it), then opencode.json's."""
+        key = self.connection.api_key
+        return ({"x-api-key": key} if key else {}) | self._headers
 
     def _body(self, request: ChatRequest) -> dict[str, Any]:
         """The Messages API body, with the call's options as the AI SDK's Anthropic provider sends
@@ -247,8 +264,7 @@ class AnthropicProvider(SDKProvider):
         import anthropic
 
         body = self._body(request)
-        headers = {"x-opencode-session-id": request.session_id} if request.session_id else {}
-        headers |= request.headers
+        headers = request.session_headers()
         usage, finish = Usage(), "unknown"
         blocks: dict[int, dict[str, Any]] = {}  # content blocks being streamed, by index
         thinking: list[dict[str, Any]] = []

@@ -98,6 +98,12 @@ class ChatRequest:
         """``temperature`` and ``top_p`` as body fields, those that are set."""
         return {k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p)) if v is not None}
 
+    def session_headers(self) -> dict[str, str]:
+        """The headers OpenCode 1.18 sends with every model call (a gateway keeps a session on
+        one backend by them), then the call's own."""
+        session = {"x-session-affinity": self.session_id, "x-session-id": self.session_id} if self.session_id else {}
+        return session | self.headers
+
     def offers(self, tool: str) -> bool:
         return any(t["function"]["name"] == tool for t in self.tools or [])
 

@@ -23,6 +23,7 @@ from app.providers.base import (
     ToolInputStart,
     Usage,
 )
+from app.providers.connection import Connection
 from app.providers.media import TOOL_ATTACHMENTS_PROMPT
 from app.providers.options import OPENAI_PACKAGE
 
@@ -110,34 +111,29 @@ warm = http.warm  # what ``registry.load_modules`` runs on a thread before the f
 
 
 class OpenAICompatibleProvider:
-    """One HTTP client (a keep-alive connection pool) per provider, URL and key, made on the first
-    request. ``missing_key``: the provider needs a key and has none; each request fails with a
-    ProviderAuthError saying so."""
+    """One HTTP client (a keep-alive connection pool) per connection, made on the first request;
+    requests go to ``<base URL>/chat/completions``, as OpenCode's compatible provider sends them.
+    A needed key that is missing fails each request with a ProviderAuthError saying so."""
 
-    def __init__(
-        self,
-        provider_id: str,
-        base_url: str,
-        api_key: str | None,
-        headers: dict[str, str],
-        *,
-        missing_key: str | None = None,
-    ) -> None:
-        self.id = provider_id
-        self._missing_key = missing_key
-        self._url = httpx.URL(base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
-        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._headers = {**auth, "content-type": "application/json", **headers}
+    def __init__(self, connection: Connection) -> None:
+        assert connection.base_url is not None, "the registry gives a compatible API its URL"
+        self.id = connection.provider_id
+        self.connection = connection
+        self._url = httpx.URL(connection.base_url.rstrip("/") + "/chat/completions")  # parsed once
+        auth = {"Authorization": f"Bearer {connection.api_key}"} if connection.api_key else {}
+        self._headers = {**auth, "content-type": "application/json", **connection.header_map}
         self._client: http.ProviderClient | None = None
 
     def _http(self) -> http.ProviderClient:
         if self._client is None:
-            self._client = http.client(headers=self._headers, timeout=httpx.Timeout(300.0, connect=15.0))
+            timeout = httpx.Timeout(self.connection.timeout_s, connect=15.0)
+            self._client = http.client(headers=self._headers, timeout=timeout)
         return self._client
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        if self._missing_key:
-            raise ProviderError(self._missing_key, name="ProviderAuthError", provider_id=self.id)
+        missing = self.connection.missing_key()
+        if missing is not None:
+            raise missing
         system = [{"role": "system", "content": text} for text in request.system if text]
         body: dict[str, Any] = {
             "model": request.model.model_id,
@@ -147,8 +143,7 @@ class OpenAICompatibleProvider:
         } | option_fields(request)
         if request.tools:
             body["tools"] = request.tools
-        headers = {"x-opencode-session-id": request.session_id} if request.session_id else {}
-        headers |= request.headers
+        headers = request.session_headers()
         finish, usage = "unknown", Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls stream in pieces, keyed by index
         try:

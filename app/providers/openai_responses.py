@@ -30,8 +30,6 @@ from app.providers.base import (
     Usage,
 )
 
-API_KEY_ENV = "OPENAI_API_KEY"
-
 # OpenCode's finish names for an incomplete response's reason (as the AI SDK maps them).
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content-filter"}
 # Error codes of a failed response (``response.failed``, ``error`` events) worth retrying.
@@ -229,10 +227,8 @@ def _finish(response: Any, called: bool) -> str:
 
 
 class OpenAIResponsesProvider(SDKProvider):
-    """OpenAI's Responses API through ``AsyncOpenAI``, one client per (key, base URL, headers)."""
-
-    label = "OpenAI"
-    key_env = API_KEY_ENV
+    """OpenAI's Responses API through ``AsyncOpenAI``, one client per connection. The SDK's base
+    URL means what OpenCode's does (``https://api.openai.com/v1`` + ``/responses``)."""
 
     def _client_class(self) -> Any:
         from openai import AsyncOpenAI  # base URL None: the SDK reads OPENAI_BASE_URL
@@ -249,9 +245,9 @@ class OpenAIResponsesProvider(SDKProvider):
         import openai
 
         body = request_body(request, self._kept)
-        headers = {**request.headers}
-        if request.session_id:
-            headers["x-opencode-session-id"] = request.session_id
+        # OpenCode's OpenAI provider names itself and the session (prompt caching) too.
+        session = {"originator": "opencode", "session-id": request.session_id} if request.session_id else {}
+        headers = session | request.session_headers()
         calls: dict[str, dict[str, str]] = {}  # function calls being streamed, by item id
         reasoning: list[dict[str, Any]] = []  # this response's finished reasoning items
         summary: tuple[str, int] | None = None  # the reasoning summary part being streamed

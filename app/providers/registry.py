@@ -1,14 +1,14 @@
-"""Which model answers a prompt: the built-in echo model, the native providers (Anthropic's and
-OpenAI's APIs through their SDKs, with no provider block needed) and every OpenAI-compatible
-provider declared in the directory's opencode.json. Provider clients are cached so connections
-are reused across turns."""
+"""Which model answers a prompt: the built-in echo model, or any provider of the models.dev
+catalog or of the directory's opencode.json whose API is Anthropic's, OpenAI's Responses or
+OpenAI-compatible chat completions (``WIRES``), by name with a key and no provider block, as in
+OpenCode. Provider clients are cached per connection so connections are reused across turns."""
 
 from __future__ import annotations
 
 import functools
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,31 +16,15 @@ from urllib.parse import urlsplit
 
 from app.config import ConfigError, ConfigLoader, OpenCodeConfig, ProviderConfig, memoized
 from app.providers import catalog
-from app.providers.base import ModelInfo, Provider, missing_key_message
+from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, StreamEvent
+from app.providers.connection import Connection, timeout_seconds
 from app.providers.credentials import Credentials
 from app.providers.echo import ECHO_MODEL, EchoProvider
 from app.providers.models import model_entry, model_info
-from app.providers.options import ANTHROPIC_PACKAGE, OPENAI_PACKAGE
+from app.providers.options import ANTHROPIC_PACKAGE, COMPATIBLE_PACKAGE, OPENAI_PACKAGE
 from app.providers.suggest import fuzzy, model_suggestions
 from app.settings import default_data_dir
 
-# Packages of providers whose API takes OpenAI's chat completions (Groq, Mistral and xAI have
-# SDK packages of their own in OpenCode but serve that API too, at the URLs below).
-OPENAI_COMPATIBLE_PACKAGES = {
-    "@ai-sdk/openai-compatible",
-    "@ai-sdk/openai",
-    "@ai-sdk/groq",
-    "@ai-sdk/mistral",
-    "@ai-sdk/xai",
-    None,
-}
-# Catalog providers speaking OpenAI's API whose models.dev entry names no URL.
-DEFAULT_URLS = {
-    "openai": "https://api.openai.com/v1",
-    "groq": "https://api.groq.com/openai/v1",
-    "mistral": "https://api.mistral.ai/v1",
-    "xai": "https://api.x.ai/v1",
-}
 # OpenCode's small-model families, most wanted first (``Provider.getSmallModel``), and the
 # providers it never picks one for (their deployments are not known from the catalog).
 SMALL_FAMILIES = ("gemini-flash", "gpt-nano", "claude-haiku")
@@ -49,35 +33,93 @@ UNLISTED_STATUSES = ("deprecated", "alpha")  # models OpenCode leaves out of a p
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-def _anthropic(provider_id: str, key: str | None, url: str | None, headers: dict[str, str]) -> Provider:
+def _anthropic(connection: Connection) -> Provider:
     from app.providers.anthropic import AnthropicProvider  # the SDK loads on first request
 
-    return AnthropicProvider(provider_id, key, url, headers)
+    return AnthropicProvider(connection)
 
 
-def _openai(provider_id: str, key: str | None, url: str | None, headers: dict[str, str]) -> Provider:
+def _openai(connection: Connection) -> Provider:
     from app.providers.openai_responses import OpenAIResponsesProvider  # the SDK loads on first request
 
-    return OpenAIResponsesProvider(provider_id, key, url, headers)
+    return OpenAIResponsesProvider(connection)
+
+
+def _chat(connection: Connection) -> Provider:
+    # Imported on first use: httpx is not needed to serve the offline model (start-up time).
+    from app.providers.openai_compat import OpenAICompatibleProvider
+
+    return OpenAICompatibleProvider(connection)
 
 
 @dataclass(frozen=True, slots=True)
-class NativeProvider:
-    """A provider built in as OpenCode's are: called through its SDK with no provider block."""
+class Wire:
+    """How the models of one AI SDK package (a provider's ``npm`` in the catalog or opencode.json)
+    are called here: which client, at which URL when none is configured. ``suffix`` is appended
+    to the URL (configured or default) where this server calls another endpoint of the API than
+    OpenCode's package does: Gemini's and DeepInfra's OpenAI-compatible ones."""
 
-    package: str  # the npm package a provider block may name and still mean this provider
-    key_env: str  # the environment variable its key comes from (named when it is missing)
-    create: Callable[[str, str | None, str | None, dict[str, str]], Provider]
+    create: Callable[[Connection], Provider]
     modules: tuple[str, ...]  # what its first request imports (``ProviderRegistry.first_use``)
+    default_url: str | None = None  # None: the SDK's own default, or the catalog's ``api``
+    suffix: str = ""
+    # Called through the API owner's SDK: the API is the authority on model ids (a model newer
+    # than the catalog works at once), and a key is always needed (the SDK sends none otherwise).
+    native: bool = False
 
 
-NATIVE = {
-    "anthropic": NativeProvider(
-        ANTHROPIC_PACKAGE, "ANTHROPIC_API_KEY", _anthropic, ("app.providers.anthropic", "anthropic")
-    ),
-    "openai": NativeProvider(OPENAI_PACKAGE, "OPENAI_API_KEY", _openai, ("app.providers.openai_responses", "openai")),
+_ANTHROPIC_MODULES = ("app.providers.anthropic", "anthropic")
+_OPENAI_MODULES = ("app.providers.openai_responses", "openai")
+_CHAT_MODULES = ("app.providers.openai_compat",)
+
+
+def _chat_at(url: str | None, suffix: str = "") -> Wire:
+    return Wire(_chat, _CHAT_MODULES, url, suffix)
+
+
+# Every package of the catalog whose API is Anthropic's, OpenAI's Responses or OpenAI's chat
+# completions (the providers' own packages in OpenCode, but the same API at these URLs). Not
+# here, and refused with a clear error: Bedrock, Vertex, Azure, SAP AI Core, GitLab and
+# Cloudflare's gateway, which sign or route requests their own way.
+WIRES: dict[str | None, Wire] = {
+    ANTHROPIC_PACKAGE: Wire(_anthropic, _ANTHROPIC_MODULES, native=True),
+    OPENAI_PACKAGE: Wire(_openai, _OPENAI_MODULES, native=True),
+    COMPATIBLE_PACKAGE: _chat_at(None),
+    None: _chat_at(None),  # a provider block without ``npm`` (OpenCode's default is the above)
+    "@openrouter/ai-sdk-provider": _chat_at("https://openrouter.ai/api/v1"),
+    "@ai-sdk/groq": _chat_at("https://api.groq.com/openai/v1"),
+    "@ai-sdk/mistral": _chat_at("https://api.mistral.ai/v1"),
+    "@ai-sdk/xai": _chat_at("https://api.x.ai/v1"),
+    "@ai-sdk/cerebras": _chat_at("https://api.cerebras.ai/v1"),
+    "@ai-sdk/togetherai": _chat_at("https://api.together.xyz/v1"),
+    "@ai-sdk/deepinfra": _chat_at("https://api.deepinfra.com/v1", "/openai"),
+    "@ai-sdk/perplexity": _chat_at("https://api.perplexity.ai"),
+    "@ai-sdk/vercel": _chat_at("https://api.v0.dev/v1"),
+    "@ai-sdk/gateway": _chat_at("https://ai-gateway.vercel.sh/v1"),
+    "@ai-sdk/cohere": _chat_at("https://api.cohere.ai/compatibility/v1"),
+    "@ai-sdk/google": _chat_at("https://generativelanguage.googleapis.com/v1beta", "/openai"),
+    "venice-ai-sdk-provider": _chat_at("https://api.venice.ai/api/v1"),
+    "@aihubmix/ai-sdk-provider": _chat_at("https://aihubmix.com/v1"),
 }
-OPENAI_COMPATIBLE_MODULES = ("app.providers.openai_compat",)
+
+
+class _Failing:
+    """The client of a provider this server cannot call: every request fails with an error
+    saying why (the turn reports it; nothing else breaks)."""
+
+    def __init__(self, provider_id: str, reason: str) -> None:
+        self.id = provider_id
+        self._message = f"opensession cannot call provider {provider_id!r}: {reason}"
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        for event in self._fail():  # raised where a stream's first event would arrive
+            yield event
+
+    def _fail(self) -> tuple[StreamEvent, ...]:
+        raise ProviderError(self._message, name="ProviderInitError", provider_id=self.id)
+
+    async def aclose(self) -> None:
+        return None
 
 
 def load_modules(modules: tuple[str, ...]) -> None:
@@ -126,16 +168,15 @@ def _model_info(provider: ProviderConfig, model_id: str) -> ModelInfo:
 
 def _with_catalog(provider: ProviderConfig) -> ProviderConfig:
     """A configured provider completed from the catalog: its API package and URL when not
-    configured (e.g. openrouter, deepseek, lmstudio), the key from its env var when not set."""
+    configured (e.g. openrouter, deepseek, lmstudio). Its key is looked up per connection, in
+    OpenCode's order (``_connection``)."""
     known = catalog.providers().get(provider.id)
     if known is None:
         return provider
-    key = provider.api_key or next((os.environ[e] for e in known.get("env", []) if os.environ.get(e)), None)
     return replace(
         provider,
         npm=provider.npm or known.get("npm"),
-        base_url=provider.base_url or known.get("api") or DEFAULT_URLS.get(provider.id),
-        api_key=key,
+        base_url=provider.base_url or known.get("api"),
         name=provider.name if provider.name != provider.id else known.get("name", provider.id),
     )
 
@@ -157,11 +198,11 @@ def _listed(provider_id: str, model_ids: list[str]) -> list[str]:
     return [m for m in model_ids if (catalog.model(provider_id, m) or {}).get("status") not in UNLISTED_STATUSES]
 
 
-def _needs_key(provider: ProviderConfig) -> bool:
+def _needs_key(provider_id: str, url: str | None) -> bool:
     """A hosted catalog provider (its catalog entry names key variables) refuses calls without a
     key; a server on this machine (LM Studio, a proxy) may need none."""
-    env = (catalog.providers().get(provider.id) or {}).get("env")
-    return bool(env) and urlsplit(provider.base_url or "").hostname not in LOCAL_HOSTS
+    env = (catalog.providers().get(provider_id) or {}).get("env")
+    return bool(env) and urlsplit(url or "").hostname not in LOCAL_HOSTS
 
 
 def _family(model_id: str, family: str) -> str:
@@ -207,6 +248,24 @@ def env_connected(provider_id: str) -> bool:
 def _bare(provider_id: str) -> ProviderConfig:
     """A catalog provider with nothing configured, completed from the catalog."""
     return _with_catalog(ProviderConfig(provider_id, None, provider_id, None, None, {}))
+
+
+def _provider_entry(provider: ProviderConfig, source: str) -> dict[str, Any]:
+    """A provider in OpenCode's ``Provider`` shape: its catalog models, then models only
+    opencode.json declares, each merged with its opencode.json entry."""
+    models = {
+        mid: model_entry(_model_info(provider, mid), provider.base_url, provider.npm, mid)
+        for mid in _model_ids(provider)
+    }
+    env = (catalog.providers().get(provider.id) or {}).get("env", [])
+    return {"id": provider.id, "name": provider.name, "source": source, "env": env, "options": {}, "models": models}
+
+
+@functools.cache
+def _unconnected_entry(provider_id: str) -> dict[str, Any]:
+    """A catalog provider nothing connects, as ``GET /provider`` lists it: the same until the
+    process ends (the catalog is), and thousands of models in all, so built once; read-only."""
+    return _provider_entry(_bare(provider_id), "custom")
 
 
 @dataclass(slots=True)
@@ -260,14 +319,6 @@ class ProviderRegistry:
     def _connected(self, directory: str) -> dict[str, tuple[ProviderConfig, str]]:
         return self._view(directory).connected
 
-    def _configured(self, directory: str) -> dict[str, ProviderConfig]:
-        """The connected providers this server can call (OpenAI's API at a known URL)."""
-        return {
-            pid: p
-            for pid, (p, _source) in self._connected(directory).items()
-            if p.npm in OPENAI_COMPATIBLE_PACKAGES and p.base_url
-        }
-
     def default_model(self, directory: str) -> ModelRef:
         configured = self._config.load(directory).model
         if configured and "/" in configured:
@@ -275,18 +326,30 @@ class ProviderRegistry:
             return ModelRef(provider_id, model_id)
         return ECHO_REF
 
-    def first_use(self, directory: str) -> tuple[str, ...]:
-        """The modules the first turn on ``directory``'s default model imports (its client, its
-        SDK): loaded on a thread while the server is idle after start-up (``load_modules``),
-        they no longer stall the event loop, and every request on it, during that turn."""
+    def first_use(self, directory: str) -> Callable[[], None]:
+        """What loads, on a thread while the server is idle after start-up, what the first
+        requests would otherwise load on the event loop, stalling every request on it: the
+        catalog and the listing of its providers (clients ask for providers at once), then the
+        client and SDK of ``directory``'s default model. Nothing is read here: the catalog's
+        parsing is what is put off."""
         ref = self.default_model(directory)
-        if ref == ECHO_REF:
-            return ()
-        native = NATIVE.get(ref.provider_id)
-        return ("app.providers.catalog", *(native.modules if native is not None else OPENAI_COMPATIBLE_MODULES))
+        block = self._config.load(directory).providers.get(ref.provider_id)
+        configured_npm = block.npm if block is not None else None
+
+        def load() -> None:
+            for provider_id in catalog.providers():  # GET /provider lists them all
+                _unconnected_entry(provider_id)
+            if ref == ECHO_REF:
+                return
+            npm = configured_npm or (catalog.providers().get(ref.provider_id) or {}).get("npm")
+            wire = WIRES.get(npm)
+            if wire is not None:
+                load_modules(wire.modules)
+
+        return load
 
     def resolve(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo]:
-        """The client and description of a model; a model no connected provider offers raises
+        """The client and description of a model; a model no known provider offers raises
         ``ModelNotFoundError`` with OpenCode's suggestions. Cached until opencode.json, the saved
         credentials or the key variables change, so a key saved with PUT /auth is used from the
         next turn on."""
@@ -299,29 +362,53 @@ class ProviderRegistry:
         return found
 
     def _resolve(self, directory: str, view: _View, ref: ModelRef) -> tuple[Provider, ModelInfo]:
-        native = self._resolve_native(directory, ref)
-        if native is not None:
-            return native
-        provider = self._configured(directory).get(ref.provider_id)
-        if provider is None or (ref.model_id not in provider.models and not catalog.model(provider.id, ref.model_id)):
+        """A connected provider's model, or a catalog provider's that is not connected yet (its
+        requests then fail naming the missing key, not as an unknown model). Providers whose API
+        is the authority on model ids (Anthropic's, OpenAI's) take any id; the others take the
+        catalog's and opencode.json's."""
+        connected = view.connected.get(ref.provider_id)
+        if connected is not None:
+            provider = connected[0]
+        elif ref.provider_id in catalog.providers():
+            provider = _bare(ref.provider_id)
+        else:
             raise self._not_found(view, ref)
-        # opencode.json apiKey, else the saved key, else the environment.
-        env_vars = self._env_vars(directory, provider.id)
-        api_key = self.credentials.key_for(provider.id, provider.api_key, env_vars)
-        missing = (
-            missing_key_message(provider.name, provider.id, env_vars) if not api_key and _needs_key(provider) else None
-        )
-        key = (provider.id, provider.base_url, api_key, tuple(sorted(provider.headers.items())), missing)
+        wire = WIRES.get(provider.npm)
+        known = ref.model_id in provider.models or catalog.model(provider.id, ref.model_id) is not None
+        if not known and not (wire is not None and wire.native):
+            raise self._not_found(view, ref)
+        return self._client(directory, provider, wire), _model_info(provider, ref.model_id)
+
+    def _client(self, directory: str, provider: ProviderConfig, wire: Wire | None) -> Provider:
+        """The provider's client, made once per connection and reused across turns."""
+        if wire is None:
+            reason = f"its API ({provider.npm}) is not Anthropic's, OpenAI's or OpenAI-compatible chat completions"
+            return _Failing(provider.id, reason)
+        connection = self._connection(directory, provider, wire)
+        if connection.base_url is None and wire.create is _chat:
+            return _Failing(provider.id, f"provider.{provider.id}.options.baseURL is not set in opencode.json")
+        key = (wire.create, connection)
         client = self._clients.get(key)
         if client is None:
-            assert provider.base_url is not None
-            # Imported on first use: httpx is not needed to serve the offline model (start-up time).
-            from app.providers.openai_compat import OpenAICompatibleProvider
+            client = self._clients[key] = wire.create(connection)
+        return client
 
-            client = self._clients[key] = OpenAICompatibleProvider(
-                provider.id, provider.base_url, api_key, provider.headers, missing_key=missing
-            )
-        return client, _model_info(provider, ref.model_id)
+    def _connection(self, directory: str, provider: ProviderConfig, wire: Wire) -> Connection:
+        """Key: opencode.json's ``apiKey``, else the saved key, else the environment; URL:
+        ``baseURL``, else the catalog's, else the package's default (then the API's suffix)."""
+        env_vars = self._env_vars(directory, provider.id)
+        options = provider.options if isinstance(provider.options, dict) else {}
+        url = provider.base_url or wire.default_url
+        return Connection(
+            provider_id=provider.id,
+            name=provider.name,
+            base_url=url.rstrip("/") + wire.suffix if url else None,
+            api_key=self.credentials.key_for(provider.id, provider.api_key, env_vars),
+            headers=tuple(sorted(provider.headers.items())),
+            timeout_s=timeout_seconds(provider.id, options),
+            key_env=tuple(env_vars),
+            needs_key=wire.native or _needs_key(provider.id, url),
+        )
 
     def _not_found(self, view: _View, ref: ModelRef) -> ModelNotFoundError:
         """OpenCode's suggestions: for a known provider, its closest model ids (a connected
@@ -389,33 +476,6 @@ class ProviderRegistry:
         known = (catalog.providers().get(provider_id) or {}).get("env", [])
         return configured + [name for name in known if isinstance(name, str) and name not in configured]
 
-    # -- native providers (built in: no provider block needed) -------------------------------------
-
-    def _resolve_native(self, directory: str, ref: ModelRef) -> tuple[Provider, ModelInfo] | None:
-        """``anthropic/<model>`` and ``openai/<model>`` through their official SDKs, unless
-        opencode.json declares a block for that provider with another package. Key:
-        ``options.apiKey``, else a stored one, else the environment (a missing key fails the turn
-        with a ProviderAuthError naming the variable); ``options.baseURL``, else the SDK's own
-        ``*_BASE_URL`` handling. Limits and prices come from the catalog, refined by the block's
-        model entry."""
-        native = NATIVE.get(ref.provider_id)
-        if native is None:
-            return None
-        block = self._config.load(directory).providers.get(ref.provider_id)
-        if block is not None and block.npm not in (None, native.package):
-            return None
-        env_vars = [*self._env_vars(directory, ref.provider_id), native.key_env]
-        api_key = self.credentials.key_for(ref.provider_id, block.api_key if block else None, env_vars)
-        base_url = block.base_url if block else None
-        headers = block.headers if block else {}
-        key = (ref.provider_id, "native", base_url, api_key, tuple(sorted(headers.items())))
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = native.create(ref.provider_id, api_key, base_url, headers)
-        entry = block.models.get(ref.model_id) if block else None
-        options = block.options if block else None
-        return client, model_info(ref.provider_id, ref.model_id, entry, npm=native.package, options=options)
-
     def _echo_entry(self) -> dict[str, Any]:
         return {
             "id": ECHO_MODEL.provider_id,
@@ -426,27 +486,17 @@ class ProviderRegistry:
             "models": {ECHO_MODEL.model_id: model_entry(ECHO_MODEL, None, None)},
         }
 
-    def _entry(self, provider: ProviderConfig, source: str) -> dict[str, Any]:
-        """A provider in OpenCode's ``Provider`` shape: its catalog models, then models only
-        opencode.json declares, each merged with its opencode.json entry."""
-        models = {
-            mid: model_entry(_model_info(provider, mid), provider.base_url, provider.npm, mid)
-            for mid in _model_ids(provider)
-        }
-        env = (catalog.providers().get(provider.id) or {}).get("env", [])
-        return {"id": provider.id, "name": provider.name, "source": source, "env": env, "options": {}, "models": models}
-
     def catalog(self, directory: str) -> list[dict[str, Any]]:
         """Every connected provider with its models (``GET /config/providers``); a malformed model
         entry in opencode.json raises ``ConfigError``."""
-        return [self._echo_entry()] + [self._entry(p, source) for p, source in self._connected(directory).values()]
+        return [self._echo_entry()] + [_provider_entry(p, source) for p, source in self._connected(directory).values()]
 
     def all_providers(self, directory: str) -> tuple[list[dict[str, Any]], list[str]]:
         """Every known provider (connected ones and the rest of the catalog) and the connected ids
         (``GET /provider``)."""
         connected = self.catalog(directory)
         ids = {p["id"] for p in connected}
-        rest = [self._entry(_bare(pid), "custom") for pid in catalog.providers() if pid not in ids]
+        rest = [_unconnected_entry(pid) for pid in catalog.providers() if pid not in ids]
         return connected + rest, [p["id"] for p in connected]
 
     async def aclose(self) -> None:

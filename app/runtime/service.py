@@ -13,7 +13,7 @@ from app.clock import now_ms
 from app.config import ConfigError, reading
 from app.events.feed import Feeds
 from app.events.model import Event
-from app.providers.registry import ModelRef, load_modules
+from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import AgentsDomain
 from app.runtime.errors import PermissionNotFound, QuestionNotFound, SessionNotFound
@@ -100,10 +100,8 @@ class Runtime:
         await self.log.start()
         with suppress(ConfigError):  # read now so ignored plugins are named at start;
             self.config.load(self.settings.directory)  # a broken file is reported where it is used
-            modules = self.registry.first_use(self.settings.directory)
-            if modules:
-                self.warming = asyncio.create_task(asyncio.to_thread(load_modules, modules))
-                self._background.append(self.warming)
+            self.warming = asyncio.create_task(asyncio.to_thread(self.registry.first_use(self.settings.directory)))
+            self._background.append(self.warming)
         await self._sessions.start(self.infra, self.files.changed_since)
         await self.reverts.recover()  # before serving: no prompt meets a revert a stop interrupted
         if self._sessions.cluster is not None:

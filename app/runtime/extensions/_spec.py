@@ -9,8 +9,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config import expand_env
-
 LIST_TOOLS_SECONDS = 5.0  # OpenCode's default ``timeout`` (ms 5000): listing the tools at connect
 CALL_SECONDS = 60.0  # the MCP SDK's default request timeout, which OpenCode's tool calls keep
 CONNECT_SECONDS = 30.0  # spawning/initializing: OpenCode leaves this to the SDK, we bound it
@@ -46,7 +44,7 @@ def _strings(value: Any, what: str) -> dict[str, str]:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ValueError(f"{what} must be an object of strings")
-    return {key: expand_env(text) for key, text in value.items()}
+    return dict(value)
 
 
 def parse(name: str, raw: Any) -> ServerSpec:
@@ -71,10 +69,9 @@ def parse(name: str, raw: Any) -> ServerSpec:
         if cwd is not None and not isinstance(cwd, str):
             raise ValueError("cwd must be a string")
         environment = _strings(raw.get("environment"), "environment")
-        command = [expand_env(part) for part in command]
         return ServerSpec(name, kind, enabled, command, environment=environment, cwd=cwd, timeout=seconds)
     if kind == "remote":
-        url = expand_env(raw.get("url"))
+        url = raw.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http(s) URL")
         headers = _strings(raw.get("headers"), "headers")
