@@ -17,10 +17,16 @@ from app.providers.options import AgentTuning
 
 Rule = dict[str, str]
 
+# Every agent's rules start so, as OpenCode 1.18's do: the ``question`` tool (and plan mode's
+# ``plan_enter``/``plan_exit``) only for the agents that allow them again below, so a subagent
+# or an agent the project declares is not offered ``question`` unless its permission says so.
 BASE_RULES: list[Rule] = [
     {"permission": "*", "pattern": "*", "action": "allow"},
     {"permission": "doom_loop", "pattern": "*", "action": "ask"},
     {"permission": "external_directory", "pattern": "*", "action": "ask"},
+    {"permission": "question", "pattern": "*", "action": "deny"},
+    {"permission": "plan_enter", "pattern": "*", "action": "deny"},
+    {"permission": "plan_exit", "pattern": "*", "action": "deny"},
     {"permission": "read", "pattern": "*.env", "action": "ask"},
     {"permission": "read", "pattern": "*.env.*", "action": "ask"},
     {"permission": "read", "pattern": "*.env.example", "action": "allow"},
@@ -30,13 +36,19 @@ BUILT_IN: dict[str, dict[str, Any]] = {
     "build": {
         "description": "The default agent. Executes tools based on configured permissions.",
         "mode": "primary",
-        "rules": BASE_RULES,
+        "rules": [
+            *BASE_RULES,
+            {"permission": "question", "pattern": "*", "action": "allow"},
+            {"permission": "plan_enter", "pattern": "*", "action": "allow"},
+        ],
     },
     "plan": {
         "description": "Plan mode. Disallows all edit tools.",
         "mode": "primary",
         "rules": [
             *BASE_RULES,
+            {"permission": "question", "pattern": "*", "action": "allow"},
+            {"permission": "plan_exit", "pattern": "*", "action": "allow"},
             {"permission": "edit", "pattern": "*", "action": "deny"},
             {"permission": "edit", "pattern": ".opencode/plans/*.md", "action": "allow"},
             {"permission": "task", "pattern": "general", "action": "deny"},
@@ -45,7 +57,7 @@ BUILT_IN: dict[str, dict[str, Any]] = {
     "general": {
         "description": "General-purpose agent for researching complex questions and executing multi-step tasks.",
         "mode": "subagent",
-        "rules": BASE_RULES,
+        "rules": [*BASE_RULES, {"permission": "todowrite", "pattern": "*", "action": "deny"}],
     },
 }
 
