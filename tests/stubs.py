@@ -116,13 +116,20 @@ def sse_stub(path_prefix: str = "", keep_alive: bool = True) -> Iterator[Stub]:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n" if chunked else data)
             self.wfile.flush()
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with loopback_server(Handler) as url:
+        stub.url = url + path_prefix
+        yield stub
+
+
+@contextmanager
+def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` serving on 127.0.0.1 (a port the kernel picks) in a thread; yields its URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
-    stub.url = f"http://127.0.0.1:{httpd.server_address[1]}{path_prefix}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield stub
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
         httpd.shutdown()
         httpd.server_close()
