@@ -160,7 +160,7 @@ def test_tools_that_list_a_name_that_is_not_utf8_complete(client: httpx.Client, 
     with open(os.fsencode(project_dir) + b"/bad\xff.txt", "wb") as handle:
         handle.write(b"needle\n")
     sid = create_session(client)["id"]
-    for directive in ('TOOL:glob {"pattern": "*"}', "TOOL:list {}", "TOOL:read .", "TOOL:grep needle"):
+    for directive in ('TOOL:glob {"pattern": "*"}', "TOOL!:list {}", "TOOL:read .", "TOOL:grep needle"):
         reply = client.post(f"/session/{sid}/message", json=text_prompt(directive))
         assert reply.status_code == 200 and reply.json()["info"]["time"].get("completed"), reply.text
         messages = client.get(f"/session/{sid}/message").json()

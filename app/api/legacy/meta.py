@@ -16,7 +16,7 @@ from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import CONFIG_SCHEMA, user_config_directory
 from app.runtime.sessions import project_id, project_info
-from app.runtime.tools import TOOLS, listing
+from app.runtime.tools import ids, listing
 
 router = APIRouter(tags=["instance"])
 
@@ -182,14 +182,17 @@ async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
 
 
 @router.get("/experimental/tool/ids", operation_id="tool.ids", summary="List tool IDs")
-async def tool_ids() -> Response:
-    return JSONBody(list(TOOLS))
+async def tool_ids(runtime: RuntimeDep) -> Response:
+    """OpenCode's built-in tool ids for the same switches (``OPENCODE_CLIENT``...): MCP tools are
+    not listed, as there."""
+    return JSONBody(ids(runtime.tool_state.settings))
 
 
 @router.get("/experimental/tool", operation_id="tool.list", summary="List tools")
-async def tool_list(provider: str, model: str) -> Response:
-    """The tools ``model`` is offered, with their JSON schemas (the provider does not change them)."""
-    return JSONBody(listing(model))
+async def tool_list(runtime: RuntimeDep, provider: str, model: str) -> Response:
+    """The tools ``model`` of ``provider`` is offered, with their JSON schemas (the provider
+    decides websearch, the model apply_patch or edit/write)."""
+    return JSONBody(listing(model, provider, runtime.tool_state.settings))
 
 
 @router.get("/skill", operation_id="app.skills", summary="List skills")

@@ -9,7 +9,8 @@ Invariant: a tool acts inside the session's directory only; an escape needs a pe
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, truncate
 from app.runtime.tools._bash import Bash
 from app.runtime.tools._files import attachment, read_path
-from app.runtime.tools._registry import OFFERED, TOOLS, function_specs, listing, offered_for, repair
+from app.runtime.tools._registry import OFFERED, TOOLS, function_specs, ids, listing, offered_for, repair
+from app.runtime.tools._settings import ToolSettings
 from app.runtime.tools._skills import Skills, available_text
 from app.runtime.tools._state import FileEdits, TodoStore, ToolServices
 
@@ -24,9 +25,11 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "ToolServices",
+    "ToolSettings",
     "attachment",
     "available_text",
     "function_specs",
+    "ids",
     "listing",
     "offered_for",
     "read_path",

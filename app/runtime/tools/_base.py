@@ -55,6 +55,9 @@ class ToolContext:
     services: ToolServices  # the session state a tool may need (todos, files, sub-agents)
     # Raises QuestionRejected (agents domain) when the user dismisses the questions.
     ask_questions: AskQuestions = _no_questions
+    # The model that made the call (its reply's providerID/modelID): what it is offered depends on it.
+    provider_id: str = ""
+    model_id: str = ""
 
     @property
     def directory(self) -> Path:
@@ -63,8 +66,10 @@ class ToolContext:
 
 class Tool(Protocol):
     name: str
-    description: str
     parameters: dict[str, Any]
+
+    @property
+    def description(self) -> str: ...  # read when the tools are listed (websearch's names the year)
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult: ...
 

@@ -280,6 +280,9 @@ class List:
         root = await _search_root(ctx, args.get("path"))
         if not root.is_dir():
             raise ToolError(f"Not a directory: {root}")
+        # Under its own permission, as in OpenCode until 1.14: no model is offered it any more
+        # (the registry), so a rule denying ``list`` holds only here.
+        await ctx.ask("list", [str(root)], ["*"], {"path": str(root)})
         extra = [g for g in args.get("ignore") or [] if isinstance(g, str)]
         globs = [f"!{p}*" for p in LIST_SKIPPED] + [f"!{g}" for g in extra]
         files = await _engine(ctx.services.workspace.files(str(ctx.directory), root, globs))

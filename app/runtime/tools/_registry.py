@@ -1,4 +1,24 @@
-"""The tools offered to the model, and their descriptions in OpenAI's function-tool shape."""
+"""The tools, which of them a model is offered, and their descriptions in OpenAI's function-tool
+shape.
+
+The set and its order are OpenCode 1.18's (its ``ToolRegistry``): ``invalid``, ``question``,
+``bash``, ``read``, ``glob``, ``grep``, ``edit``, ``write``, ``task``, ``webfetch``, ``todowrite``,
+``websearch``, ``skill``, ``apply_patch``; ``/experimental/tool/ids`` lists them so. A model is
+offered them less:
+- ``invalid``, which only repaired calls reach;
+- ``question`` where ``OPENCODE_CLIENT`` says no one is there to answer (``ToolSettings``);
+- ``websearch`` unless it is enabled (off by default: ``ToolSettings``);
+- ``edit``/``write`` or ``apply_patch``, by model (``uses_patch``);
+then whatever the agent's permission rules deny outright (the turn filters those: OpenCode's
+agents deny ``question`` to all but ``build`` and ``plan``, ``todowrite`` to ``general``).
+
+``list`` and ``todoread`` (OpenCode until 1.14) are retired as OpenCode retired them: offered to
+no model and listed nowhere, so an agent's ``tools``/``permission`` entry for them changes
+nothing. They still run when a model calls them by name (one continuing a session that used
+them, or prompted for an older OpenCode), where OpenCode 1.18 would answer ``invalid``: both
+only read (the project's file names, the session's todos) under their own permission, and the
+answer costs the model less than a failed step. OpenCode's experimental tools (``lsp``,
+``plan_exit``, code mode's ``execute``) are not hosted here, and their switches list nothing."""
 
 from __future__ import annotations
 
@@ -11,34 +31,44 @@ from app.runtime.tools._invalid import NAME as INVALID
 from app.runtime.tools._invalid import Invalid
 from app.runtime.tools._patch import ApplyPatch
 from app.runtime.tools._question import Question
+from app.runtime.tools._settings import ToolSettings
 from app.runtime.tools._skills import SkillTool
 from app.runtime.tools._task import Task
 from app.runtime.tools._todo import TodoRead, TodoWrite
 from app.runtime.tools._webfetch import WebFetch
+from app.runtime.tools._websearch import WebSearch
 
-TOOLS: dict[str, Tool] = {
-    tool.name: tool
-    for tool in (
-        Invalid(),
-        Read(),
-        Write(),
-        Edit(),
-        List(),
-        Glob(),
-        Grep(),
-        Bash(),
-        TodoWrite(),
-        TodoRead(),
-        Task(),
-        Question(),
-        SkillTool(),
-        ApplyPatch(),
-        WebFetch(),
-    )
-}
+BUILT_IN: list[Tool] = [
+    Invalid(),
+    Question(),
+    Bash(),
+    Read(),
+    Glob(),
+    Grep(),
+    Edit(),
+    Write(),
+    Task(),
+    WebFetch(),
+    TodoWrite(),
+    WebSearch(),
+    SkillTool(),
+    ApplyPatch(),
+]
+RETIRED: list[Tool] = [List(), TodoRead()]
 
-# What the model may be offered: everything but ``invalid``, which only repaired calls reach.
-OFFERED = [name for name in TOOLS if name != INVALID]
+# Every tool a call may name (what runs), built-in ones first.
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in (*BUILT_IN, *RETIRED)}
+
+# What a model may be offered: the built-in tools but ``invalid``.
+OFFERED = [tool.name for tool in BUILT_IN if tool.name != INVALID]
+
+DEFAULT_SETTINGS = ToolSettings()
+
+
+def ids(settings: ToolSettings = DEFAULT_SETTINGS) -> list[str]:
+    """``GET /experimental/tool/ids``: OpenCode's list for the same switches (``websearch`` is
+    listed whether or not it is enabled, as there)."""
+    return [tool.name for tool in BUILT_IN if tool.name != "question" or settings.question]
 
 
 def uses_patch(model_id: str) -> bool:
@@ -46,10 +76,13 @@ def uses_patch(model_id: str) -> bool:
     return "gpt-" in model_id and "oss" not in model_id and "gpt-4" not in model_id
 
 
-def offered_for(model_id: str) -> list[str]:
-    """The tools a model is offered (before permissions): apply_patch or edit/write, never both."""
+def offered_for(model_id: str, provider_id: str = "", settings: ToolSettings = DEFAULT_SETTINGS) -> list[str]:
+    """The tools a model is offered (before permissions): apply_patch or edit/write, never both;
+    websearch where it is enabled."""
     hidden = {"edit", "write"} if uses_patch(model_id) else {"apply_patch"}
-    return [name for name in OFFERED if name not in hidden]
+    if not settings.websearch_offered(provider_id):
+        hidden.add("websearch")
+    return [name for name in ids(settings) if name != INVALID and name not in hidden]
 
 
 def repair(name: str, error: str | None) -> tuple[str, dict[str, Any] | None]:
@@ -64,10 +97,10 @@ def repair(name: str, error: str | None) -> tuple[str, dict[str, Any] | None]:
     return INVALID, {"tool": name, "error": error}
 
 
-def listing(model_id: str) -> list[dict[str, Any]]:
+def listing(model_id: str, provider_id: str = "", settings: ToolSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
     """``GET /experimental/tool``: what a model gets (``invalid`` included, as OpenCode lists it),
     each with its JSON schema."""
-    names = [INVALID, *offered_for(model_id)]
+    names = [INVALID, *offered_for(model_id, provider_id, settings)]
     return [
         {
             "id": n,

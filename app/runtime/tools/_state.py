@@ -10,6 +10,7 @@ from app.events.log import EventLog
 from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.runtime.abort import AbortSignal
+from app.runtime.tools._settings import ToolSettings
 from app.runtime.workspace import Workspace
 from app.store import sql
 
@@ -34,6 +35,8 @@ class ToolServices:
     tasks: Subagents
     workspace: Workspace = field(default_factory=Workspace)  # the search engine list/glob/grep share
     skills: Skills | None = None  # None: no skills (direct tool tests)
+    # Which optional tools are offered and where websearch searches: the environment's switches.
+    settings: ToolSettings = field(default_factory=ToolSettings.from_environ)
 
     @classmethod
     def build(cls, log: EventLog, tasks: Subagents, workspace: Workspace, skills: Skills) -> ToolServices:

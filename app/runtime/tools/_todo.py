@@ -1,4 +1,5 @@
-"""todowrite / todoread: the session's todo list, persisted and announced with ``todo.updated``."""
+"""todowrite / todoread: the session's todo list, persisted and announced with ``todo.updated``.
+``todoread`` is retired (OpenCode 1.18 has none: todowrite answers the list), see the registry."""
 
 from __future__ import annotations
 
@@ -56,5 +57,8 @@ class TodoRead:
     parameters = schema({}, [])
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+        # Retired (no model is offered it), so its permission is asked here: a rule denying
+        # ``todoread`` holds even when a model calls it by name.
+        await ctx.ask("todoread", ["*"], ["*"], {})
         todos = await ctx.services.todos.get(ctx.session["id"])
         return ToolResult(dumps(todos), title=_summary(todos), metadata={"todos": todos})

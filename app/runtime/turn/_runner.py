@@ -36,6 +36,7 @@ from app.jsonutil import loads
 from app.providers.base import (
     ChatRequest,
     Finish,
+    ModelInfo,
     Provider,
     ProviderError,
     ReasoningDelta,
@@ -329,7 +330,7 @@ class Runner:
             context = await self.history.snapshots.window(session_id)
             tail = [m for m in context.tail if m["info"]["id"] != info["id"]]
             summary = context.snapshot.summary if context.snapshot else None
-            tools, skills = (None, []) if last_step else await self._offered(session, agent, model.model_id)
+            tools, skills = (None, []) if last_step else await self._offered(session, agent, model)
             system = system_prompts(
                 directory, prompt.get("system"), summary, self.inputs.admission.agents.get(directory, agent).prompt
             )
@@ -401,20 +402,20 @@ class Runner:
         return end, await self.snapshots.changed(directory, start, end)
 
     async def _offered(
-        self, session: dict[str, Any], agent: str, model_id: str
+        self, session: dict[str, Any], agent: str, model: ModelInfo
     ) -> tuple[list[dict[str, Any]] | None, list[str]]:
-        """The tools offered to ``model_id`` and the system prompt listing the skills, under the
+        """The tools offered to ``model`` and the system prompt listing the skills, under the
         agent's permission rules (read once for both)."""
         rules = await self.toolcalls.permissions.rules_for(session, agent)
-        tools = await self._tool_specs(session, rules, model_id)
+        tools = await self._tool_specs(session, rules, model)
         return tools, self._skills_prompt(session, rules, tools)
 
     async def _tool_specs(
-        self, session: dict[str, Any], rules: list[Rule], model_id: str
+        self, session: dict[str, Any], rules: list[Rule], model: ModelInfo
     ) -> list[dict[str, Any]] | None:
-        """The built-in tools ``model_id`` is offered, then the MCP servers' (waiting for servers
+        """The built-in tools ``model`` is offered, then the MCP servers' (waiting for servers
         still connecting)."""
-        offered = offered_for(model_id)
+        offered = offered_for(model.model_id, model.provider_id, self.toolcalls.services.settings)
         mcp = {n: t for n, t in (await self.toolcalls.extensions.tools(session["directory"])).items() if n not in TOOLS}
         disabled = self.toolcalls.permissions.disabled_tools(rules, [*offered, *mcp])
         names = [name for name in offered if name not in disabled]

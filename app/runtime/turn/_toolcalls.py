@@ -105,7 +105,16 @@ class ToolCalls:
             return await self.questions.ask(session, questions, tool=tool_ref, signal=signal)
 
         ctx = ToolContext(
-            session, recorder.info["id"], call.call_id, signal, ask, progress, self.services, ask_questions
+            session,
+            recorder.info["id"],
+            call.call_id,
+            signal,
+            ask,
+            progress,
+            self.services,
+            ask_questions,
+            provider_id=recorder.info.get("providerID", ""),
+            model_id=recorder.info.get("modelID", ""),
         )
         try:
             signature = (name, dumps(args))
