@@ -4,8 +4,10 @@ headers as OpenCode's AI SDK providers do, on local stubs speaking each API's st
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 from app.providers import catalog
 from tests.anthropic_stub import message, text, thinking, tool_use
 from tests.helpers import create_session, text_prompt
+from tests.sse import EventCollector
 from tests.stubs import Answer, Stub, sse_stub
 from tests.test_openai_responses import Events
 
@@ -184,3 +187,37 @@ def test_a_file_reference_on_a_comment_line_is_left_alone(client: httpx.Client, 
     answer = client.get("/config")
     assert answer.status_code == 200, answer.text
     assert answer.json()["username"] == os.environ["HOME"]
+
+
+def test_overload_is_retried_after_its_retry_after_with_status_events(
+    gateway: Stub, client: httpx.Client, project_dir: Path
+) -> None:
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    answers = iter([Answer(status=529, body=overloaded, headers={"retry-after": "1"}), Answer(message(text(0, "ok")))])
+    gateway.answer = lambda body: (
+        Answer(message(text(0, "T"))) if "title generator" in json.dumps(body) else next(answers)
+    )
+    _anthropic_config(project_dir, f"{gateway.url}/v1")
+    with EventCollector(f"{client.base_url}/event") as events:
+        started = time.monotonic()
+        reply = _prompt(client)
+        waited = time.monotonic() - started
+        assert "error" not in reply["info"], reply["info"]
+        statuses = [
+            f.properties["status"] for f in events.of_session(reply["info"]["sessionID"]) if f.type == "session.status"
+        ]
+    retry = next(s for s in statuses if s["type"] == "retry")
+    assert retry["attempt"] == 1 and retry["message"] == "Provider is overloaded"  # OpenCode's words
+    assert waited >= 1.0  # the server's retry-after, in seconds, was waited out
+    assert [t[0] for t in _turns(gateway)] == ["/v1/messages", "/v1/messages"]
+
+
+def test_an_image_reaches_the_gateway_as_an_image_block(gateway: Stub, client: httpx.Client, project_dir: Path) -> None:
+    pixel = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+    gateway.answer = lambda _body: Answer(message(text(0, "a pixel")))
+    _anthropic_config(project_dir, f"{gateway.url}/v1")
+    image = {"type": "file", "mime": "image/png", "url": f"data:image/png;base64,{pixel}", "filename": "p.png"}
+    reply = _prompt(client, {"parts": [{"type": "text", "text": "what is it?"}, image]})
+    assert "error" not in reply["info"], reply["info"]
+    blocks = _turns(gateway)[0][2]["messages"][-1]["content"]
+    assert {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}} in blocks
