@@ -18,6 +18,7 @@ from app.api.legacy import events as legacy_events
 from app.api.legacy import files as legacy_files
 from app.api.legacy import mcp as legacy_mcp
 from app.api.legacy import meta as legacy_meta
+from app.api.legacy import project as legacy_project
 from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
 from app.api.legacy import tui as legacy_tui
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     routes: list[BaseRoute] = []
     for router in (
         legacy_meta.router,
+        legacy_project.router,
         legacy_auth.router,
         legacy_mcp.router,
         legacy_sessions.router,

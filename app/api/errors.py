@@ -33,6 +33,7 @@ from app.runtime.errors import (
     PathNotFound,
     PathOutside,
     PermissionNotFound,
+    ProjectNotFound,
     QuestionNotFound,
     RevertFailed,
     SearchUnavailable,
@@ -118,6 +119,10 @@ async def _message_missing(request: Request, exc: MessageNotFound) -> JSONBody:
     if _is_v2(request):
         return tagged(404, "MessageNotFoundError", exc.message, sessionID=exc.session_id, messageID=exc.message_id)
     return named(404, "NotFoundError", exc.message)
+
+
+async def _project_missing(_request: Request, exc: ProjectNotFound) -> JSONBody:
+    return tagged(404, "ProjectNotFoundError", exc.message, projectID=exc.project_id)  # as OpenCode's
 
 
 async def _share_missing(_request: Request, exc: ShareNotFound) -> JSONBody:
@@ -243,6 +248,7 @@ def install(app: FastAPI) -> None:
         RevertFailed: _revert_failed,
         UnencodableValue: _unencodable,
         ShareNotFound: _share_missing,
+        ProjectNotFound: _project_missing,
         PermissionNotFound: _permission_missing,
         QuestionNotFound: _question_missing,
         CommandNotFound: _command_missing,

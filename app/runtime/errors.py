@@ -22,6 +22,12 @@ class SessionNotFound(RuntimeFailure):
         self.session_id = session_id
 
 
+class ProjectNotFound(RuntimeFailure):
+    def __init__(self, project_id: str) -> None:
+        super().__init__(f"Project not found: {project_id}")
+        self.project_id = project_id
+
+
 class MessageNotFound(RuntimeFailure):
     """An unknown message (or an unknown part of a known message, with ``part_id``)."""
 

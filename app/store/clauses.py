@@ -43,6 +43,7 @@ from app.store.schema import (
     messages,
     metadata,
     parts,
+    projects,
     reverts,
     saved_permissions,
     sessions,
@@ -145,6 +146,11 @@ SAVED_PERMISSIONS = Clause(
 )
 ALL_SAVED_PERMISSIONS = Clause(select(saved_permissions).order_by(saved_permissions.c.time_created))
 DELETE_SAVED_PERMISSION = Clause(delete(saved_permissions).where(saved_permissions.c.id == bindparam("id")))
+UPSERT_PROJECT = _upsert(projects)
+PROJECT = Clause(
+    select(projects.c.info, projects.c.time_updated).where(projects.c.id == bindparam("id")), quick=True
+)
+ALL_PROJECTS = Clause(select(projects.c.id, projects.c.info, projects.c.time_updated))
 
 
 INSERT_SNAPSHOT = Clause(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))

@@ -166,3 +166,14 @@ reverts = Table(
     Column("session_id", String, primary_key=True),
     Column("journal", Text, nullable=False),
 )
+
+# What clients set on a project (``PATCH /project/:id``: ``name``, ``icon``, ``commands``), as
+# ``info`` JSON, by project id. Everything else about a project (worktree, vcs, times) comes from
+# the directories its sessions are in.
+projects = Table(
+    "projects",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("info", Text, nullable=False),
+    Column("time_updated", BigInteger, nullable=False),
+)

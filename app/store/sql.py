@@ -32,6 +32,9 @@ INSERT_SAVED_PERMISSION = Statement('INSERT INTO saved_permissions (id, project_
 SAVED_PERMISSIONS = Statement('SELECT saved_permissions.id, saved_permissions.project_id, saved_permissions.permission, saved_permissions.pattern, saved_permissions.time_created \nFROM saved_permissions \nWHERE saved_permissions.project_id = :project_id ORDER BY saved_permissions.time_created', ('SAVED_PERMISSIONS',), quick=True)
 ALL_SAVED_PERMISSIONS = Statement('SELECT saved_permissions.id, saved_permissions.project_id, saved_permissions.permission, saved_permissions.pattern, saved_permissions.time_created \nFROM saved_permissions ORDER BY saved_permissions.time_created', ('ALL_SAVED_PERMISSIONS',))
 DELETE_SAVED_PERMISSION = Statement('DELETE FROM saved_permissions WHERE saved_permissions.id = :id', ('DELETE_SAVED_PERMISSION',))
+UPSERT_PROJECT = Statement('INSERT INTO projects (id, info, time_updated) VALUES (:id, :info, :time_updated) ON CONFLICT (id) DO UPDATE SET info = excluded.info, time_updated = excluded.time_updated', ('UPSERT_PROJECT',))
+PROJECT = Statement('SELECT projects.info, projects.time_updated \nFROM projects \nWHERE projects.id = :id', ('PROJECT',), quick=True)
+ALL_PROJECTS = Statement('SELECT projects.id, projects.info, projects.time_updated \nFROM projects', ('ALL_PROJECTS',))
 INSERT_SNAPSHOT = Statement('INSERT INTO snapshots (session_id, version, through_seq, message_id, reason, summary, time_created) VALUES (:session_id, :version, :through_seq, :message_id, :reason, :summary, :time_created)', ('INSERT_SNAPSHOT',))
 LATEST_SNAPSHOT = Statement('SELECT snapshots.session_id, snapshots.version, snapshots.through_seq, snapshots.message_id, snapshots.reason, snapshots.summary, snapshots.time_created \nFROM snapshots \nWHERE snapshots.session_id = :session_id ORDER BY snapshots.version DESC\n LIMIT 1', ('LATEST_SNAPSHOT',), quick=True)
 INSERT_SHARE = Statement('INSERT INTO shares (token, session_id, time_created) VALUES (:token, :session_id, :time_created)', ('INSERT_SHARE',))
@@ -343,6 +346,7 @@ SCHEMA = (
     'CREATE TABLE leases (\n\tsession_id VARCHAR NOT NULL, \n\towner VARCHAR NOT NULL, \n\ttoken BIGINT NOT NULL, \n\texpires_at BIGINT NOT NULL, \n\tPRIMARY KEY (session_id)\n)',
     'CREATE TABLE messages (\n\tid VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\trole VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tinfo TEXT NOT NULL, \n\tseq BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE parts (\n\tid VARCHAR NOT NULL, \n\tmessage_id VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\tdata TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
+    'CREATE TABLE projects (\n\tid VARCHAR NOT NULL, \n\tinfo TEXT NOT NULL, \n\ttime_updated BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE reverts (\n\tsession_id VARCHAR NOT NULL, \n\tjournal TEXT NOT NULL, \n\tPRIMARY KEY (session_id)\n)',
     'CREATE TABLE saved_permissions (\n\tid VARCHAR NOT NULL, \n\tproject_id VARCHAR NOT NULL, \n\tpermission VARCHAR NOT NULL, \n\tpattern VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE sessions (\n\tid VARCHAR NOT NULL, \n\tdirectory VARCHAR NOT NULL, \n\tparent_id VARCHAR, \n\ttitle VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\ttime_updated BIGINT NOT NULL, \n\tinfo TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',

@@ -15,7 +15,7 @@ from app.api import stainless
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import CONFIG_SCHEMA, user_config_directory
-from app.runtime.sessions import project_id, project_info
+from app.runtime.sessions import project_id
 from app.runtime.tools import ids, listing
 
 router = APIRouter(tags=["instance"])
@@ -136,8 +136,8 @@ async def project_list(runtime: RuntimeDep, directory: DirectoryDep) -> Response
 
 
 @router.get("/project/current", operation_id="project.current")
-async def project_current(directory: DirectoryDep) -> Response:
-    return JSONBody(await project_info(directory))
+async def project_current(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await runtime.sessions.current_project(directory))
 
 
 @router.get("/project/{projectID}/directories", operation_id="project.directories")

@@ -2,18 +2,23 @@
 or ``global`` outside a repository. Resolved once per directory (it never changes).
 
 A project's worktree is the directory it was first seen in (the server's own, or a session's):
-opensession keeps no project records of its own, so ``projects`` derives them from where the
-sessions are."""
+``projects`` derives them from where the sessions are. What clients set on a project (``name``,
+``icon``, ``commands``: ``PATCH /project/:id``) is kept by id and laid over that (``with_settings``).
+
+``vcs`` is ``git`` inside a git work tree, even one without a commit yet (whose id is ``global``):
+what OpenCode answers after ``POST /project/git/init``."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 from collections.abc import Iterable
 from typing import Any
 
 from app.processes import tied
+from app.runtime.errors import InvalidInput
 
 _cache: dict[str, str] = {}
 
@@ -41,6 +46,55 @@ async def project_id(directory: str) -> str:
     return cached
 
 
+def _git_init(directory: str) -> str | None:
+    """Run ``git init``; what went wrong, or None."""
+    if shutil.which("git") is None:
+        return "Git is not installed"
+    try:
+        out = subprocess.run(
+            tied(["git", "init", "--quiet"]), cwd=directory, capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:  # no such directory, a NUL...
+        return f"Cannot initialize a git repository in {directory!r}: {exc}"
+    if out.returncode != 0:
+        return out.stderr.strip() or out.stdout.strip() or "Failed to initialize git repository"
+    return None
+
+
+async def init_repository(directory: str) -> None:
+    """``git init`` in ``directory`` (``InvalidInput`` naming what went wrong)."""
+    problem = await asyncio.to_thread(_git_init, directory)
+    if problem is not None:
+        raise InvalidInput(problem)
+
+
+def forget(directory: str) -> None:
+    """Resolve ``directory``'s project again next time (its repository was just created)."""
+    _cache.pop(directory, None)
+
+
+def in_git_work_tree(directory: str) -> bool:
+    """Whether ``directory`` or one of its parents holds a ``.git`` (a repository or a worktree's
+    link to one), as OpenCode looks for it."""
+    path = os.path.abspath(directory)
+    while True:
+        if os.path.lexists(os.path.join(path, ".git")):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
+def with_settings(info: dict[str, Any], settings: dict[str, Any], updated: int) -> dict[str, Any]:
+    """A project's ``info`` with what clients set on it (``name``, ``icon``, ``commands``)."""
+    for key in ("name", "icon", "commands"):
+        if key in settings:
+            info[key] = settings[key]
+    info["time"]["updated"] = max(info["time"]["updated"], updated)
+    return info
+
+
 def cached_project_id(directory: str) -> str | None:
     """The project id if already resolved (never blocks; used when encoding event frames)."""
     return _cache.get(directory)
@@ -57,7 +111,7 @@ async def project_info(directory: str, updated: int | None = None) -> dict[str, 
     return {
         "id": pid,
         "worktree": directory,
-        "vcs": "git" if pid != "global" else None,
+        "vcs": "git" if pid != "global" or in_git_work_tree(directory) else None,
         "time": {"created": created, "updated": max(created, updated or 0)},
         "sandboxes": [],
     }

@@ -12,9 +12,10 @@ from typing import Any
 from app import __version__, ids
 from app.clock import iso_from_ms, now_ms
 from app.events.log import EventLog, Transaction
+from app.events.model import Event
 from app.jsonutil import dumps, loads
-from app.runtime.errors import Conflict, SessionNotFound
-from app.runtime.sessions._project import project_id, projects
+from app.runtime.errors import Conflict, ProjectNotFound, SessionNotFound
+from app.runtime.sessions._project import forget, init_repository, project_id, project_info, projects, with_settings
 from app.store import sql
 from app.store.queries import Queries
 
@@ -128,8 +129,52 @@ class SessionService:
         log.db.on_lost_writes(self._cache.clear)
 
     async def projects(self, current: str) -> list[dict[str, Any]]:
-        """The projects this server knows: ``current``'s, then those its sessions are in."""
-        return await projects(current, await self.queries.session_directories())
+        """The projects this server knows: ``current``'s, then those its sessions are in, each with
+        what clients set on it."""
+        found = await projects(current, await self.queries.session_directories())
+        settings = {row[0]: (loads(row[1]), int(row[2])) for row in await self.log.db.fetch(sql.ALL_PROJECTS)}
+        for info in found:
+            if info["id"] in settings:
+                with_settings(info, *settings[info["id"]])
+        return found
+
+    async def current_project(self, directory: str) -> dict[str, Any]:
+        """``directory``'s project, with what clients set on it."""
+        info = await project_info(directory)
+        row = await self.log.db.fetch_one(sql.PROJECT, {"id": info["id"]})
+        return with_settings(info, loads(row[0]), int(row[1])) if row else info
+
+    async def init_git(self, directory: str) -> dict[str, Any]:
+        """``git init`` in ``directory`` unless it is in a git work tree already; its project then
+        (``vcs`` git; the id stays ``global`` until a first commit, as in OpenCode)."""
+        if (await self.current_project(directory))["vcs"] != "git":
+            await init_repository(directory)
+            forget(directory)
+            info = await self.current_project(directory)
+            self.log.publish(Event("project.updated", info, None, None))
+        return await self.current_project(directory)
+
+    async def update_project(self, project_id: str, current: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set a project's ``name`` (a string), and the keys given of its ``icon`` (``url``,
+        ``override``, ``color``) and ``commands`` (``start``), as OpenCode does; the others stay.
+        The project must be one ``projects(current)`` lists. Announced as ``project.updated``
+        (on the streams of every directory, as OpenCode's global event)."""
+        known = {info["id"]: info for info in await self.projects(current)}
+        if project_id not in known:
+            raise ProjectNotFound(project_id)
+        async with self.log.db.write(urgent=True) as scope:
+            rows = await scope.fetch(sql.PROJECT, {"id": project_id})
+            settings: dict[str, Any] = loads(rows[0][0]) if rows else {}
+            if "name" in changes:
+                settings["name"] = changes["name"]
+            for key in ("icon", "commands"):
+                if key in changes:
+                    settings[key] = {**settings.get(key, {}), **changes[key]}
+            updated = max(now_ms(), int(rows[0][1]) + 1 if rows else 0)
+            scope.execute(sql.UPSERT_PROJECT, {"id": project_id, "info": dumps(settings), "time_updated": updated})
+        info = with_settings(known[project_id], settings, updated)
+        self.log.publish(Event("project.updated", info, None, None))
+        return info
 
     async def create(
         self,
