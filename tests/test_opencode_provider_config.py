@@ -221,3 +221,20 @@ def test_an_image_reaches_the_gateway_as_an_image_block(gateway: Stub, client: h
     assert "error" not in reply["info"], reply["info"]
     blocks = _turns(gateway)[0][2]["messages"][-1]["content"]
     assert {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}} in blocks
+
+
+def test_google_by_name_goes_to_geminis_openai_compatible_endpoint(
+    gateway: Stub, client: httpx.Client, project_dir: Path
+) -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    gateway.answer = lambda _body: Answer([(None, chunk), (None, "[DONE]")])
+    model = "gemini-2.5-flash"
+    assert catalog.model("google", model) is not None
+    options = {"baseURL": f"{gateway.url}/v1beta", "apiKey": "{env:GATEWAY_KEY}"}
+    _write(project_dir, {"model": f"google/{model}", "provider": {"google": {"options": options}}})
+    reply = _prompt(client)
+    assert "error" not in reply["info"], reply["info"]
+    path, headers, body = _turns(gateway)[0]
+    assert path == "/v1beta/openai/chat/completions" and headers["authorization"] == f"Bearer {GATEWAY_KEY}"
+    assert body["extra_body"] == {"google": {"thinking_config": {"include_thoughts": True}}}
+    assert "thinkingConfig" not in body and body["model"] == model

@@ -25,7 +25,7 @@ from app.providers.base import (
 )
 from app.providers.connection import Connection
 from app.providers.media import TOOL_ATTACHMENTS_PROMPT
-from app.providers.options import OPENAI_PACKAGE
+from app.providers.options import GOOGLE_PACKAGE, OPENAI_PACKAGE
 
 _FINISH = {
     "stop": "stop",
@@ -51,6 +51,24 @@ _OPENAI_KEYS = _COMPATIBLE_KEYS | {
 }
 
 
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def _gemini_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """Gemini's OpenAI-compatible endpoint refuses fields it does not know: of the options
+    OpenCode gives Google's models, the thinking settings go where that endpoint takes them
+    (``extra_body.google.thinking_config``, snake case), ``reasoningEffort`` as itself."""
+    fields: dict[str, Any] = {}
+    thinking = options.get("thinkingConfig")
+    if isinstance(thinking, dict):
+        config = {_snake(key): value for key, value in thinking.items()}
+        fields["extra_body"] = {"google": {"thinking_config": config}}
+    if "reasoningEffort" in options:
+        fields["reasoning_effort"] = options["reasoningEffort"]
+    return fields
+
+
 def option_fields(request: ChatRequest) -> dict[str, Any]:
     """The call's sampling and options as chat-completions body fields, as the AI SDK's packages
     write them: OpenAI's reasoning models take ``max_completion_tokens`` and no sampling."""
@@ -61,6 +79,8 @@ def option_fields(request: ChatRequest) -> dict[str, Any]:
         fields["max_completion_tokens" if reasoning else "max_tokens"] = request.max_tokens
     if not reasoning:
         fields |= request.sampling()
+    if request.model.npm == GOOGLE_PACKAGE:
+        return fields | _gemini_fields(request.options)
     renamed = _OPENAI_KEYS if openai else _COMPATIBLE_KEYS
     for key, value in request.options.items():
         if key in renamed:

@@ -23,6 +23,7 @@ OUTPUT_TOKEN_MAX = 32_000
 ANTHROPIC_PACKAGE = "@ai-sdk/anthropic"
 OPENAI_PACKAGE = "@ai-sdk/openai"
 COMPATIBLE_PACKAGE = "@ai-sdk/openai-compatible"
+GOOGLE_PACKAGE = "@ai-sdk/google"
 
 _WIDE_EFFORTS = ("low", "medium", "high")
 _OPENAI_EFFORTS = ("none", "minimal", *_WIDE_EFFORTS, "xhigh")
@@ -94,7 +95,7 @@ def generated_variants(model: ModelInfo) -> dict[str, dict[str, Any]]:
                 for name, budget in (("high", 16_000), ("max", 31_999))
             }
         return {e: {"reasoningConfig": {"type": "enabled", "maxReasoningEffort": e}} for e in _WIDE_EFFORTS}
-    if npm in ("@ai-sdk/google", "@ai-sdk/google-vertex"):
+    if npm in (GOOGLE_PACKAGE, "@ai-sdk/google-vertex"):
         if "2.5" in model_id:
             return {
                 name: {"thinkingConfig": {"includeThoughts": True, "thinkingBudget": budget}}
@@ -132,7 +133,7 @@ def base_options(model: ModelInfo, session_id: str | None) -> dict[str, Any]:
         result["thinking"] = {"type": "enabled", "clear_thinking": False}
     if session_id and (model.provider_id == "openai" or model.provider_options.get("setCacheKey") is True):
         result["promptCacheKey"] = session_id
-    if model.npm in ("@ai-sdk/google", "@ai-sdk/google-vertex"):
+    if model.npm in (GOOGLE_PACKAGE, "@ai-sdk/google-vertex"):
         result["thinkingConfig"] = {"includeThoughts": True} | (
             {"thinkingLevel": "high"} if "gemini-3" in api_id else {}
         )

@@ -21,7 +21,7 @@ from app.providers.connection import Connection, timeout_seconds
 from app.providers.credentials import Credentials
 from app.providers.echo import ECHO_MODEL, EchoProvider
 from app.providers.models import model_entry, model_info
-from app.providers.options import ANTHROPIC_PACKAGE, COMPATIBLE_PACKAGE, OPENAI_PACKAGE
+from app.providers.options import ANTHROPIC_PACKAGE, COMPATIBLE_PACKAGE, GOOGLE_PACKAGE, OPENAI_PACKAGE
 from app.providers.suggest import fuzzy, model_suggestions
 from app.settings import default_data_dir
 
@@ -97,7 +97,7 @@ WIRES: dict[str | None, Wire] = {
     "@ai-sdk/vercel": _chat_at("https://api.v0.dev/v1"),
     "@ai-sdk/gateway": _chat_at("https://ai-gateway.vercel.sh/v1"),
     "@ai-sdk/cohere": _chat_at("https://api.cohere.ai/compatibility/v1"),
-    "@ai-sdk/google": _chat_at("https://generativelanguage.googleapis.com/v1beta", "/openai"),
+    GOOGLE_PACKAGE: _chat_at("https://generativelanguage.googleapis.com/v1beta", "/openai"),
     "venice-ai-sdk-provider": _chat_at("https://api.venice.ai/api/v1"),
     "@aihubmix/ai-sdk-provider": _chat_at("https://aihubmix.com/v1"),
 }
