@@ -14,6 +14,7 @@ from app.api import errors, opensession, permissions, questions, share
 from app.api.bodies import TextBodies
 from app.api.browser import ALLOWED_ORIGINS, BrowserGuard
 from app.api.legacy import auth as legacy_auth
+from app.api.legacy import config as legacy_config
 from app.api.legacy import events as legacy_events
 from app.api.legacy import files as legacy_files
 from app.api.legacy import mcp as legacy_mcp
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (
         legacy_meta.router,
         legacy_project.router,
+        legacy_config.router,
         legacy_auth.router,
         legacy_mcp.router,
         legacy_sessions.router,
