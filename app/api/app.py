@@ -10,7 +10,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute
 
 from app import __version__
-from app.api import errors, opensession, permissions, questions, share
+from app.api import errors, home, opensession, permissions, questions, share
 from app.api.bodies import TextBodies
 from app.api.browser import ALLOWED_ORIGINS, BrowserGuard
 from app.api.legacy import auth as legacy_auth
@@ -99,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         permissions.router,
         questions.router,
         opensession.router,
+        home.router,
     ):
         routes.extend(router.routes)
     app.router.routes.extend(hot_routes_first(routes))
