@@ -184,7 +184,7 @@ class Runtime:
         picks the prompt up). Returns once the prompt is durable. The configuration is read once
         for all of it."""
         with reading():
-            admitted = await self.admission.admit(session_id, request)
+            admitted = await self.admission.admit(session_id, request, reserve=resume)
             directory = self.sessions.cached_directory(session_id)
             if directory is not None:
                 self.workspace.watch(directory)

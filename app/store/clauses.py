@@ -199,6 +199,22 @@ def _lease_acquire(insert: Insert) -> ClauseElement:
 
 
 LEASE_ACQUIRE = dialect_insert(_lease_acquire)
+
+
+def _lease_reserve(insert: Insert) -> ClauseElement:
+    """Reserve a free session for its admitting process (in the admission's transaction), so
+    every process sees it busy from then on; a lease already there, live or expired, is left as
+    it is (its owner drains, or whoever claims it takes it over)."""
+    statement = insert(leases).values(
+        session_id=bindparam("session_id"),
+        owner=bindparam("owner"),
+        token=literal_column("1"),
+        expires_at=bindparam("expires_at"),
+    )
+    return statement.on_conflict_do_nothing(index_elements=["session_id"])
+
+
+LEASE_RESERVE = dialect_insert(_lease_reserve)
 LEASE = Clause(
     select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id")),
     quick=True,
@@ -214,7 +230,16 @@ LEASE_RELEASE = Clause(
     )
 )
 LIVE_LEASES = Clause(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
-EXPIRED_LEASES = Clause(select(leases.c.session_id).where(leases.c.expires_at < bindparam("now")))
+ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.expires_at))
+# Inputs a releasing owner has not seen: admitted after its claim and not yet answered.
+UNSETTLED_INPUTS_AFTER = Clause(
+    select(inputs.c.id).where(
+        inputs.c.session_id == bindparam("session_id"),
+        inputs.c.completed.is_(False),
+        inputs.c.admitted_seq > bindparam("after_seq"),
+    ),
+    quick=True,
+)
 NOTIFY = Clause(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
 
 # -- reads ----------------------------------------------------------------------------------------

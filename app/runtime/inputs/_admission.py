@@ -9,6 +9,9 @@ session's drain woken.
 - Idempotency: a client-chosen message id already admitted with the same request returns the same
   record; with a different request, or an id used by another message, it is a conflict. The check
   runs inside the write transaction, so two racing retries cannot both insert.
+- Busy from the commit: on a shared database a prompt that will wake the drain (``reserve``)
+  reserves the session's lease in the same transaction, so every process reads the session busy
+  before the client hears the prompt was taken (``Cluster.reserve``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from app.runtime.agents import Agents, tools_rules
 from app.runtime.errors import InputConflict, InvalidInput
 from app.runtime.history import History, commit_staged
 from app.runtime.payloads import next_event
-from app.runtime.sessions import SessionService
+from app.runtime.sessions import Cluster, SessionService
 from app.store import sql
 from app.store.queries import InputRow
 
@@ -133,13 +136,20 @@ class _Duplicate(Exception):
 
 class Admission:
     def __init__(
-        self, log: EventLog, sessions: SessionService, registry: ProviderRegistry, history: History, agents: Agents
+        self,
+        log: EventLog,
+        sessions: SessionService,
+        registry: ProviderRegistry,
+        history: History,
+        agents: Agents,
+        cluster: Cluster | None = None,
     ) -> None:
         self.log = log
         self.sessions = sessions
         self.registry = registry
         self.history = history
         self.agents = agents
+        self.cluster = cluster
 
     def model_for(self, session: dict[str, Any], requested: ModelRef | None, agent: str | None = None) -> ModelRef:
         """The prompt's model, else the agent's (opencode.json), else the session's last, else the
@@ -166,11 +176,13 @@ class Admission:
             return requested
         return default if default in self.registry.resolve(directory, ref)[1].variants else None
 
-    async def admit(self, session_id: str, request: PromptRequest) -> Admitted:
+    async def admit(self, session_id: str, request: PromptRequest, *, reserve: bool = False) -> Admitted:
+        """Admit ``request``; ``reserve``: the caller wakes the drain next, so on a shared
+        database the session is busy from this commit on (a ``noReply`` prompt wakes nothing)."""
         if request.delivery not in DELIVERIES:
             raise InvalidInput(f"delivery must be one of {DELIVERIES}")
         try:
-            return await self._admit(session_id, request)
+            return await self._admit(session_id, request, reserve and not request.no_reply)
         except _Duplicate as duplicate:
             return Admitted(duplicate.record, created=False)
         except ModelNotFoundError as exc:
@@ -182,7 +194,7 @@ class Admission:
             self.log.publish(Event("session.error", props, session_id, session["directory"]))
             raise
 
-    async def _admit(self, session_id: str, request: PromptRequest) -> Admitted:
+    async def _admit(self, session_id: str, request: PromptRequest, reserve: bool) -> Admitted:
         session = await self.sessions.get(session_id)
         agent = request.agent or session.get("agent") or DEFAULT_AGENT
         ref = self.model_for(session, request.model, request.agent)
@@ -250,6 +262,8 @@ class Admission:
                 time_created=created,
             )
             tx.execute(sql.INSERT_INPUT, record.as_params())
+            if reserve and self.cluster is not None:
+                self.cluster.reserve(tx, session_id)
         return Admitted(record, created=True)
 
     @staticmethod

@@ -21,5 +21,7 @@ class InputsDomain:
     def build(
         cls, infra: Infrastructure, sessions: SessionsDomain, history: HistoryDomain, agents: AgentsDomain
     ) -> InputsDomain:
-        admission = Admission(infra.log, sessions.service, infra.registry, history.service, agents.agents)
+        admission = Admission(
+            infra.log, sessions.service, infra.registry, history.service, agents.agents, sessions.cluster
+        )
         return cls(admission, InputWaiters())

@@ -7,12 +7,14 @@ will finish (recovery, and history copied mid-turn).
 
 May import: the runtime kernel, events, store. It is the lowest domain: every other one may use it.
 Invariants: status changes only in the coordinator and is announced synchronously, so
-``active()`` and ``statuses()`` always agree; recovery derives what to close from what is open.
+``active()`` and ``statuses()`` always agree; on a shared database a session is busy on every
+process while it has a lease, reserved in the transaction that admits its prompt and given up
+before idle is announced; recovery derives what to close from what is open.
 """
 
 from app.runtime.sessions._closing import OPEN_REPLY_HINT, OPEN_TOOL_HINTS, closed_part, closed_reply, open_reply
 from app.runtime.sessions._cluster import Cluster
-from app.runtime.sessions._coordinator import BUSY, DrainCoordinator
+from app.runtime.sessions._coordinator import BUSY, DrainCoordinator, Lease
 from app.runtime.sessions._domain import SessionsDomain
 from app.runtime.sessions._project import cached_project_id, project_id, project_info
 from app.runtime.sessions._service import SessionService, is_default_title, zero_tokens
@@ -23,6 +25,7 @@ __all__ = [
     "OPEN_TOOL_HINTS",
     "Cluster",
     "DrainCoordinator",
+    "Lease",
     "SessionService",
     "SessionsDomain",
     "cached_project_id",

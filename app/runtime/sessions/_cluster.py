@@ -4,6 +4,13 @@
   fencing token that grows with every new lease, an expiry). ``claim`` takes a free, expired or
   own lease; when another live process holds it, that process is told to wake (the prompt is
   already durable, so its drain loop picks it up) and nothing runs here.
+- Status: a session is busy, on every process, while it has a lease (``holders``). Admission
+  reserves a free session's lease for its own process in the admission's transaction
+  (``reserve``), so the prompt is busy everywhere from its commit, before its drain claims the
+  lease; a drain releases it before announcing idle, and keeps it when a prompt admitted since
+  its claim waits (``release(..., unless_admitted_after=)``). A lease a live owner holds without
+  a drain (its claim or release failed) is woken by that owner's watchdog; one whose owner died
+  expires and is taken over; so none stays busy without work.
 - Fencing: the drain task writes under ``FENCE`` (session, owner, token); every write
   transaction checks the lease inside the transaction, so an owner that lost its lease (paused,
   partitioned, presumed dead) can never write into the session again (``LeaseLost``).
@@ -25,10 +32,11 @@ from contextlib import suppress
 from typing import Any, Protocol
 
 from app.clock import now_ms
-from app.events.log import FENCE
+from app.events.log import FENCE, Transaction
 from app.jsonutil import dumps, loads
 from app.runtime.errors import SessionNotFound
 from app.runtime.infrastructure import Infrastructure
+from app.runtime.sessions._coordinator import Lease
 from app.runtime.sessions._recovery import StepChanges, close_session
 from app.runtime.sessions._service import SessionService
 from app.store import sql
@@ -44,6 +52,8 @@ class Controlled(Protocol):
     def wake(self, session_id: str) -> None: ...
 
     def is_active(self, session_id: str) -> bool: ...
+
+    def is_held(self, session_id: str) -> bool: ...
 
     async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool: ...
 
@@ -82,20 +92,28 @@ class Cluster:
 
     # -- leases ------------------------------------------------------------------------------
 
-    async def claim(self, session_id: str) -> int | None:
-        """The new lease's token, or None when another live process drains the session (it has
-        been told to wake). A takeover from a dead owner closes what it left open first."""
+    def reserve(self, tx: Transaction, session_id: str) -> None:
+        """In an admission's transaction: the session's lease for this process if nobody has it
+        (its drain claims it next), so every process reads the session busy from this commit."""
+        params = {"session_id": session_id, "owner": self.origin, "expires_at": now_ms() + self.lease_ms}
+        tx.execute(sql.LEASE_RESERVE, params)
+
+    async def claim(self, session_id: str) -> Lease | None:
+        """The new lease, or None when another live process drains the session (it has been
+        told to wake). A takeover from a dead owner closes what it left open first."""
         now = now_ms()
         async with self.db.write() as scope:
             before = await scope.fetch(sql.LEASE, {"session_id": session_id})
             params = {"session_id": session_id, "owner": self.origin, "expires_at": now + self.lease_ms, "now": now}
             taken = await scope.fetch(sql.LEASE_ACQUIRE, params)
+            last = await scope.fetch(sql.MAX_SEQ, {"session_id": session_id}) if taken else []
         previous = before[0][0] if before else None
         if not taken:
             if previous is not None:
                 await self.send(previous, "wake", session_id)
             return None
         token = int(taken[0][0])
+        lease = Lease(token, last[0][0] if last and last[0][0] is not None else -1)
         if previous is not None and previous != self.origin:
             log.info("taking over %s from %s", session_id, previous)
             fenced = FENCE.set((session_id, self.origin, token))  # the closing writes check the new lease
@@ -103,7 +121,7 @@ class Cluster:
                 await self.close_open(session_id)
             finally:
                 FENCE.reset(fenced)  # the caller (a drain, or a hold) decides what it writes under
-        return token
+        return lease
 
     async def close_open(self, session_id: str) -> None:
         """Close what a dead or failed drain (or revert) left open in a session this process now
@@ -114,9 +132,17 @@ class Cluster:
             for finish in self.takeovers:
                 await finish(session_id)
 
-    async def release(self, session_id: str, token: int) -> None:
+    async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool:
+        """Give the lease up; with ``unless_admitted_after`` (a session seq) only if no input
+        admitted after it waits, checked in the same transaction (admissions are writes too, so
+        none slips in between). Returns whether it was given up."""
         async with self.db.write() as scope:
-            scope.execute(sql.LEASE_RELEASE, {"session_id": session_id, "owner": self.origin, "token": token})
+            if unless_admitted_after is not None:
+                params = {"session_id": session_id, "after_seq": unless_admitted_after}
+                if await scope.fetch(sql.UNSETTLED_INPUTS_AFTER, params):
+                    return False
+            scope.execute(sql.LEASE_RELEASE, {"session_id": session_id, "owner": self.origin, "token": lease.token})
+        return True
 
     async def owners(self) -> dict[str, str]:
         """Sessions drained right now, anywhere in the cluster: session id -> owner."""
@@ -126,21 +152,38 @@ class Cluster:
         """Sessions another live process drains right now."""
         return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}
 
+    async def holders(self) -> dict[str, str]:
+        """Every session with a lease, live or expired (about to be taken over): session id ->
+        owner. Each of them is busy."""
+        return {row[0]: row[1] for row in await self.db.fetch(sql.ALL_LEASES)}
+
     async def _watch(self) -> None:
+        """Renew this process's leases; wake the sessions whose lease expired (a takeover), and
+        those whose lease is ours but unused by any drain or hold of ours two rounds running (a
+        claim or a release the database refused; one round could be a drain just ending)."""
         interval = max(self.lease_ms / 3000, 0.2)
+        unused: set[str] = set()
         while True:
             await asyncio.sleep(interval)
             try:
                 async with self.db.write() as scope:
                     scope.execute(sql.LEASE_RENEW, {"owner": self.origin, "expires_at": now_ms() + self.lease_ms})
-                expired = await self.db.fetch(sql.EXPIRED_LEASES, {"now": now_ms()})
+                leases = await self.db.fetch(sql.ALL_LEASES)
             except Exception:
                 log.exception("lease renewal failed")
                 continue
             assert self._target is not None
-            for (session_id,) in expired:
-                if not self._target.is_active(session_id):
+            now, seen, unused = now_ms(), unused, set()
+            for session_id, owner, expires_at in leases:
+                if self._target.is_active(session_id):
+                    continue
+                if expires_at < now:
                     self._target.wake(session_id)
+                elif owner == self.origin and not self._target.is_held(session_id):
+                    if session_id in seen:
+                        self._target.wake(session_id)
+                    else:
+                        unused.add(session_id)
 
     # -- control messages --------------------------------------------------------------------
 

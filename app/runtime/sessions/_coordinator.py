@@ -10,6 +10,10 @@
 - Status (busy / retry / idle) is set here and nowhere else. The active set and the status map
   change together, synchronously (no await in between), so ``active()`` and ``statuses()`` agree
   at every moment, and each change is announced at once, in order.
+- On a shared database the session's lease is what every process reads as busy (admission
+  reserves it in its own transaction; ``SessionsDomain.statuses``), so a drain gives it up before
+  it announces idle, and only when no prompt it has not seen waits: one admitted after its claim
+  makes it go round again instead (``release(..., unless_admitted_after=)``).
 """
 
 from __future__ import annotations
@@ -44,22 +48,32 @@ class _Entry:
     task: asyncio.Task[None] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claimed lease: its fencing ``token``, and the session's last seq when it was claimed
+    (inputs admitted after it are news to the holder)."""
+
+    token: int
+    seq: int
+
+
 class Claims(Protocol):
     """Drain ownership across processes (``Cluster``): a drain runs only under a claimed lease."""
 
     origin: str
 
-    async def claim(self, session_id: str) -> int | None: ...
+    async def claim(self, session_id: str) -> Lease | None: ...
 
-    async def release(self, session_id: str, token: int) -> None: ...
+    async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool: ...
 
     async def close_open(self, session_id: str) -> None: ...
 
 
 class DrainCoordinator:
     """With ``claims`` (a database shared by several processes) a drain first claims the
-    session's lease and reports busy only once it holds it; when another process holds it, that
-    process is woken instead and nothing runs here."""
+    session's lease and announces busy once it holds it (the session reads busy everywhere
+    already: its admission reserved the lease); when another process holds it, that process is
+    woken instead and nothing runs here."""
 
     def __init__(self, drain: Drain, on_status: StatusListener, claims: Claims | None = None) -> None:
         self._drain = drain
@@ -123,33 +137,49 @@ class DrainCoordinator:
         if session_id in self._entries or session_id in self._held:
             raise SessionBusy(session_id)
         self._held.add(session_id)
-        token: int | None = None
+        lease: Lease | None = None
         try:
             if self._claims is not None:
-                token = await self._claims.claim(session_id)
-                if token is None:
+                lease = await self._claims.claim(session_id)
+                if lease is None:
                     raise SessionBusy(session_id)
             yield
         finally:
-            if token is not None:
-                assert self._claims is not None
-                await self._claims.release(session_id, token)
+            woken = session_id in self._deferred
+            if lease is not None and not woken:
+                # A prompt admitted meanwhile (here, or on a process whose wake is still on its
+                # way) keeps the lease for the drain that answers it.
+                woken = await self._kept(session_id, lease, lease.seq)
             self._held.discard(session_id)
-            if session_id in self._deferred:
-                self._deferred.discard(session_id)
+            self._deferred.discard(session_id)
+            if woken:
                 self._start(session_id)
 
-    async def _claim(self, session_id: str) -> int | None:
+    async def _claim(self, session_id: str) -> Lease | None:
+        """The session's lease, or None when another process drains it. One that could not be
+        claimed (the database refused) stays reserved here: the watchdog wakes it again."""
         assert self._claims is not None
         try:
-            token = await self._claims.claim(session_id)
+            lease = await self._claims.claim(session_id)
         except Exception:
             log.exception("could not claim %s", session_id)
             return None
-        if token is not None:
-            FENCE.set((session_id, self._claims.origin, token))  # this task's writes check the lease
+        if lease is not None:
+            FENCE.set((session_id, self._claims.origin, lease.token))  # this task's writes check the lease
             self.set_status(session_id, BUSY)
-        return token
+        return lease
+
+    async def _kept(self, session_id: str, lease: Lease, unless_admitted_after: int | None) -> bool:
+        """Give the lease up, unless a prompt admitted after seq ``unless_admitted_after`` waits
+        (None: unconditionally); returns whether it was kept for that prompt, which then needs
+        another pass. A release the database refuses leaves the lease here, unused: the watchdog
+        wakes the session again (``Cluster``)."""
+        assert self._claims is not None
+        try:
+            return not await self._claims.release(session_id, lease, unless_admitted_after=unless_admitted_after)
+        except Exception:
+            log.exception("could not release %s", session_id)
+            return False
 
     async def _resume_after_outage(self, session_id: str, entry: _Entry) -> bool:
         """Wait for the database to come back, then close the reply the failed step left open
@@ -168,10 +198,13 @@ class DrainCoordinator:
                 continue
 
     async def _run(self, session_id: str, entry: _Entry, work: Drain | None = None) -> None:
-        token: int | None = None
+        lease: Lease | None = None
+        holding = False  # whether ``lease`` is still this drain's to give up
         try:
-            if self._claims is not None and (token := await self._claim(session_id)) is None:
-                return
+            if self._claims is not None:
+                if (lease := await self._claim(session_id)) is None:
+                    return
+                holding = True
             while True:
                 entry.pending_wake = False
                 # The first pass runs ``work`` when given (run_exclusive), later passes drain.
@@ -182,6 +215,7 @@ class DrainCoordinator:
                     break
                 except LeaseLost:
                     log.warning("%s was taken over by another process; this drain stops", session_id)
+                    holding = False
                     break
                 except DatabaseUnavailable as exc:
                     # Nothing of the failed transaction was stored: retry once the database is back
@@ -193,24 +227,35 @@ class DrainCoordinator:
                 except Exception:
                     log.exception("drain of %s failed", session_id)
                     break
-                if entry.signal.fired or not entry.pending_wake:
+                if entry.signal.fired:
                     break
+                if entry.pending_wake:
+                    continue
+                if lease is None:
+                    break
+                # Done: given up unless a prompt came in after the last read (admitted on another
+                # process, whose wake is still on its way); then one more pass, the same busy period.
+                if not await self._kept(session_id, lease, lease.seq):
+                    holding = False
+                    break
+                entry.pending_wake = True
         finally:
             shutting_down = entry.signal.fired and entry.signal.reason == "shutdown"
+            if lease is not None and holding and not shutting_down and not entry.pending_wake:
+                # Given up before idle is announced, so no process reads busy after that. After an
+                # abort, prompts it settles wait no more; prompts admitted later keep the lease.
+                # (A stopping process leaves its leases to expire; a successor keeps this one.)
+                settled = entry.signal.settle_through if entry.signal.fired else None
+                if await self._kept(session_id, lease, settled):
+                    entry.pending_wake = True
             if self._entries.get(session_id) is entry:
                 del self._entries[session_id]
-            claimed = self._claims is None or token is not None
+            claimed = self._claims is None or lease is not None
             if shutting_down:
                 self._status.pop(session_id, None)
             elif claimed:
                 self.set_status(session_id, IDLE)
             entry.done.set()
-            if token is not None and not shutting_down:  # a stopping process leaves its leases to expire
-                assert self._claims is not None
-                try:
-                    await self._claims.release(session_id, token)
-                except Exception:
-                    log.exception("could not release %s", session_id)
             if entry.pending_wake and not shutting_down and session_id not in self._entries:
                 self._start(session_id)
 
@@ -234,6 +279,11 @@ class DrainCoordinator:
     def is_active(self, session_id: str) -> bool:
         """Whether a drain runs or is due to start (woken during a hold)."""
         return session_id in self._entries or session_id in self._deferred
+
+    def is_held(self, session_id: str) -> bool:
+        """Whether an operation holds the session still (its lease, on a shared database, is no
+        drain's)."""
+        return session_id in self._held
 
     def active(self) -> list[str]:
         """Sessions draining here (a drain still claiming its lease is not yet active)."""

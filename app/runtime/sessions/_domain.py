@@ -7,7 +7,7 @@ from typing import Any
 
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions._cluster import Cluster
-from app.runtime.sessions._coordinator import Drain, DrainCoordinator, StatusListener
+from app.runtime.sessions._coordinator import BUSY, Drain, DrainCoordinator, StatusListener
 from app.runtime.sessions._recovery import StepChanges, close_session, recover
 from app.runtime.sessions._service import SessionService
 
@@ -50,10 +50,14 @@ class SessionsDomain:
             await self.cluster.stop()
 
     async def statuses(self) -> dict[str, dict[str, object]]:
-        """Every non-idle session: this process's statuses, and busy for sessions other
-        processes drain."""
-        statuses: dict[str, dict[str, object]] = dict(self.coordinator.statuses())
+        """Every non-idle session: this process's statuses and, on a shared database, busy for
+        every session with a lease (read from the database, so every process answers alike, from
+        the admission's commit on; ``Cluster``), but for this process's own holds (a revert),
+        which are no work, as on SQLite."""
+        statuses: dict[str, dict[str, object]] = {}
         if self.cluster is not None:
-            for session_id in await self.cluster.others():
-                statuses.setdefault(session_id, {"type": "busy"})
+            for session_id, owner in (await self.cluster.holders()).items():
+                if owner != self.cluster.origin or not self.coordinator.is_held(session_id):
+                    statuses[session_id] = dict(BUSY)
+        statuses.update(self.coordinator.statuses())
         return statuses
