@@ -29,6 +29,7 @@ from app.config import CONFIG_SCHEMA, ConfigError
 
 Key = tuple[str, ...]
 INDENT = "  "
+MAX_DEPTH = 64  # objects and arrays nested deeper than this, in a file or a patch, are refused
 
 
 @dataclass
@@ -55,6 +56,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.at = 0
+        self.depth = 0
 
     def fail(self, what: str) -> ConfigError:
         line = self.text.count("\n", 0, self.at) + 1
@@ -118,12 +120,16 @@ class _Parser:
 
     def container(self, kind: str, close: str) -> _Node:
         node = _Node(kind, self.at)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"Nested more than {MAX_DEPTH} levels deep")
         self.at += 1
         while True:
             self.skip()
             if self.at < len(self.text) and self.text[self.at] == close:
                 self.at += 1
                 node.end = self.at
+                self.depth -= 1
                 return node
             if kind == "object":
                 if self.at >= len(self.text) or self.text[self.at] != '"':
@@ -250,6 +256,20 @@ def _delete(text: str, key: Key) -> str:
         start = text.rfind("\n", 0, start)
         start = 0 if start < 0 else start
     return text[:start] + text[end:]
+
+
+def too_deep(value: Any) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``MAX_DEPTH`` levels deep."""
+    level: list[tuple[Any, int]] = [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth >= MAX_DEPTH:
+            return True
+        level.extend((child, depth + 1) for child in children)
+    return False
 
 
 def apply_patch(text: str, patch: dict[str, Any], prefix: Key = ()) -> str:

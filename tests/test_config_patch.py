@@ -133,6 +133,16 @@ def test_bodies_and_files_that_cannot_be_merged_are_400s(client: httpx.Client, p
     for raw in (b"[]", b'"x"', b"{", b""):
         response = client.patch("/config", content=raw, headers={"content-type": "application/json"})
         assert response.status_code == 400 and response.json()["data"]["message"], raw
+    deep: object = 1
+    for _ in range(200):
+        deep = [deep]
+    for body in ({"agent": {"a": {"x": deep}}}, {"provider": {"p": {"options": {"o": {"x": deep}}}}}):
+        too_deep = client.patch("/config", json=body)  # not a RecursionError's 500
+        assert too_deep.status_code == 400 and "levels deep" in too_deep.json()["data"]["message"]
+    path.write_text('{"a": ' + "[" * 300 + "]" * 300 + "}")
+    deep_file = client.patch("/config", json={"username": "x"})
+    assert deep_file.status_code == 400 and deep_file.json()["name"] == "ConfigInvalidError"
+    path.write_text("{}")
     missing = client.patch("/config", params={"directory": str(project_dir / "nowhere")}, json={"model": "a/b"})
     assert missing.status_code == 400 and "nowhere" in missing.json()["data"]["message"]
     assert path.read_text() == "{}"

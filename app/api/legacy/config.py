@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.deps import DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import CONFIG_NAMES, ConfigError
-from app.config_edit import update_file
+from app.config_edit import MAX_DEPTH, too_deep, update_file
+from app.runtime.errors import InvalidInput
 
 router = APIRouter(tags=["config"])
 
@@ -80,7 +81,10 @@ class ConfigPatch(BaseModel):
 
     def patch(self) -> dict[str, Any]:
         """The keys the body gave, ``null`` (remove) included."""
-        return self.model_dump(by_alias=True, exclude_unset=True)
+        patch = self.model_dump(by_alias=True, exclude_unset=True)
+        if too_deep(patch):
+            raise InvalidInput(f"The configuration nests objects or arrays more than {MAX_DEPTH} levels deep")
+        return patch
 
 
 def project_config_file(directory: str) -> Path:
