@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import CONFIG_SCHEMA, ConfigError
+from app.jsonutil import UnencodableValue, dumpb
 
 Key = tuple[str, ...]
 INDENT = "  "
@@ -189,7 +190,12 @@ def _starts_line(text: str, at: int) -> bool:
 
 
 def _render(value: Any, indent: str) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n" + indent)
+    return _json(value, indent=2).replace("\n", "\n" + indent)
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    """JSON text of a patch's value: strict JSON (no NaN or Infinity, which JSONC readers refuse)."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 def _nest(key: Key, value: Any) -> Any:
@@ -205,7 +211,7 @@ def _set(text: str, key: Key, value: Any) -> str:
         if depth < len(key):
             value = _nest(key[depth:], value)
         if key_start >= 0 and not _starts_line(text, key_start):  # within a one-line object
-            rendered = json.dumps(value, ensure_ascii=False)
+            rendered = _json(value)
         else:
             rendered = _render(value, _line_indent(text, node.start))
         return text[: node.start] + rendered + text[node.end :]
@@ -224,7 +230,7 @@ def _set(text: str, key: Key, value: Any) -> str:
             indent = _line_indent(text, last.key_start)
             addition = f"{lead}\n{indent}{json.dumps(name, ensure_ascii=False)}: {_render(rest, indent)}"
         else:
-            addition = f"{lead} {json.dumps(name, ensure_ascii=False)}: {json.dumps(rest, ensure_ascii=False)}"
+            addition = f"{lead} {json.dumps(name, ensure_ascii=False)}: {_json(rest)}"
         return text[:after] + addition + text[after:]
     outer = _line_indent(text, node.start)
     inner = outer + INDENT
@@ -352,8 +358,15 @@ def update_file(path: Path, patch: dict[str, Any], *, create_directory: bool = F
                 _Parser(original).document()
             except ConfigError as exc:
                 raise ConfigError(f"Cannot update {path}, which is not a valid JSONC object: {exc}") from exc
-            after = apply_patch(original, patch)
+            try:
+                after = apply_patch(original, patch)
+            except ValueError as exc:  # NaN or Infinity
+                raise ConfigError(f"Cannot write {path}: {exc}") from exc
             content = parse(after)
+            try:
+                dumpb(content)  # what the answer (and GET /config) will send: never a file it could not
+            except UnencodableValue as exc:
+                raise ConfigError(f"Cannot write {path}: {exc}") from exc
             if after != before:
                 _write_atomically(target, after)
     except (OSError, UnicodeError) as exc:

@@ -139,6 +139,10 @@ def test_bodies_and_files_that_cannot_be_merged_are_400s(client: httpx.Client, p
     for body in ({"agent": {"a": {"x": deep}}}, {"provider": {"p": {"options": {"o": {"x": deep}}}}}):
         too_deep = client.patch("/config", json=body)  # not a RecursionError's 500
         assert too_deep.status_code == 400 and "levels deep" in too_deep.json()["data"]["message"]
+    for raw in (b'{"experimental": {"x": 1e400}}', b'{"experimental": {"x": 123456789012345678901234567890}}'):
+        unstorable = client.patch("/config", content=raw, headers={"content-type": "application/json"})
+        assert unstorable.status_code == 400 and unstorable.json()["data"]["message"], raw
+        assert path.read_text() == "{}"  # nothing written that JSONC readers or the answers refuse
     path.write_text('{"a": ' + "[" * 300 + "]" * 300 + "}")
     deep_file = client.patch("/config", json={"username": "x"})
     assert deep_file.status_code == 400 and deep_file.json()["name"] == "ConfigInvalidError"
