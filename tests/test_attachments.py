@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.providers import catalog
 from tests.anthropic_stub import MODEL_ID, Answer, Stub, anthropic_stub, message, text, title_or, tool_use
 from tests.helpers import assistant_text, create_session
 from tests.servers import OpenAIStub, StubReply, openai_stub
@@ -128,9 +129,13 @@ def test_project_pdf_reaches_anthropic_as_a_document_block(
 
 
 def test_catalog_model_without_pdf_input_gets_the_error_text(
-    anthropic: Stub, client: httpx.Client, project_dir: Path
+    anthropic: Stub, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The shipped catalog lists text and image as this model's input: the PDF is replaced.
+    # The catalog lists text and image as this model's input (set here: today's Claude models
+    # all take PDFs): the PDF is replaced.
+    known = catalog.model("anthropic", "claude-sonnet-4-20250514")
+    assert known is not None
+    monkeypatch.setitem(known, "modalities", {"input": ["text", "image"], "output": ["text"]})
     (project_dir / "opencode.json").write_text(json.dumps({"model": "anthropic/claude-sonnet-4-20250514"}))
     pdf = project_dir / "spec.pdf"
     pdf.write_bytes(PDF)
