@@ -264,7 +264,8 @@ def _provider_entry(provider: ProviderConfig, source: str) -> dict[str, Any]:
 @functools.cache
 def _unconnected_entry(provider_id: str) -> dict[str, Any]:
     """A catalog provider nothing connects, as ``GET /provider`` lists it: the same until the
-    process ends (the catalog is), and thousands of models in all, so built once; read-only."""
+    process ends (the catalog is), and thousands of models in all, so built once, on the first
+    listing; read-only."""
     return _provider_entry(_bare(provider_id), "custom")
 
 
@@ -329,16 +330,16 @@ class ProviderRegistry:
     def first_use(self, directory: str) -> Callable[[], None]:
         """What loads, on a thread while the server is idle after start-up, what the first
         requests would otherwise load on the event loop, stalling every request on it: the
-        catalog and the listing of its providers (clients ask for providers at once), then the
-        client and SDK of ``directory``'s default model. Nothing is read here: the catalog's
-        parsing is what is put off."""
+        catalog (clients ask for providers at once), then the client and SDK of ``directory``'s
+        default model. Nothing is read here: the catalog's parsing is what is put off. The
+        listing of every catalog provider (``GET /provider``, 0.3 s of CPU) is built on first
+        use instead: most servers are never asked for it, and every start would pay for it."""
         ref = self.default_model(directory)
         block = self._config.load(directory).providers.get(ref.provider_id)
         configured_npm = block.npm if block is not None else None
 
         def load() -> None:
-            for provider_id in catalog.providers():  # GET /provider lists them all
-                _unconnected_entry(provider_id)
+            catalog.warm()
             if ref == ECHO_REF:
                 return
             npm = configured_npm or (catalog.providers().get(ref.provider_id) or {}).get("npm")
