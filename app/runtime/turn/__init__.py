@@ -1,7 +1,7 @@
 """The turn: the drain loop that answers admitted prompts.
 
-Owns the runner (promote inputs, build the context, stream the model, run tool calls, continue,
-retry, compact), the recorder that writes one assistant message in both event families, tool-call
+Owns the runner (promote inputs, then each step planned, opened, streamed and finished; continue,
+retry), the two kinds of step (a model step, a compaction step: ``_steps``), the recorder that writes one assistant message in both event families, tool-call
 execution, the retry policy, title generation, and the user-run turns (shell and project commands).
 
 May import: every other domain through its package (never their private modules), the runtime

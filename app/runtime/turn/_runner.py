@@ -47,28 +47,19 @@ from app.providers.base import (
 from app.providers.options import tune
 from app.providers.registry import ModelNotFoundError, ModelRef
 from app.runtime.abort import Aborted, AbortSignal
-from app.runtime.agents import Rule
 from app.runtime.errors import Conflict, DatabaseUnavailable, SessionNotFound
 from app.runtime.history import (
-    SUMMARY_INSTRUCTION,
-    SUMMARY_SYSTEM,
     HistoryDomain,
-    Snapshot,
-    Window,
-    model_messages,
-    overflows,
-    system_prompts,
-    transcript,
 )
 from app.runtime.infrastructure import Infrastructure
-from app.runtime.inputs import InputsDomain, compaction_request, is_compaction, user_message_info
+from app.runtime.inputs import InputsDomain, is_compaction, user_message_info
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
-from app.runtime.tools import TOOLS, available_text, function_specs, offered_for
 from app.runtime.turn._pacing import Slot, StepPacer
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, status_message
+from app.runtime.turn._steps import CompactionStep, ModelStep, StepKind, StepPlan
 from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import sql
@@ -89,13 +80,6 @@ UNRECORDED = {
 }
 
 
-def _first_user_text(request: ChatRequest) -> str:
-    first = next((m["content"] for m in request.messages if m["role"] == "user"), "")
-    if isinstance(first, list):  # with attachments: its text parts
-        return "\n".join(p["text"] for p in first if p.get("type") == "text")
-    return str(first or "")
-
-
 def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
     totals["cost"] = totals.get("cost", 0) + step["cost"]
     tokens = totals.setdefault("tokens", zero_tokens())
@@ -103,6 +87,12 @@ def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
         tokens[key] = tokens.get(key, 0) + step["tokens"][key]
     for key in ("read", "write"):
         tokens["cache"][key] = tokens["cache"].get(key, 0) + step["tokens"]["cache"][key]
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    session: dict[str, Any]  # as it stands after the step
+    usage: dict[str, Any]  # the step's tokens and cost
 
 
 @dataclass
@@ -141,9 +131,15 @@ class Runner:
     toolcalls: ToolCalls
     titles: TitleGenerator
     pacer: StepPacer = field(default_factory=StepPacer)
+    _model_step: ModelStep = field(init=False)
+    _compaction_step: CompactionStep = field(init=False)
     # Sessions whose last drain here ended with its reply open: not even its error could be
     # written (a full disk). Until that reply is closed, nothing else of the session runs.
     left_open: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._model_step = ModelStep(self.history, self.toolcalls, self.inputs, self.titles, self.infra.config)
+        self._compaction_step = CompactionStep(self.history, self.infra.queries)
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
         if session_id in self.left_open:
@@ -264,16 +260,54 @@ class Runner:
         parent: InputRow | None,
         last_step: bool,
     ) -> bool:
+        """Plan, open, stream, finish: the same for both kinds of step (``_steps``)."""
         turn.recorder = None  # until this step has its own
-        session = await self.sessions.service.get(session_id)
-        directory = session["directory"]
         answered = batch[-1] if batch else parent
         assert answered is not None
+        kind, plan = await self._plan(session_id, answered)
+        await kind.prepare(plan)
+        recorder, start = await self._open(kind, plan, batch, turn)
+        try:
+            provider, model = self.infra.registry.resolve(plan.directory, plan.ref)
+            settings = self.inputs.admission.agents.get(plan.directory, plan.agent).tuning()
+        except (ModelNotFoundError, ConfigError) as exc:  # a config error: opencode.json changed since admission
+            await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
+            return False
+        tuning = tune(model, settings, plan.variant, session_id).request_fields()
+        request = await kind.request(plan, model, tuning, last_step)
+        try:
+            try:
+                finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
+            finally:
+                slot.release()  # the tools run without it
+            await kind.streamed(plan, recorder)
+            outcome = await self.toolcalls.run(plan.session, recorder, calls, parts, turn.tools, signal)
+        except Aborted as exc:
+            if exc.reason == "abort":
+                await self._fail(recorder, turn, ABORTED)
+            else:
+                await recorder.save_partial()
+            raise
+        except ProviderError as exc:
+            await self._fail(recorder, turn, exc.to_named_error())
+            return False
+        except Conflict as exc:
+            await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": exc.message}})
+            return False
+        more = outcome.called and not outcome.blocked and not last_step
+        finished = await self._finish(kind, plan, recorder, turn, finish, model, start, outcome.called, more)
+        await kind.after(plan, finished.session, request, finished.usage, model)
+        return more
+
+    async def _plan(self, session_id: str, answered: InputRow) -> tuple[StepKind, StepPlan]:
+        """Which kind of step answers ``answered``'s prompt, with which model, into which reply."""
+        session = await self.sessions.service.get(session_id)
         prompt = loads(answered.prompt)
-        reason = prompt.get("compaction")
+        kind: StepKind = self._compaction_step if prompt.get("compaction") else self._model_step
         ref = ModelRef(prompt["model"]["providerID"], prompt["model"]["modelID"])
         variant: str | None = prompt["model"].get("variant")
-        agent = "compaction" if reason else prompt.get("agent") or "build"
+        agent = kind.agent(prompt)
+        directory = session["directory"]
         info: dict[str, Any] = {
             "id": ids.message_id(),
             "sessionID": session_id,
@@ -290,103 +324,51 @@ class Runner:
         }
         if variant:
             info["variant"] = variant
-        if reason:
-            info["summary"] = True
-        # A compaction summarizes what came before its request, so its window is read before the
-        # step's own messages exist; a normal step reads it after promoting the prompts it answers.
-        window = await self.history.snapshots.window(session_id) if reason else None
+        return kind, StepPlan(session, answered, prompt, ref, variant, agent, info)
+
+    async def _open(
+        self, kind: StepKind, plan: StepPlan, batch: list[InputRow], turn: Turn
+    ) -> tuple[AssistantRecorder, str | None]:
+        """Promote the inputs the step answers and open its reply, in one transaction; returns
+        the reply's recorder and the tree the step starts from."""
         recorder = turn.recorder = AssistantRecorder(
-            self.infra.log, info, directory, self.infra.settings.part_flush_seconds
+            self.infra.log, plan.info, plan.directory, self.infra.settings.part_flush_seconds
         )
         turn.inputs += [row.id for row in batch]
-        start = turn.snapshot or await self.snapshots.track(directory)
+        start = turn.snapshot or await self.snapshots.track(plan.directory)
         turn.first = turn.first or start
         async with self.infra.log.transaction() as tx:
-            await self._promote(tx, session, batch)
+            await self._promote(tx, plan.session, batch)
             await recorder.begin(tx, start)
-            if reason:
-                await tx.emit(
-                    "session.next.compaction.started",
-                    next_event(session_id, messageID=answered.id, reason=reason),
-                    session_id=session_id,
-                    directory=directory,
-                )
-        try:
-            provider, model = self.infra.registry.resolve(directory, ref)
-            settings = self.inputs.admission.agents.get(directory, agent).tuning()
-        except (ModelNotFoundError, ConfigError) as exc:  # a config error: opencode.json changed since admission
-            await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
-            return False
-        tuning = tune(model, settings, variant, session_id).request_fields()
-        if window is not None:
-            request = ChatRequest(
-                model=model,
-                system=[SUMMARY_SYSTEM],
-                session_id=session_id,
-                messages=[{"role": "user", "content": f"{transcript(window)}\n\n{SUMMARY_INSTRUCTION}"}],
-                **tuning,
-            )
-        else:
-            context = await self.history.snapshots.window(session_id)
-            tail = [m for m in context.tail if m["info"]["id"] != info["id"]]
-            summary = context.snapshot.summary if context.snapshot else None
-            tools, skills = (None, []) if last_step else await self._offered(session, agent, model)
-            system = system_prompts(
-                directory, prompt.get("system"), summary, self.inputs.admission.agents.get(directory, agent).prompt
-            )
-            request = ChatRequest(
-                model=model,
-                system=system + skills,
-                # Prompts admitted but still waiting (read with the window) are not shown to the
-                # model yet.
-                messages=await model_messages(tail, context.waiting, model, directory),
-                session_id=session_id,
-                tools=tools,
-                **tuning,
-            )
-        try:
-            try:
-                finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
-            finally:
-                slot.release()  # the tools run without it
-            snapshot = await self._store_summary(session_id, window, recorder, reason) if window else None
-            outcome = await self.toolcalls.run(session, recorder, calls, parts, turn.tools, signal)
-        except Aborted as exc:
-            if exc.reason == "abort":
-                await self._fail(recorder, turn, ABORTED)
-            else:
-                await recorder.save_partial()
-            raise
-        except ProviderError as exc:
-            await self._fail(recorder, turn, exc.to_named_error())
-            return False
-        except Conflict as exc:
-            await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": exc.message}})
-            return False
-        more = outcome.called and not outcome.blocked and not last_step
-        end, changed = await self._step_changes(directory, start, outcome.called)
+            await kind.opened(tx, plan)
+        return recorder, start
+
+    async def _finish(
+        self,
+        kind: StepKind,
+        plan: StepPlan,
+        recorder: AssistantRecorder,
+        turn: Turn,
+        finish: Finish,
+        model: ModelInfo,
+        start: str | None,
+        ran_tools: bool,
+        more: bool,
+    ) -> _Finished:
+        """Close the step in one transaction: its usage added to the session's, the turn's
+        inputs settled when it is the last step."""
+        end, changed = await self._step_changes(plan.directory, start, ran_tools)
         turn.snapshot = end
         async with self.infra.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model, end, changed)
             await recorder.complete(tx, [] if more else turn.inputs)
             # As it now stands: a title stored during the step is not asked for again.
-            session = await self.sessions.service.mutate(tx, session_id, lambda s: _add_usage(s, usage))
-            if snapshot is not None:
-                await tx.emit(
-                    "session.next.compaction.ended",
-                    next_event(session_id, messageID=answered.id, reason=reason, text=snapshot.summary, recent=""),
-                    session_id=session_id,
-                    directory=directory,
-                )
-                tx.publish(Event("session.compacted", {"sessionID": session_id}, session_id, directory))
+            session = await self.sessions.service.mutate(tx, plan.session_id, lambda s: _add_usage(s, usage))
+            await kind.closed(tx, plan)
         if changed and end:
-            session = await self.sessions.service.get(session_id)
-            await self.history.diffs.after_step(session, answered.id, turn.first, end)
-        if snapshot is None:
-            self.titles.schedule(session, _first_user_text(request), ref)
-            if self._auto_compaction(directory) and overflows(usage["tokens"], model):
-                await self.inputs.admission.admit(session_id, compaction_request("auto", ref, variant))
-        return more
+            session = await self.sessions.service.get(plan.session_id)
+            await self.history.diffs.after_step(session, plan.answered.id, turn.first, end)
+        return _Finished(session, usage)
 
     @property
     def snapshots(self) -> FileSnapshots:
@@ -400,66 +382,6 @@ class Runner:
             return start, []
         end = await self.snapshots.track(directory) or start
         return end, await self.snapshots.changed(directory, start, end)
-
-    async def _offered(
-        self, session: dict[str, Any], agent: str, model: ModelInfo
-    ) -> tuple[list[dict[str, Any]] | None, list[str]]:
-        """The tools offered to ``model`` and the system prompt listing the skills, under the
-        agent's permission rules (read once for both)."""
-        rules = await self.toolcalls.permissions.rules_for(session, agent)
-        tools = await self._tool_specs(session, rules, model)
-        return tools, self._skills_prompt(session, rules, tools)
-
-    async def _tool_specs(
-        self, session: dict[str, Any], rules: list[Rule], model: ModelInfo
-    ) -> list[dict[str, Any]] | None:
-        """The built-in tools ``model`` is offered, then the MCP servers' (waiting for servers
-        still connecting)."""
-        offered = offered_for(model.model_id, model.provider_id, self.toolcalls.services.settings)
-        mcp = {n: t for n, t in (await self.toolcalls.extensions.tools(session["directory"])).items() if n not in TOOLS}
-        disabled = self.toolcalls.permissions.disabled_tools(rules, [*offered, *mcp])
-        names = [name for name in offered if name not in disabled]
-        specs = function_specs(names) + [tool.function_spec for name, tool in mcp.items() if name not in disabled]
-        return specs or None
-
-    def _skills_prompt(
-        self, session: dict[str, Any], rules: list[Rule], tools: list[dict[str, Any]] | None
-    ) -> list[str]:
-        """OpenCode lists the skills an agent may load in the system prompt, when it offers ``skill``
-        (with none to load, nothing is added: the request stays as it was without skills)."""
-        skills = self.toolcalls.services.skills
-        if skills is None or not any(t["function"]["name"] == "skill" for t in tools or []):
-            return []
-        found = skills.all(session["directory"])
-        denied = self.toolcalls.permissions.denied(rules, "skill", [s.name for s in found])
-        allowed = [s for s in found if s.name not in denied]
-        if not allowed:
-            return []
-        listing = available_text(allowed)
-        return [
-            "Skills provide specialized instructions and workflows for specific tasks.\n"
-            f"Use the skill tool to load a skill when a task matches its description.\n{listing}"
-        ]
-
-    async def _store_summary(
-        self, session_id: str, window: Window, recorder: AssistantRecorder, reason: str
-    ) -> Snapshot:
-        """Record the streamed summary as the session's newest snapshot, covering the window."""
-        covered = window.tail[-1]["info"]["id"] if window.tail else None
-        through = await self.infra.queries.message_seq(session_id, covered) if covered else None
-        if through is None:
-            through = window.snapshot.through_seq if window.snapshot else -1
-        return await self.history.snapshots.write(
-            session_id,
-            replaces=window.version,
-            through_seq=through,
-            message_id=recorder.info["id"],
-            reason=reason,
-            summary=recorder.text(),
-        )
-
-    def _auto_compaction(self, directory: str) -> bool:
-        return (self.infra.config.load(directory).raw.get("compaction") or {}).get("auto", True) is not False
 
     async def _stream_with_retries(
         self,
