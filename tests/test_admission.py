@@ -1,0 +1,63 @@
+"""Admission below the HTTP layer: a runtime on a real database, no server. A prompt is durable
+(its input row, its user message and their events) when ``admit`` returns; a retried id with the
+same content is the same admission, with other content a conflict; ``noReply`` is stored but
+never answered."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.runtime.errors import Conflict
+from app.runtime.inputs import PromptRequest
+from app.runtime.service import Runtime
+from app.settings import Settings
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    runtime = Runtime(settings)
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+def _text(text: str, message_id: str | None = None, *, no_reply: bool = False) -> PromptRequest:
+    return PromptRequest(parts=[{"type": "text", "text": text}], message_id=message_id, no_reply=no_reply)
+
+
+async def _session(runtime: Runtime) -> str:
+    session = await runtime.sessions.create(runtime.settings.directory)
+    return str(session["id"])
+
+
+async def test_an_admitted_prompt_is_stored_with_its_message_before_admit_returns(runtime: Runtime) -> None:
+    sid = await _session(runtime)
+    admitted = await runtime.admission.admit(sid, _text("hello", "msg_a1"))
+    assert admitted.created and admitted.record.id == "msg_a1"
+    unsettled = await runtime.infra.queries.unsettled_inputs(sid)
+    assert [row.id for row in unsettled] == ["msg_a1"]
+    messages = await runtime.history.get_messages(sid)
+    assert [m["info"]["id"] for m in messages] == ["msg_a1"]
+    assert messages[0]["parts"][0]["text"] == "hello"
+
+
+async def test_a_retried_id_is_the_same_admission_and_other_content_conflicts(runtime: Runtime) -> None:
+    sid = await _session(runtime)
+    await runtime.admission.admit(sid, _text("hello", "msg_r1"))
+    again = await runtime.admission.admit(sid, _text("hello", "msg_r1"))
+    assert not again.created
+    with pytest.raises(Conflict):
+        await runtime.admission.admit(sid, _text("something else", "msg_r1"))
+    assert [row.id for row in await runtime.infra.queries.unsettled_inputs(sid)] == ["msg_r1"]
+    assert len(await runtime.history.get_messages(sid)) == 1
+
+
+async def test_no_reply_is_stored_but_never_waits_to_be_answered(runtime: Runtime) -> None:
+    sid = await _session(runtime)
+    await runtime.admission.admit(sid, _text("just a note", "msg_n1", no_reply=True))
+    assert await runtime.infra.queries.unsettled_inputs(sid) == []
+    assert [m["info"]["id"] for m in await runtime.history.get_messages(sid)] == ["msg_n1"]
