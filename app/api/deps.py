@@ -1,18 +1,39 @@
-"""Request-scoped dependencies shared by the routers: the runtime, the instance directory a
-request is scoped to, and validated path identifiers."""
+"""Request-scoped dependencies shared by the routers: the services of the runtime each route
+uses, the instance directory a request is scoped to, and validated path identifiers.
+
+A route names the services it calls (``sessions: SessionsDep``), typed, rather than reaching
+through the whole runtime (``runtime.sessions.get``); ``RuntimeDep`` remains for the operations
+the runtime itself offers (``prompt``, ``abort``, ...), which span domains. A service dependency
+only reads the runtime, so naming two costs a route two cheap calls and nothing else."""
 
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 from urllib.parse import unquote
 
 from fastapi import Depends, Path, Query
 from pydantic import Field
 from starlette.requests import HTTPConnection
 
+from app.api.sse import EventSources
+from app.config import ConfigLoader
+from app.events.log import EventLog
+from app.providers.credentials import Credentials
+from app.providers.registry import ProviderRegistry
+from app.runtime.agents import Agents, Permissions, Questions
 from app.runtime.errors import InvalidInput
+from app.runtime.extensions import Extensions
+from app.runtime.history import History, Importer, Reverts, SessionDiffs, Shares
+from app.runtime.integrations import Integrations
 from app.runtime.service import Runtime
+from app.runtime.sessions import SessionService
+from app.runtime.terminals import Terminals
+from app.runtime.tools import Skills, TodoStore, ToolSettings
+from app.runtime.turn import Commands
+from app.runtime.workspace import Workspace
+from app.settings import Settings
 
 ID_PATTERN = r"^{prefix}_[0-9A-Za-z]{{1,64}}$"
 MAX_INT = 2**63 - 1  # what a SQLite integer holds: query numbers beyond it are refused, not overflowed
@@ -34,9 +55,21 @@ MessageIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="msg"), des
 PtyIDPath = Annotated[str, Path(pattern=ID_PATTERN.format(prefix="pty"), description="PTY ID (pty_...)")]
 
 
+T = TypeVar("T")
+
+
 async def get_runtime(request: HTTPConnection) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
+
+
+def _service(pick: Callable[[Runtime], T]) -> Any:
+    """The dependency handing a route what ``pick`` reads off the runtime."""
+
+    async def service(request: HTTPConnection) -> T:
+        return pick(request.app.state.runtime)
+
+    return Depends(service)
 
 
 async def instance_directory(
@@ -76,3 +109,30 @@ def checked_directory(value: str, *, kind: str = "Payload") -> str:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 DirectoryDep = Annotated[str, Depends(instance_directory)]
 LocationDep = Annotated[str, Depends(location_directory)]
+
+SettingsDep = Annotated[Settings, _service(lambda runtime: runtime.settings)]
+ConfigDep = Annotated[ConfigLoader, _service(lambda runtime: runtime.config)]
+ProvidersDep = Annotated[ProviderRegistry, _service(lambda runtime: runtime.registry)]
+CredentialsDep = Annotated[Credentials, _service(lambda runtime: runtime.registry.credentials)]
+EventLogDep = Annotated[EventLog, _service(lambda runtime: runtime.log)]
+EventSourcesDep = Annotated[
+    EventSources,
+    _service(lambda runtime: EventSources(runtime.feeds, runtime.bus, runtime.settings.stream_send_timeout)),
+]
+SessionsDep = Annotated[SessionService, _service(lambda runtime: runtime.sessions)]
+HistoryDep = Annotated[History, _service(lambda runtime: runtime.history)]
+DiffsDep = Annotated[SessionDiffs, _service(lambda runtime: runtime.diffs)]
+RevertsDep = Annotated[Reverts, _service(lambda runtime: runtime.reverts)]
+SharesDep = Annotated[Shares, _service(lambda runtime: runtime.shares)]
+ImportsDep = Annotated[Importer, _service(lambda runtime: runtime.imports)]
+AgentsDep = Annotated[Agents, _service(lambda runtime: runtime.agents)]
+PermissionsDep = Annotated[Permissions, _service(lambda runtime: runtime.permissions)]
+QuestionsDep = Annotated[Questions, _service(lambda runtime: runtime.questions)]
+CommandsDep = Annotated[Commands, _service(lambda runtime: runtime.commands)]
+SkillsDep = Annotated[Skills, _service(lambda runtime: runtime.skills)]
+TodosDep = Annotated[TodoStore, _service(lambda runtime: runtime.tool_state.todos)]
+ToolSettingsDep = Annotated[ToolSettings, _service(lambda runtime: runtime.tool_state.settings)]
+ExtensionsDep = Annotated[Extensions, _service(lambda runtime: runtime.extensions)]
+IntegrationsDep = Annotated[Integrations, _service(lambda runtime: runtime.integrations)]
+TerminalsDep = Annotated[Terminals, _service(lambda runtime: runtime.terminals)]
+WorkspaceDep = Annotated[Workspace, _service(lambda runtime: runtime.workspace)]

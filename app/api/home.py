@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse
 
 from app import __version__
-from app.api.deps import RuntimeDep
+from app.api.deps import RuntimeDep, SettingsDep
 from app.clock import iso_from_ms
 
 router = APIRouter(tags=["home"])
@@ -88,8 +88,8 @@ def page(url: str, sessions: list[dict[str, Any]], busy: set[str], *, password: 
 
 
 @router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False, response_class=HTMLResponse)
-async def home(request: Request, runtime: RuntimeDep) -> HTMLResponse:
+async def home(request: Request, runtime: RuntimeDep, settings: SettingsDep) -> HTMLResponse:
     sessions = await runtime.session_overview(HOME_SESSIONS)
     busy = set(await runtime.statuses())
     url = f"{request.url.scheme}://{request.url.netloc}"
-    return HTMLResponse(page(url, sessions, busy, password=bool(runtime.settings.password)), headers=HEADERS)
+    return HTMLResponse(page(url, sessions, busy, password=bool(settings.password)), headers=HEADERS)

@@ -9,7 +9,7 @@ from typing import IO, Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.deps import DirectoryDep, ImportsDep, RuntimeDep, SettingsDep
 from app.api.middleware import too_large
 from app.api.responses import JSONBody
 
@@ -32,15 +32,17 @@ async def _spool(request: Request, file: IO[bytes], limit: int) -> bool:
 
 
 @router.post(IMPORT_PATH.removeprefix("/opensession"))
-async def import_session(runtime: RuntimeDep, directory: DirectoryDep, request: Request) -> Response:
+async def import_session(
+    settings: SettingsDep, imports: ImportsDep, directory: DirectoryDep, request: Request
+) -> Response:
     """Import an ``opencode export`` file (the request body) into ``directory``; 409 when its
     session already exists. The body goes to a temporary file, read a message at a time: an
     export of tens of megabytes is imported with little memory."""
-    limit = runtime.settings.max_import_bytes
+    limit = settings.max_import_bytes
     with tempfile.TemporaryFile() as spool:
         if not await _spool(request, spool, limit):
             return JSONBody(too_large(limit), status_code=413)
-        return JSONBody(await runtime.imports.import_session(spool, directory))
+        return JSONBody(await imports.import_session(spool, directory))
 
 
 @router.get("/sessions")

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import ID_PATTERN, DirectoryDep, LocationDep, RuntimeDep, SessionIDPath
+from app.api.deps import ID_PATTERN, DirectoryDep, LocationDep, PermissionsDep, RuntimeDep, SessionIDPath, SessionsDep
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["permission"])
@@ -34,8 +34,8 @@ class RespondBody(BaseModel):
 
 
 @router.get("/permission", operation_id="permission.list", summary="Pending permission requests")
-async def pending(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(runtime.permissions.pending(directory=directory))
+async def pending(permissions: PermissionsDep, directory: DirectoryDep) -> Response:
+    return JSONBody(permissions.pending(directory=directory))
 
 
 @router.post("/permission/{requestID}/reply", operation_id="permission.reply")
@@ -57,21 +57,23 @@ async def respond(
 
 
 @router.get("/api/permission/request", operation_id="v2.permission.requests")
-async def v2_pending(runtime: RuntimeDep, directory: LocationDep) -> Response:
-    return JSONBody({"location": {"directory": directory}, "data": runtime.permissions.pending_v2(directory=directory)})
+async def v2_pending(permissions: PermissionsDep, directory: LocationDep) -> Response:
+    return JSONBody({"location": {"directory": directory}, "data": permissions.pending_v2(directory=directory)})
 
 
 @router.get("/api/session/{sessionID}/permission", operation_id="v2.session.permission.list")
-async def v2_session_pending(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    return JSONBody({"data": runtime.permissions.pending_v2(sessionID)})
+async def v2_session_pending(sessions: SessionsDep, permissions: PermissionsDep, sessionID: SessionIDPath) -> Response:
+    await sessions.get(sessionID)
+    return JSONBody({"data": permissions.pending_v2(sessionID)})
 
 
 @router.get("/api/session/{sessionID}/permission/{requestID}", operation_id="v2.session.permission.get")
-async def v2_get(runtime: RuntimeDep, sessionID: SessionIDPath, requestID: RequestIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    runtime.permissions.get(requestID, session_id=sessionID)
-    return JSONBody({"data": next(r for r in runtime.permissions.pending_v2(sessionID) if r["id"] == requestID)})
+async def v2_get(
+    sessions: SessionsDep, permissions: PermissionsDep, sessionID: SessionIDPath, requestID: RequestIDPath
+) -> Response:
+    await sessions.get(sessionID)
+    permissions.get(requestID, session_id=sessionID)
+    return JSONBody({"data": next(r for r in permissions.pending_v2(sessionID) if r["id"] == requestID)})
 
 
 @router.post(
@@ -89,11 +91,11 @@ async def v2_reply(
     operation_id="v2.permission.saved.list",
     summary="Rules saved by replying always (persisted)",
 )
-async def saved(runtime: RuntimeDep) -> Response:
-    return JSONBody({"data": await runtime.permissions.saved()})
+async def saved(permissions: PermissionsDep) -> Response:
+    return JSONBody({"data": await permissions.saved()})
 
 
 @router.delete("/api/permission/saved/{savedID}", operation_id="v2.permission.saved.delete", status_code=204)
-async def forget(runtime: RuntimeDep, savedID: RequestIDPath) -> Response:
-    await runtime.permissions.forget(savedID)
+async def forget(permissions: PermissionsDep, savedID: RequestIDPath) -> Response:
+    await permissions.forget(savedID)
     return Response(status_code=204)

@@ -15,12 +15,11 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from app.api.deps import DirectoryDep, PtyIDPath, RuntimeDep
+from app.api.deps import DirectoryDep, PtyIDPath, TerminalsDep
 from app.api.errors import tagged
 from app.jsonutil import dumpb
 from app.runtime.errors import InvalidInput, TerminalForbidden, TerminalNotFound
-from app.runtime.service import Runtime
-from app.runtime.terminals import Subscription, Terminal
+from app.runtime.terminals import Subscription, Terminal, Terminals
 
 log = logging.getLogger("opensession.api.pty")
 
@@ -74,34 +73,34 @@ def add_connect_routes(router: APIRouter, *, operation_id: str) -> None:
     upgrade (404 for an unknown pty, else 400), which also documents the route."""
 
     @router.get("/pty/{ptyID}/connect", operation_id=operation_id, summary="Connect to PTY session (WebSocket)")
-    async def connect_without_upgrade(runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
-        runtime.terminals.terminal(directory, ptyID)
+    async def connect_without_upgrade(terminals: TerminalsDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
+        terminals.terminal(directory, ptyID)
         raise InvalidInput("Expected a WebSocket upgrade request", kind="Headers")
 
     @router.websocket("/pty/{ptyID}/connect")
     async def connect(
         websocket: WebSocket,
-        runtime: RuntimeDep,
+        terminals: TerminalsDep,
         directory: DirectoryDep,
         ptyID: str,
         cursor: str | None = None,
         ticket: str | None = None,
     ) -> None:
-        await serve(websocket, runtime, directory, ptyID, cursor=cursor, ticket=ticket)
+        await serve(websocket, terminals, directory, ptyID, cursor=cursor, ticket=ticket)
 
 
 async def serve(
-    websocket: WebSocket, runtime: Runtime, directory: str, pty_id: str, *, cursor: str | None, ticket: str | None
+    websocket: WebSocket, terminals: Terminals, directory: str, pty_id: str, *, cursor: str | None, ticket: str | None
 ) -> None:
     """Check the pty exists (404) and the ticket, if any, is valid here (403), then relay."""
     try:
-        terminal = runtime.terminals.terminal(directory, pty_id)
+        terminal = terminals.terminal(directory, pty_id)
     except TerminalNotFound as exc:
         await _deny(websocket, tagged(404, "PtyNotFoundError", exc.message, ptyID=pty_id))
         return
     if ticket is not None and not (
         _trusted_origin(websocket.headers.get("origin"), websocket.headers.get("host"))
-        and runtime.terminals.tickets.consume(ticket, pty_id, directory)
+        and terminals.tickets.consume(ticket, pty_id, directory)
     ):
         await _deny(websocket, tagged(403, "PtyForbiddenError", "Invalid PTY connect ticket"))
         return

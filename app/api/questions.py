@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import ID_PATTERN, DirectoryDep, LocationDep, RuntimeDep, SessionIDPath
+from app.api.deps import ID_PATTERN, DirectoryDep, LocationDep, QuestionsDep, RuntimeDep, SessionIDPath, SessionsDep
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["question"])
@@ -27,8 +27,8 @@ class ReplyBody(BaseModel):
 
 
 @router.get("/question", operation_id="question.list", summary="List pending questions")
-async def pending(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(runtime.questions.pending(directory=directory))
+async def pending(questions: QuestionsDep, directory: DirectoryDep) -> Response:
+    return JSONBody(questions.pending(directory=directory))
 
 
 @router.post("/question/{requestID}/reply", operation_id="question.reply", summary="Reply to question request")
@@ -44,14 +44,14 @@ async def reject(runtime: RuntimeDep, directory: DirectoryDep, requestID: Reques
 
 
 @router.get("/api/question/request", operation_id="v2.question.request.list", tags=["session questions"])
-async def v2_pending(runtime: RuntimeDep, directory: LocationDep) -> Response:
-    return JSONBody({"location": {"directory": directory}, "data": runtime.questions.pending(directory=directory)})
+async def v2_pending(questions: QuestionsDep, directory: LocationDep) -> Response:
+    return JSONBody({"location": {"directory": directory}, "data": questions.pending(directory=directory)})
 
 
 @router.get("/api/session/{sessionID}/question", operation_id="v2.session.question.list", tags=["session questions"])
-async def v2_session_pending(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    return JSONBody({"data": runtime.questions.pending(sessionID)})
+async def v2_session_pending(sessions: SessionsDep, questions: QuestionsDep, sessionID: SessionIDPath) -> Response:
+    await sessions.get(sessionID)
+    return JSONBody({"data": questions.pending(sessionID)})
 
 
 @router.post(
@@ -61,9 +61,9 @@ async def v2_session_pending(runtime: RuntimeDep, sessionID: SessionIDPath) -> R
     tags=["session questions"],
 )
 async def v2_reply(
-    runtime: RuntimeDep, sessionID: SessionIDPath, requestID: RequestIDPath, body: ReplyBody
+    runtime: RuntimeDep, sessions: SessionsDep, sessionID: SessionIDPath, requestID: RequestIDPath, body: ReplyBody
 ) -> Response:
-    await runtime.sessions.get(sessionID)
+    await sessions.get(sessionID)
     await runtime.reply_question(requestID, body.answers, session_id=sessionID)
     return Response(status_code=204)
 
@@ -74,7 +74,9 @@ async def v2_reply(
     status_code=204,
     tags=["session questions"],
 )
-async def v2_reject(runtime: RuntimeDep, sessionID: SessionIDPath, requestID: RequestIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
+async def v2_reject(
+    runtime: RuntimeDep, sessions: SessionsDep, sessionID: SessionIDPath, requestID: RequestIDPath
+) -> Response:
+    await sessions.get(sessionID)
     await runtime.reply_question(requestID, None, session_id=sessionID)
     return Response(status_code=204)

@@ -12,13 +12,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from starlette.responses import HTMLResponse
 
-from app.api.deps import RuntimeDep
+from app.api.deps import EventLogDep, EventSourcesDep, SharesDep
 from app.api.responses import JSONBody
 from app.api.sse import (
     REPLAY_BATCH,
     StreamSpec,
     control_frame,
-    event_source,
     global_position,
     legacy_envelope,
     overflow_frame,
@@ -35,8 +34,8 @@ ShareToken = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="
     response_class=HTMLResponse,
     summary="Read-only page of a shared session",
 )
-async def page(runtime: RuntimeDep, token: ShareToken) -> Response:
-    session, messages = await runtime.shares.shared(token)
+async def page(shares: SharesDep, token: ShareToken) -> Response:
+    session, messages = await shares.shared(token)
     from app.api import share_page  # markdown and highlighting load on first use (start-up time)
 
     return HTMLResponse(share_page.page(session, messages))
@@ -48,25 +47,25 @@ async def page(runtime: RuntimeDep, token: ShareToken) -> Response:
     response_class=HTMLResponse,
     summary="The rendered transcript of a shared session (what the page refreshes)",
 )
-async def transcript(runtime: RuntimeDep, token: ShareToken) -> Response:
-    _session, messages = await runtime.shares.shared(token)
+async def transcript(shares: SharesDep, token: ShareToken) -> Response:
+    _session, messages = await shares.shared(token)
     from app.api import share_page
 
     return HTMLResponse(share_page.transcript(messages), headers={"Cache-Control": "no-store"})
 
 
 @router.get("/share/{token}/data", operation_id="share.data", summary="A shared session and its messages")
-async def data(runtime: RuntimeDep, token: ShareToken) -> Response:
-    session, messages = await runtime.shares.shared(token)
+async def data(shares: SharesDep, token: ShareToken) -> Response:
+    session, messages = await shares.shared(token)
     return JSONBody({"session": session, "messages": messages})
 
 
 @router.get("/share/{token}/event", operation_id="share.event", summary="A shared session's events (SSE)")
-async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
+async def events(shares: SharesDep, event_log: EventLogDep, sources: EventSourcesDep, token: ShareToken) -> Response:
     """Live events of the shared session only (``{id, type, properties}`` frames, as ``/event``);
     no replay: the page fetches the transcript when the stream opens. Revoking the share ends
     the stream: its last frame is the session's update (or deletion) that revoked it."""
-    session, _messages = await runtime.shares.shared(token)
+    session, _messages = await shares.shared(token)
     session_id = session["id"]
     spec = StreamSpec(
         accept=lambda e: e.session_id == session_id and not e.is_next,
@@ -74,12 +73,12 @@ async def events(runtime: RuntimeDep, token: ShareToken) -> Response:
         encode=legacy_envelope,
         kind="legacy",
         position=global_position,
-        replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
-        beyond=runtime.log.beyond,
+        replay=lambda after: event_log.since(after, limit=REPLAY_BATCH),
+        beyond=event_log.beyond,
         connected=lambda origin: control_frame("server.connected", position=origin),
         heartbeat=lambda: control_frame("server.heartbeat"),
         overflow=overflow_frame,
-        last=runtime.shares.revokes,
-        still_allowed=lambda: runtime.shares.serves(token, session_id),
+        last=shares.revokes,
+        still_allowed=lambda: shares.serves(token, session_id),
     )
-    return await event_source(runtime, spec, None)
+    return await sources.open(spec, None)

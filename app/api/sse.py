@@ -9,7 +9,7 @@ carries the whole text. A frame that is not an event never moves a client's resu
 the opening ``server.connected`` carries the position the stream starts from (the one the client
 resumed from, or for a new stream the last event published before it subscribed), and
 heartbeats carry no ``id:`` at all (EventSource then keeps the last one it saw). A position past
-the head of the log is never taken as "sent already" (``event_source``).
+the head of the log is never taken as "sent already" (``EventSources.open``).
 
 Speed: streams do not subscribe to the bus one by one. The streams of one kind and route share a
 feed (app/events/feed.py) that filters and encodes an event once (stored JSON is spliced in, not
@@ -39,11 +39,10 @@ from starlette.types import Receive, Scope, Send
 
 from app import ids
 from app.events import bus
-from app.events.bus import Accept, Overflowed
-from app.events.feed import Batch, Kind, Tap
+from app.events.bus import Accept, EventBus, Overflowed
+from app.events.feed import Batch, Feeds, Kind, Tap
 from app.events.model import Event
 from app.runtime.errors import InvalidInput
-from app.runtime.service import Runtime
 
 SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
@@ -124,11 +123,11 @@ class StreamSpec:
     def frames(self, event: Event) -> bytes:
         return event.encoded(self.kind, self._render)
 
-    def tap(self, runtime: Runtime) -> Tap:
+    def tap(self, feeds: Feeds) -> Tap:
         """This stream's place on the feed of its kind and route (one kind of stream filters and
         encodes alike on a route, so its streams share the feed)."""
         on = bus.route(directory=self.directory, session=self.session)
-        return runtime.feeds.join(
+        return feeds.join(
             self.kind, on, lambda: Kind(self.accept, self.frames, self.position, self.heartbeat, self.last)
         )
 
@@ -142,10 +141,10 @@ class StreamSpec:
 
 
 async def _stream(
-    runtime: Runtime, spec: StreamSpec, after: int | None, body: Body, notice: bytes
+    sources: EventSources, spec: StreamSpec, after: int | None, body: Body, notice: bytes
 ) -> AsyncGenerator[bytes, None]:
-    tap = spec.tap(runtime)
-    origin = after if after is not None else runtime.bus.cursor  # read with the tap, no await between
+    tap = spec.tap(sources.feeds)
+    origin = after if after is not None else sources.bus.cursor  # read with the tap, no await between
     sent = origin  # the position a client that has everything written so far resumes from
     replayed_to = -1
     ending = False  # the stream's last event went out (``spec.last``): end after it
@@ -343,20 +342,29 @@ class EventStream(Response):
             await self._chunks.aclose()
 
 
-async def event_source(runtime: Runtime, spec: StreamSpec, after: int | None) -> EventStream:
-    """The stream of ``spec`` replaying what follows ``after`` (None: live from now on).
+@dataclass(frozen=True, slots=True)
+class EventSources:
+    """What an event stream is served from: the feeds sharing the bus, the bus (whose cursor a
+    live stream starts at), and how long one write to a client may block."""
 
-    A position past the head of the log (a reconnect's ``Last-Event-ID`` kept across a database
-    reset, or from another server) would have the stream drop every durable event up to it as
-    already sent. The stream starts at the head instead, its ``unknown`` frame telling the client
-    its cursor was not this log's (what it shows may be stale); whatever is committed after the
-    head was read is replayed, so nothing is missed. (An EventSource given a 400 would give up.)"""
-    notice = b""
-    if after is not None and (head := await spec.beyond(after)) is not None:
-        notice = spec.unknown(after, head) if spec.unknown is not None else b""
-        after = head
-    body = Body()
-    return EventStream(_stream(runtime, spec, after, body, notice), body, runtime.settings.stream_send_timeout)
+    feeds: Feeds
+    bus: EventBus
+    send_timeout: float
+
+    async def open(self, spec: StreamSpec, after: int | None) -> EventStream:
+        """The stream of ``spec`` replaying what follows ``after`` (None: live from now on).
+
+        A position past the head of the log (a reconnect's ``Last-Event-ID`` kept across a database
+        reset, or from another server) would have the stream drop every durable event up to it as
+        already sent. The stream starts at the head instead, its ``unknown`` frame telling the client
+        its cursor was not this log's (what it shows may be stale); whatever is committed after the
+        head was read is replayed, so nothing is missed. (An EventSource given a 400 would give up.)"""
+        notice = b""
+        if after is not None and (head := await spec.beyond(after)) is not None:
+            notice = spec.unknown(after, head) if spec.unknown is not None else b""
+            after = head
+        body = Body()
+        return EventStream(_stream(self, spec, after, body, notice), body, self.send_timeout)
 
 
 def legacy_envelope(event: Event) -> bytes:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.deps import CredentialsDep, DirectoryDep, ProvidersDep
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["control"])
@@ -72,21 +72,21 @@ _DEFAULT_LABEL = "API key"
 
 
 @router.put("/auth/{providerID}", operation_id="auth.set", summary="Set auth credentials")
-async def auth_set(runtime: RuntimeDep, providerID: str, body: Annotated[Auth, Body()]) -> Response:
-    runtime.registry.credentials.set(providerID, body.model_dump(exclude_none=True))
+async def auth_set(credentials: CredentialsDep, providerID: str, body: Annotated[Auth, Body()]) -> Response:
+    credentials.set(providerID, body.model_dump(exclude_none=True))
     return JSONBody(True)
 
 
 @router.delete("/auth/{providerID}", operation_id="auth.remove", summary="Remove auth credentials")
-async def auth_remove(runtime: RuntimeDep, providerID: str) -> Response:
-    runtime.registry.credentials.remove(providerID)
+async def auth_remove(credentials: CredentialsDep, providerID: str) -> Response:
+    credentials.remove(providerID)
     return JSONBody(True)
 
 
 @router.get("/provider/auth", operation_id="provider.auth", summary="Get provider auth methods")
-async def provider_auth(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def provider_auth(providers: ProvidersDep, directory: DirectoryDep) -> Response:
     methods = {pid: [{"type": "api", "label": label}] for pid, label in _API_LABELS.items()}
-    for provider in runtime.registry.catalog(directory):
+    for provider in providers.catalog(directory):
         if provider["source"] != "custom":  # the built-in offline model needs no key
             methods.setdefault(provider["id"], [{"type": "api", "label": _DEFAULT_LABEL}])
     return JSONBody(methods)

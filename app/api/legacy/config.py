@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.deps import ConfigDep, DirectoryDep, RuntimeDep
 from app.api.responses import JSONBody
 from app.config import CONFIG_NAMES, ConfigError
 from app.config_edit import MAX_DEPTH, too_deep, update_file
@@ -111,12 +111,12 @@ async def update_config(runtime: RuntimeDep, directory: DirectoryDep, body: Conf
 
 
 @router.patch("/global/config", operation_id="global.config.update", summary="Update global configuration")
-async def update_global_config(runtime: RuntimeDep, body: ConfigPatch) -> Response:
+async def update_global_config(runtime: RuntimeDep, config: ConfigDep, body: ConfigPatch) -> Response:
     """Merge the body into the user's configuration file; its content afterwards."""
     patch = body.patch()
     if patch.get("shell") == "":  # the app's "default shell": OpenCode removes the key
         patch["shell"] = None
-    path = user_config_file(runtime.config.user_dir)
+    path = user_config_file(config.user_dir)
     content, changed = await asyncio.to_thread(update_file, path, patch, create_directory=True)
     if changed:
         runtime.dispose_all()

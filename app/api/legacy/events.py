@@ -10,14 +10,13 @@ from fastapi import APIRouter, Header, Request
 from starlette.responses import Response
 
 from app.api import stainless
-from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.deps import DirectoryDep, EventLogDep, EventSourcesDep
 from app.api.sse import (
     HEARTBEAT_COMMENT,
     REPLAY_BATCH,
     StreamSpec,
     control_frame,
     cursor_unknown_frame,
-    event_source,
     global_position,
     legacy_envelope,
     overflow_frame,
@@ -66,7 +65,11 @@ def _stainless_envelope(event: Event) -> bytes:
 
 @router.get("/event", operation_id="event.subscribe", summary="Events of one instance directory (SSE)")
 async def subscribe(
-    request: Request, runtime: RuntimeDep, directory: DirectoryDep, last_event_id: LastEventID = None
+    request: Request,
+    event_log: EventLogDep,
+    sources: EventSourcesDep,
+    directory: DirectoryDep,
+    last_event_id: LastEventID = None,
 ) -> Response:
     old_sdk = stainless.speaks(request)
     spec = StreamSpec(
@@ -75,8 +78,8 @@ async def subscribe(
         encode=_stainless_envelope if old_sdk else legacy_envelope,
         kind="stainless" if old_sdk else "legacy",
         position=global_position,
-        replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH, directory=directory),
-        beyond=runtime.log.beyond,
+        replay=lambda after: event_log.since(after, limit=REPLAY_BATCH, directory=directory),
+        beyond=event_log.beyond,
         connected=lambda origin: control_frame("server.connected", position=origin),
         unknown=None if old_sdk else cursor_unknown_frame,
         # 0.x has no heartbeat event: an SSE comment keeps the connection alive all the same.
@@ -84,22 +87,24 @@ async def subscribe(
         overflow=None if old_sdk else overflow_frame,
         last=None if old_sdk else (lambda e: e.type == INSTANCE_DISPOSED),
     )
-    return await event_source(runtime, spec, resume_position(last_event_id))
+    return await sources.open(spec, resume_position(last_event_id))
 
 
 @router.get("/global/event", operation_id="global.event", summary="Events of every directory (SSE)")
-async def global_subscribe(runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
+async def global_subscribe(
+    event_log: EventLogDep, sources: EventSourcesDep, last_event_id: LastEventID = None
+) -> Response:
     spec = StreamSpec(
         accept=lambda _e: True,
         encode=_global,
         kind="global",
         position=global_position,
-        replay=lambda after: runtime.log.since(after, limit=REPLAY_BATCH),
-        beyond=runtime.log.beyond,
+        replay=lambda after: event_log.since(after, limit=REPLAY_BATCH),
+        beyond=event_log.beyond,
         connected=lambda origin: control_frame("server.connected", position=origin, wrap=True),
         unknown=lambda requested, head: cursor_unknown_frame(requested, head, wrap=True),
         heartbeat=lambda: control_frame("server.heartbeat", wrap=True),
         overflow=lambda position: overflow_frame(position, wrap=True),
         twin=_sync_twin,
     )
-    return await event_source(runtime, spec, resume_position(last_event_id))
+    return await sources.open(spec, resume_position(last_event_id))

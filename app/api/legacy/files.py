@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api import stainless
-from app.api.deps import MAX_INT, DirectoryDep, RuntimeDep
+from app.api.deps import MAX_INT, DirectoryDep, WorkspaceDep
 from app.api.legacy.schemas import PatchBody
 from app.api.responses import JSONBody
 
@@ -20,24 +20,24 @@ PathQuery = Annotated[str, Query(max_length=4096, description="Path relative to 
 
 
 @router.get("/file", operation_id="file.list", summary="List files")
-async def list_files(request: Request, runtime: RuntimeDep, directory: DirectoryDep, path: PathQuery) -> Response:
+async def list_files(request: Request, workspace: WorkspaceDep, directory: DirectoryDep, path: PathQuery) -> Response:
     """Entries of one directory: directories first, ``ignored`` as the ignore files say. For the
     0.x SDKs (``app/api/stainless.py``) this route read a file: ``{type: "raw", content}``."""
     if stainless.speaks(request):
-        content = await runtime.workspace.read(directory, path)
+        content = await workspace.read(directory, path)
         return JSONBody({"type": "raw", "content": content.get("content", "")})
-    return JSONBody([entry.node() for entry in await runtime.workspace.listing(directory, path)])
+    return JSONBody([entry.node() for entry in await workspace.listing(directory, path)])
 
 
 @router.get("/file/content", operation_id="file.read", summary="Read file")
-async def read_file(runtime: RuntimeDep, directory: DirectoryDep, path: PathQuery) -> Response:
-    return JSONBody(await runtime.workspace.read(directory, path))
+async def read_file(workspace: WorkspaceDep, directory: DirectoryDep, path: PathQuery) -> Response:
+    return JSONBody(await workspace.read(directory, path))
 
 
 @router.get("/file/status", operation_id="file.status", summary="Get file status")
-async def file_status(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def file_status(workspace: WorkspaceDep, directory: DirectoryDep) -> Response:
     """Changed files against git HEAD as OpenCode's ``File`` (path, added, removed, status)."""
-    changes = await runtime.workspace.status(directory)
+    changes = await workspace.status(directory)
     return JSONBody(
         [
             {"path": c["file"], "added": c["additions"], "removed": c["deletions"], "status": c["status"]}
@@ -48,15 +48,15 @@ async def file_status(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
 
 @router.get("/find", operation_id="find.text", summary="Find text")
 async def find_text(
-    runtime: RuntimeDep, directory: DirectoryDep, pattern: Annotated[str, Query(max_length=4096)]
+    workspace: WorkspaceDep, directory: DirectoryDep, pattern: Annotated[str, Query(max_length=4096)]
 ) -> Response:
     """ripgrep matches of a regular expression (the first ten, as OpenCode answers)."""
-    return JSONBody([match.wire() for match in await runtime.workspace.find_text(directory, pattern)])
+    return JSONBody([match.wire() for match in await workspace.find_text(directory, pattern)])
 
 
 @router.get("/find/file", operation_id="find.files", summary="Find files")
 async def find_files(
-    runtime: RuntimeDep,
+    workspace: WorkspaceDep,
     directory: DirectoryDep,
     query: Annotated[str, Query(max_length=1024)],
     dirs: Literal["true", "false"] | None = None,
@@ -65,7 +65,7 @@ async def find_files(
 ) -> Response:
     """Paths ranked by how well their names match ``query``; directories end with ``/``."""
     kind = type or ("file" if dirs == "false" else "all")
-    return JSONBody(await runtime.workspace.find_files(directory, query, kind, limit or 10))
+    return JSONBody(await workspace.find_files(directory, query, kind, limit or 10))
 
 
 @router.get("/find/symbol", operation_id="find.symbols", summary="Find symbols")
@@ -75,18 +75,18 @@ async def find_symbols(query: Annotated[str, Query(max_length=1024)]) -> Respons
 
 
 @router.get("/vcs", operation_id="vcs.get", tags=["instance"], summary="Get VCS info")
-async def vcs(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(await runtime.workspace.vcs(directory))
+async def vcs(workspace: WorkspaceDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await workspace.vcs(directory))
 
 
 @router.get("/vcs/status", operation_id="vcs.status", tags=["instance"], summary="Get VCS status")
-async def vcs_status(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(await runtime.workspace.status(directory))
+async def vcs_status(workspace: WorkspaceDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await workspace.status(directory))
 
 
 @router.get("/vcs/diff", operation_id="vcs.diff", tags=["instance"], summary="Get VCS diff")
 async def vcs_diff(
-    runtime: RuntimeDep,
+    workspace: WorkspaceDep,
     directory: DirectoryDep,
     mode: Literal["git", "branch"],
     context: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
@@ -94,7 +94,7 @@ async def vcs_diff(
     """Any ``context`` (OpenCode sets no maximum): past git's own (a 32-bit count) it is the whole
     file either way."""
     lines = 3 if context is None else min(context, GIT_MAX_CONTEXT)
-    return JSONBody(await runtime.workspace.diff(directory, mode, lines))
+    return JSONBody(await workspace.diff(directory, mode, lines))
 
 
 @router.get(
@@ -105,14 +105,14 @@ async def vcs_diff(
     response_class=Response,
     responses={200: {"content": {"text/x-diff; charset=utf-8": {"schema": {"type": "string"}}}}},
 )
-async def vcs_diff_raw(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return Response(await runtime.workspace.raw_diff(directory), media_type="text/x-diff; charset=utf-8")
+async def vcs_diff_raw(workspace: WorkspaceDep, directory: DirectoryDep) -> Response:
+    return Response(await workspace.raw_diff(directory), media_type="text/x-diff; charset=utf-8")
 
 
 @router.post("/vcs/apply", operation_id="vcs.apply", tags=["instance"], summary="Apply VCS patch")
-async def vcs_apply(runtime: RuntimeDep, directory: DirectoryDep, body: PatchBody) -> Response:
+async def vcs_apply(workspace: WorkspaceDep, directory: DirectoryDep, body: PatchBody) -> Response:
     """A raw patch (as ``/vcs/diff/raw`` gives it) applied to the working tree, whole or not at all:
     400 ``VcsApplyError`` with ``reason`` ``non-git`` or ``not-clean`` (and what is wrong: a hunk
     that does not fit, a path outside the project) when it cannot be."""
-    await runtime.workspace.apply_patch(directory, body.patch)
+    await workspace.apply_patch(directory, body.patch)
     return JSONBody({"applied": True})

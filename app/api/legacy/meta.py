@@ -12,9 +12,21 @@ from fastapi import APIRouter, Request, Response
 
 from app import __version__
 from app.api import stainless
-from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.deps import (
+    AgentsDep,
+    CommandsDep,
+    ConfigDep,
+    DirectoryDep,
+    ProvidersDep,
+    RuntimeDep,
+    SessionsDep,
+    SettingsDep,
+    SkillsDep,
+    ToolSettingsDep,
+)
 from app.api.responses import JSONBody
 from app.config import CONFIG_SCHEMA, user_config_directory
+from app.providers.registry import ProviderRegistry
 from app.runtime.sessions import project_id
 from app.runtime.tools import ids, listing
 
@@ -34,8 +46,8 @@ def _best(models: dict[str, dict[str, object]]) -> str:
     return next(iter(models), "")
 
 
-def _default_choice(runtime: RuntimeDep, directory: str, listed: list[dict[str, Any]]) -> dict[str, str]:
-    ref = runtime.registry.default_model(directory)
+def _default_choice(providers: ProviderRegistry, directory: str, listed: list[dict[str, Any]]) -> dict[str, str]:
+    ref = providers.default_model(directory)
     defaults = {p["id"]: _best(p["models"]) for p in listed}
     defaults[ref.provider_id] = ref.model_id
     return defaults
@@ -47,13 +59,13 @@ async def health() -> Response:
 
 
 @router.get("/path", operation_id="path.get")
-async def paths(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def paths(settings: SettingsDep, directory: DirectoryDep) -> Response:
     home = str(Path.home())
     return JSONBody(
         {
             "home": home,
-            "state": str(Path(runtime.settings.database_url.split("///", 1)[-1]).parent),
-            "config": str(user_config_directory(runtime.settings.config_dir)),
+            "state": str(Path(settings.database_url.split("///", 1)[-1]).parent),
+            "config": str(user_config_directory(settings.config_dir)),
             "worktree": directory,
             "directory": directory,
         }
@@ -61,56 +73,58 @@ async def paths(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
 
 
 @router.get("/config", operation_id="config.get")
-async def config(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    raw = dict(runtime.config.load(directory).raw)
-    raw.setdefault("model", str(runtime.registry.default_model(directory)))
+async def config(config: ConfigDep, providers: ProvidersDep, directory: DirectoryDep) -> Response:
+    raw = dict(config.load(directory).raw)
+    raw.setdefault("model", str(providers.default_model(directory)))
     raw.setdefault("share", "disabled")
     return JSONBody(raw)
 
 
 @router.get("/global/config", operation_id="global.config.get", summary="Get global configuration")
-async def global_config(runtime: RuntimeDep) -> Response:
+async def global_config(config: ConfigDep) -> Response:
     """The user's configuration alone (their config directory's opencode.json), as OpenCode
     answers it: no project's settings and no defaults filled in but the schema."""
-    return JSONBody({"$schema": CONFIG_SCHEMA} | runtime.config.user_raw())
+    return JSONBody({"$schema": CONFIG_SCHEMA} | config.user_raw())
 
 
 @router.get("/config/providers", operation_id="config.providers")
-async def config_providers(request: Request, runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    listed = runtime.registry.catalog(directory)
-    default = _default_choice(runtime, directory, listed)
+async def config_providers(request: Request, providers: ProvidersDep, directory: DirectoryDep) -> Response:
+    listed = providers.catalog(directory)
+    default = _default_choice(providers, directory, listed)
     if stainless.speaks(request):
         listed = stainless.providers(listed)
     return JSONBody({"providers": listed, "default": default})
 
 
 @router.get("/provider", operation_id="provider.list")
-async def providers(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    everything, connected = runtime.registry.all_providers(directory)
+async def providers(providers: ProvidersDep, directory: DirectoryDep) -> Response:
+    everything, connected = providers.all_providers(directory)
     listed = [p for p in everything if p["id"] in connected]
-    return JSONBody({"all": everything, "default": _default_choice(runtime, directory, listed), "connected": connected})
+    return JSONBody(
+        {"all": everything, "default": _default_choice(providers, directory, listed), "connected": connected}
+    )
 
 
 @router.get("/agent", operation_id="app.agents")
-async def agents(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody([agent.as_wire() for agent in runtime.agents.all(directory).values()])
+async def agents(agents: AgentsDep, directory: DirectoryDep) -> Response:
+    return JSONBody([agent.as_wire() for agent in agents.all(directory).values()])
 
 
 # -- 0.x routes the Stainless SDKs still call (opencode-ai on PyPI; see app/api/stainless.py) --
 
 
 @router.get("/app", operation_id="app.get", include_in_schema=False)
-async def app_info(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def app_info(runtime: RuntimeDep, settings: SettingsDep, directory: DirectoryDep) -> Response:
     return JSONBody(
         {
             "hostname": socket.gethostname(),
             "git": await project_id(directory) != "global",
             "path": {
-                "config": str(user_config_directory(runtime.settings.config_dir)),
-                "data": str(runtime.settings.data_path),
+                "config": str(user_config_directory(settings.config_dir)),
+                "data": str(settings.data_path),
                 "root": directory,
                 "cwd": directory,
-                "state": str(runtime.settings.data_path),
+                "state": str(settings.data_path),
             },
             "time": {"initialized": runtime.started_ms},
         }
@@ -124,20 +138,20 @@ async def app_init() -> Response:
 
 
 @router.get("/mode", operation_id="app.modes", include_in_schema=False)
-async def modes(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def modes(agents: AgentsDep, directory: DirectoryDep) -> Response:
     """The primary agents as 0.x modes."""
-    agents = runtime.agents.all(directory).values()
-    return JSONBody([stainless.mode(agent.as_wire()) for agent in agents if agent.mode != "subagent"])
+    primary = [agent for agent in agents.all(directory).values() if agent.mode != "subagent"]
+    return JSONBody([stainless.mode(agent.as_wire()) for agent in primary])
 
 
 @router.get("/project", operation_id="project.list", summary="List all projects")
-async def project_list(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(await runtime.sessions.projects(directory))
+async def project_list(sessions: SessionsDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await sessions.projects(directory))
 
 
 @router.get("/project/current", operation_id="project.current")
-async def project_current(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(await runtime.sessions.current_project(directory))
+async def project_current(sessions: SessionsDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await sessions.current_project(directory))
 
 
 @router.get("/project/{projectID}/directories", operation_id="project.directories")
@@ -177,27 +191,27 @@ for _path in _EMPTY_LISTS:
 
 
 @router.get("/command", operation_id="command.list", summary="The project's commands (opencode.json)")
-async def commands(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(await runtime.commands.all(directory))
+async def commands(commands: CommandsDep, directory: DirectoryDep) -> Response:
+    return JSONBody(await commands.all(directory))
 
 
 @router.get("/experimental/tool/ids", operation_id="tool.ids", summary="List tool IDs")
-async def tool_ids(runtime: RuntimeDep) -> Response:
+async def tool_ids(tool_settings: ToolSettingsDep) -> Response:
     """OpenCode's built-in tool ids for the same switches (``OPENCODE_CLIENT``...): MCP tools are
     not listed, as there."""
-    return JSONBody(ids(runtime.tool_state.settings))
+    return JSONBody(ids(tool_settings))
 
 
 @router.get("/experimental/tool", operation_id="tool.list", summary="List tools")
-async def tool_list(runtime: RuntimeDep, provider: str, model: str) -> Response:
+async def tool_list(tool_settings: ToolSettingsDep, provider: str, model: str) -> Response:
     """The tools ``model`` of ``provider`` is offered, with their JSON schemas (the provider
     decides websearch, the model apply_patch or edit/write)."""
-    return JSONBody(listing(model, provider, runtime.tool_state.settings))
+    return JSONBody(listing(model, provider, tool_settings))
 
 
 @router.get("/skill", operation_id="app.skills", summary="List skills")
-async def skills(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody([skill.as_wire() for skill in runtime.skills.all(directory)])
+async def skills(skills: SkillsDep, directory: DirectoryDep) -> Response:
+    return JSONBody([skill.as_wire() for skill in skills.all(directory)])
 
 
 @router.post("/instance/dispose", operation_id="instance.dispose", summary="Dispose instance")

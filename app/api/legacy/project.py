@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict
 
-from app.api.deps import DirectoryDep, RuntimeDep
+from app.api.deps import DirectoryDep, SessionsDep
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["project"])
@@ -41,15 +41,17 @@ class ProjectUpdate(_Lenient):
     summary="Update project",
     responses={404: {"description": "ProjectNotFoundError"}},
 )
-async def update_project(projectID: str, runtime: RuntimeDep, directory: DirectoryDep, body: ProjectUpdate) -> Response:
+async def update_project(
+    projectID: str, sessions: SessionsDep, directory: DirectoryDep, body: ProjectUpdate
+) -> Response:
     """Name, icon and commands of a project this server lists (404 ``ProjectNotFoundError``
     otherwise): kept, shown by ``/project`` and ``/project/current``, and announced as
     ``project.updated``."""
-    return JSONBody(await runtime.sessions.update_project(projectID, directory, body.model_dump(exclude_none=True)))
+    return JSONBody(await sessions.update_project(projectID, directory, body.model_dump(exclude_none=True)))
 
 
 @router.post("/project/git/init", operation_id="project.initGit", summary="Initialize git repository")
-async def init_git(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
+async def init_git(sessions: SessionsDep, directory: DirectoryDep) -> Response:
     """``git init`` in the instance directory (nothing when it is in a repository already), then
     its project; 400 naming what went wrong (no git, a directory that cannot hold one)."""
-    return JSONBody(await runtime.sessions.init_git(directory))
+    return JSONBody(await sessions.init_git(directory))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from app.api import pty_socket
-from app.api.deps import DirectoryDep, PtyIDPath, RuntimeDep
+from app.api.deps import DirectoryDep, PtyIDPath, TerminalsDep
 from app.api.legacy.schemas import PtyCreate, PtyUpdate
 from app.api.responses import JSONBody
 from app.runtime.terminals import shells
@@ -20,38 +20,40 @@ async def list_shells() -> Response:
 
 
 @router.get("/pty", operation_id="pty.list", summary="List PTY sessions")
-async def list_ptys(runtime: RuntimeDep, directory: DirectoryDep) -> Response:
-    return JSONBody(runtime.terminals.in_directory(directory))
+async def list_ptys(terminals: TerminalsDep, directory: DirectoryDep) -> Response:
+    return JSONBody(terminals.in_directory(directory))
 
 
 @router.post("/pty", operation_id="pty.create", summary="Create PTY session")
-async def create_pty(runtime: RuntimeDep, directory: DirectoryDep, body: PtyCreate | None = None) -> Response:
+async def create_pty(terminals: TerminalsDep, directory: DirectoryDep, body: PtyCreate | None = None) -> Response:
     body = body or PtyCreate()
-    return JSONBody(await runtime.terminals.create(directory, **body.model_dump()))
+    return JSONBody(await terminals.create(directory, **body.model_dump()))
 
 
 @router.get("/pty/{ptyID}", operation_id="pty.get", summary="Get PTY session")
-async def get_pty(runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
-    return JSONBody(runtime.terminals.get(directory, ptyID))
+async def get_pty(terminals: TerminalsDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
+    return JSONBody(terminals.get(directory, ptyID))
 
 
 @router.put("/pty/{ptyID}", operation_id="pty.update", summary="Update PTY session (title, size)")
-async def update_pty(runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath, body: PtyUpdate) -> Response:
+async def update_pty(terminals: TerminalsDep, directory: DirectoryDep, ptyID: PtyIDPath, body: PtyUpdate) -> Response:
     size = (body.size.rows, body.size.cols) if body.size else None
-    return JSONBody(runtime.terminals.update(directory, ptyID, title=body.title, size=size))
+    return JSONBody(terminals.update(directory, ptyID, title=body.title, size=size))
 
 
 @router.delete("/pty/{ptyID}", operation_id="pty.remove", summary="Remove PTY session (ends its processes)")
-async def remove_pty(runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
-    await runtime.terminals.remove(directory, ptyID)
+async def remove_pty(terminals: TerminalsDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
+    await terminals.remove(directory, ptyID)
     return JSONBody(True)
 
 
 @router.post("/pty/{ptyID}/connect-token", operation_id="pty.connectToken", summary="Create PTY WebSocket token")
-async def connect_token(request: Request, runtime: RuntimeDep, directory: DirectoryDep, ptyID: PtyIDPath) -> Response:
+async def connect_token(
+    request: Request, terminals: TerminalsDep, directory: DirectoryDep, ptyID: PtyIDPath
+) -> Response:
     pty_socket.check_ticket_request(request)
-    runtime.terminals.terminal(directory, ptyID)
-    return JSONBody(runtime.terminals.tickets.issue(ptyID, directory))
+    terminals.terminal(directory, ptyID)
+    return JSONBody(terminals.tickets.issue(ptyID, directory))
 
 
 pty_socket.add_connect_routes(router, operation_id="pty.connect")

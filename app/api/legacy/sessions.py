@@ -10,7 +10,22 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
 from app.api import stainless
-from app.api.deps import ID_PATTERN, MAX_INT, DirectoryDep, MessageIDPath, PartIDPath, RuntimeDep, SessionIDPath
+from app.api.deps import (
+    ID_PATTERN,
+    MAX_INT,
+    CommandsDep,
+    DiffsDep,
+    DirectoryDep,
+    HistoryDep,
+    MessageIDPath,
+    PartIDPath,
+    RevertsDep,
+    RuntimeDep,
+    SessionIDPath,
+    SessionsDep,
+    SharesDep,
+    TodosDep,
+)
 from app.api.legacy.schemas import (
     CommandBody,
     ForkBody,
@@ -69,7 +84,7 @@ def decode_cursor(cursor: str) -> str | None:
 
 @router.get("/session", operation_id="session.list", summary="List sessions")
 async def list_sessions(
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
     directory: DirectoryDep,
     roots: Annotated[bool | None, Query()] = None,
     start: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated at or after (ms)")] = None,
@@ -78,7 +93,7 @@ async def list_sessions(
 ) -> Response:
     """Any ``limit``, as OpenCode (clients ask for thousands, and this list has no next page): the
     answer is written a page of sessions at a time."""
-    walk = runtime.sessions.walk(
+    walk = sessions.walk(
         descending=True,
         directory=directory,
         search=search,
@@ -96,7 +111,7 @@ EXPERIMENTAL_PAGE = 10_000
 
 @router.get("/experimental/session", operation_id="experimental.session.list", summary="List sessions")
 async def sessions_everywhere(
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
     directory: Annotated[str | None, Query(description="Only this directory's sessions")] = None,
     roots: Annotated[bool | None, Query()] = None,
     start: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only sessions updated at or after (ms)")] = None,
@@ -107,7 +122,7 @@ async def sessions_everywhere(
 ) -> Response:
     """Sessions of every project, most recently updated first, each with its ``project``; when
     there are more, the ``x-next-cursor`` header is the ``cursor`` of the next page."""
-    listed, next_cursor = await runtime.sessions.across_projects(
+    listed, next_cursor = await sessions.across_projects(
         directory=directory,
         roots=bool(roots),
         start=start,
@@ -121,9 +136,9 @@ async def sessions_everywhere(
 
 
 @router.post("/session", operation_id="session.create", summary="Create a session", responses=_SESSION_DOC)
-async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
+async def create_session(sessions: SessionsDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
     body = body or SessionCreate()
-    info = await runtime.sessions.create(
+    info = await sessions.create(
         directory,
         parent_id=body.parentID,
         title=body.title,
@@ -142,12 +157,12 @@ async def session_status(runtime: RuntimeDep) -> Response:
 
 
 @router.get("/session/{sessionID}", operation_id="session.get", responses=_SESSION_DOC)
-async def get_session(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody(await runtime.sessions.get(sessionID))
+async def get_session(sessions: SessionsDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await sessions.get(sessionID))
 
 
 @router.patch("/session/{sessionID}", operation_id="session.update", responses=_SESSION_DOC)
-async def update_session(runtime: RuntimeDep, sessionID: SessionIDPath, body: SessionUpdate) -> Response:
+async def update_session(sessions: SessionsDep, sessionID: SessionIDPath, body: SessionUpdate) -> Response:
     def change(info: dict[str, Any]) -> None:
         if body.title is not None:
             info["title"] = body.title
@@ -158,8 +173,8 @@ async def update_session(runtime: RuntimeDep, sessionID: SessionIDPath, body: Se
         if body.time is not None and body.time.archived is not None:
             info["time"]["archived"] = body.time.archived
 
-    await runtime.sessions.get(sessionID)
-    return JSONBody(await runtime.sessions.update(sessionID, change))
+    await sessions.get(sessionID)
+    return JSONBody(await sessions.update(sessionID, change))
 
 
 @router.delete("/session/{sessionID}", operation_id="session.delete")
@@ -169,14 +184,14 @@ async def delete_session(runtime: RuntimeDep, sessionID: SessionIDPath) -> Respo
 
 
 @router.get("/session/{sessionID}/children", operation_id="session.children")
-async def session_children(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody(await runtime.sessions.children(sessionID))
+async def session_children(sessions: SessionsDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await sessions.children(sessionID))
 
 
 @router.get("/session/{sessionID}/todo", operation_id="session.todo")
-async def session_todo(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.sessions.get(sessionID)
-    return JSONBody(await runtime.tool_state.todos.get(sessionID))
+async def session_todo(sessions: SessionsDep, todos: TodosDep, sessionID: SessionIDPath) -> Response:
+    await sessions.get(sessionID)
+    return JSONBody(await todos.get(sessionID))
 
 
 @router.get(
@@ -185,25 +200,27 @@ async def session_todo(runtime: RuntimeDep, sessionID: SessionIDPath) -> Respons
     summary="The files the session changed (or, with messageID, the changes answering that prompt)",
 )
 async def session_diff(
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
+    diffs: DiffsDep,
     sessionID: SessionIDPath,
     messageID: Annotated[str | None, Query(pattern=ID_PATTERN.format(prefix="msg"))] = None,
 ) -> Response:
-    session = await runtime.sessions.get(sessionID)
+    session = await sessions.get(sessionID)
     if messageID is not None:
-        return JSONBody(await runtime.diffs.of_message(session, messageID))
-    return JSONBody(await runtime.diffs.of_session(session))
+        return JSONBody(await diffs.of_message(session, messageID))
+    return JSONBody(await diffs.of_session(session))
 
 
 @router.get("/session/{sessionID}/message", operation_id="session.messages", summary="Messages, oldest first")
 async def list_messages(
     request: Request,
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
+    history: HistoryDep,
     sessionID: SessionIDPath,
     limit: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Newest N messages")] = None,
     before: Annotated[str | None, Query(description="Cursor from x-next-cursor")] = None,
 ) -> Response:
-    await runtime.sessions.get(sessionID)
+    await sessions.get(sessionID)
     if before is not None and limit is None:
         raise InvalidInput("before requires limit", kind="Query")
     before_id = None
@@ -213,10 +230,10 @@ async def list_messages(
             raise InvalidCursor
     encode = stainless.messages_json if stainless.speaks(request) else (lambda raw: raw)
     if limit is None:
-        raw = raw_messages_json(await runtime.history.raw_messages(sessionID))
+        raw = raw_messages_json(await history.raw_messages(sessionID))
         return Response(encode(raw), media_type="application/json")
     limit = min(limit, MESSAGES_PAGE)
-    page = await runtime.history.raw_messages(sessionID, limit=limit + 1, before=before_id)
+    page = await history.raw_messages(sessionID, limit=limit + 1, before=before_id)
     more = len(page) > limit
     page = page[len(page) - limit :] if limit else []
     response = Response(encode(raw_messages_json(page)), media_type="application/json")
@@ -229,8 +246,8 @@ async def list_messages(
 
 
 @router.get("/session/{sessionID}/message/{messageID}", operation_id="session.message")
-async def get_message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
-    return JSONBody(await runtime.history.get_message(sessionID, messageID))
+async def get_message(history: HistoryDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
+    return JSONBody(await history.get_message(sessionID, messageID))
 
 
 @router.post(
@@ -266,16 +283,16 @@ async def abort(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     responses=_SESSION_DOC,
     summary="Mark a message to go back to; the next prompt removes it and what follows",
 )
-async def revert(runtime: RuntimeDep, sessionID: SessionIDPath, body: RevertBody) -> Response:
+async def revert(reverts: RevertsDep, sessions: SessionsDep, sessionID: SessionIDPath, body: RevertBody) -> Response:
     try:
-        return JSONBody(await runtime.reverts.stage(sessionID, body.messageID, body.partID))
+        return JSONBody(await reverts.stage(sessionID, body.messageID, body.partID))
     except MessageNotFound:
-        return JSONBody(await runtime.sessions.get(sessionID))  # OpenCode: unknown message, unchanged
+        return JSONBody(await sessions.get(sessionID))  # OpenCode: unknown message, unchanged
 
 
 @router.post("/session/{sessionID}/unrevert", operation_id="session.unrevert", responses=_SESSION_DOC)
-async def unrevert(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody(await runtime.reverts.clear(sessionID))
+async def unrevert(reverts: RevertsDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await reverts.clear(sessionID))
 
 
 @router.post(
@@ -294,46 +311,46 @@ async def unrevert(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
         }
     },
 )
-async def fork(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
+async def fork(request: Request, history: HistoryDep, sessionID: SessionIDPath) -> Response:
     raw = await request.body()
     try:
         body = ForkBody.model_validate_json(raw) if raw.strip() else ForkBody()  # an empty body is fine
     except ValidationError as exc:
         raise InvalidInput(f"Invalid fork body: {exc.errors()[0]['msg']}") from exc
-    return JSONBody(await runtime.history.fork(sessionID, body.messageID))
+    return JSONBody(await history.fork(sessionID, body.messageID))
 
 
 @router.delete("/session/{sessionID}/message/{messageID}", operation_id="session.deleteMessage")
-async def delete_message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
-    await runtime.history.delete_message(sessionID, messageID)
+async def delete_message(history: HistoryDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
+    await history.delete_message(sessionID, messageID)
     return JSONBody(True)
 
 
 @router.delete("/session/{sessionID}/message/{messageID}/part/{partID}", operation_id="part.delete")
 async def delete_part(
-    runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath, partID: PartIDPath
+    history: HistoryDep, sessionID: SessionIDPath, messageID: MessageIDPath, partID: PartIDPath
 ) -> Response:
-    await runtime.history.delete_part(sessionID, messageID, partID)
+    await history.delete_part(sessionID, messageID, partID)
     return JSONBody(True)
 
 
 @router.patch("/session/{sessionID}/message/{messageID}/part/{partID}", operation_id="part.update")
 async def update_part(
-    runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath, partID: PartIDPath, body: PartBody
+    history: HistoryDep, sessionID: SessionIDPath, messageID: MessageIDPath, partID: PartIDPath, body: PartBody
 ) -> Response:
     if body.id != partID:
         raise InvalidInput("part.id must match the path")
-    return JSONBody(await runtime.history.update_part(sessionID, messageID, body.model_dump(exclude_none=True)))
+    return JSONBody(await history.update_part(sessionID, messageID, body.model_dump(exclude_none=True)))
 
 
 @router.post("/session/{sessionID}/share", operation_id="session.share", responses=_SESSION_DOC)
-async def share(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody(await runtime.shares.share(sessionID, str(request.base_url)))
+async def share(request: Request, shares: SharesDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await shares.share(sessionID, str(request.base_url)))
 
 
 @router.delete("/session/{sessionID}/share", operation_id="session.unshare", responses=_SESSION_DOC)
-async def unshare(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody(await runtime.shares.unshare(sessionID))
+async def unshare(shares: SharesDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody(await shares.unshare(sessionID))
 
 
 @router.post(
@@ -351,9 +368,9 @@ async def summarize(runtime: RuntimeDep, sessionID: SessionIDPath, body: Summari
     operation_id="session.shell",
     summary="Run a command as the user; recorded with a completed bash part",
 )
-async def shell(runtime: RuntimeDep, sessionID: SessionIDPath, body: ShellBody) -> Response:
+async def shell(commands: CommandsDep, sessionID: SessionIDPath, body: ShellBody) -> Response:
     model = ModelRef(body.model.providerID, body.model.modelID) if body.model else None
-    return JSONBody(await runtime.commands.shell(sessionID, body.command, agent=body.agent, model=model))
+    return JSONBody(await commands.shell(sessionID, body.command, agent=body.agent, model=model))
 
 
 @router.post(
@@ -361,9 +378,9 @@ async def shell(runtime: RuntimeDep, sessionID: SessionIDPath, body: ShellBody) 
     operation_id="session.init",
     summary="Have the model write the project's AGENTS.md (the built-in init command); true when done",
 )
-async def init(runtime: RuntimeDep, sessionID: SessionIDPath, body: InitBody) -> Response:
+async def init(commands: CommandsDep, sessionID: SessionIDPath, body: InitBody) -> Response:
     model = f"{body.providerID}/{body.modelID}"
-    await runtime.commands.command(sessionID, "init", "", model=model, message_id=body.messageID)
+    await commands.command(sessionID, "init", "", model=model, message_id=body.messageID)
     return JSONBody(True)
 
 
@@ -372,8 +389,8 @@ async def init(runtime: RuntimeDep, sessionID: SessionIDPath, body: InitBody) ->
     operation_id="session.command",
     summary="Run a project command (opencode.json) as a prompt and wait for the reply",
 )
-async def command(runtime: RuntimeDep, sessionID: SessionIDPath, body: CommandBody) -> Response:
-    reply = await runtime.commands.command(
+async def command(commands: CommandsDep, sessionID: SessionIDPath, body: CommandBody) -> Response:
+    reply = await commands.command(
         sessionID,
         body.command,
         body.arguments,

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import DirectoryDep, RuntimeDep, SessionID
+from app.api.deps import DirectoryDep, RuntimeDep, SessionID, SessionsDep
 from app.api.responses import JSONBody
 
 router = APIRouter(tags=["tui"])
@@ -146,15 +146,19 @@ async def show_toast(runtime: RuntimeDep, directory: DirectoryDep, body: Toast) 
 
 
 @router.post("/tui/select-session", operation_id="tui.selectSession", summary="Open a session in the TUI")
-async def select_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionSelect) -> Response:
-    await runtime.sessions.get(body.sessionID)  # 404 for an unknown session
+async def select_session(
+    runtime: RuntimeDep, sessions: SessionsDep, directory: DirectoryDep, body: SessionSelect
+) -> Response:
+    await sessions.get(body.sessionID)  # 404 for an unknown session
     runtime.publish_tui_event("tui.session.select", body.model_dump(), directory)
     return JSONBody(True)
 
 
 @router.post("/tui/publish", operation_id="tui.publish", summary="Publish a TUI event")
-async def publish(runtime: RuntimeDep, directory: DirectoryDep, body: Annotated[Publishable, Body()]) -> Response:
+async def publish(
+    runtime: RuntimeDep, sessions: SessionsDep, directory: DirectoryDep, body: Annotated[Publishable, Body()]
+) -> Response:
     if isinstance(body, PublishSessionSelect):
-        await runtime.sessions.get(body.properties.sessionID)
+        await sessions.get(body.properties.sessionID)
     runtime.publish_tui_event(body.type, body.properties.model_dump(exclude_none=True), directory)
     return JSONBody(True)

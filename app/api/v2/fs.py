@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse
 
-from app.api.deps import MAX_INT, LocationDep, RuntimeDep
+from app.api.deps import MAX_INT, LocationDep, WorkspaceDep
 from app.api.responses import JSONBody
 from app.runtime.sessions import project_id
 
@@ -26,10 +26,10 @@ async def _answer(directory: str, data: list[dict[str, Any]]) -> Response:
 
 @router.get("/list", operation_id="v2.fs.list", summary="List directory")
 async def list_directory(
-    runtime: RuntimeDep, directory: LocationDep, path: Annotated[str, Query(max_length=4096)] = ""
+    workspace: WorkspaceDep, directory: LocationDep, path: Annotated[str, Query(max_length=4096)] = ""
 ) -> Response:
     """Direct children of one directory relative to the location; directories end with ``/``."""
-    entries = await runtime.workspace.listing(directory, path)
+    entries = await workspace.listing(directory, path)
     return await _answer(directory, [{"path": e.node()["path"], "type": e.node()["type"]} for e in entries])
 
 
@@ -40,15 +40,15 @@ async def list_directory(
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
 )
-async def read_file(runtime: RuntimeDep, directory: LocationDep, path: str) -> Response:
+async def read_file(workspace: WorkspaceDep, directory: LocationDep, path: str) -> Response:
     """One file's bytes as they are, with its MIME type."""
-    real, mime = await runtime.workspace.file(directory, path)
+    real, mime = await workspace.file(directory, path)
     return FileResponse(real, media_type=mime)
 
 
 @router.get("/find", operation_id="v2.fs.find", summary="Find files")
 async def find(
-    runtime: RuntimeDep,
+    workspace: WorkspaceDep,
     directory: LocationDep,
     query: Annotated[str, Query(max_length=1024)],
     type: Literal["file", "directory"] | None = None,
@@ -57,5 +57,5 @@ async def find(
     """Files and directories ranked by how well their names match ``query``: the best ``limit``
     of them, at most ``FIND_MOST`` (OpenCode sets no maximum; a larger limit is served as that)."""
     wanted = min(limit or FIND_LIMIT, FIND_MOST)
-    paths = await runtime.workspace.find_files(directory, query, type or "all", wanted)
+    paths = await workspace.find_files(directory, query, type or "all", wanted)
     return await _answer(directory, [{"path": p, "type": "directory" if p.endswith("/") else "file"} for p in paths])

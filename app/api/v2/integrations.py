@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from app.api import errors
-from app.api.deps import LocationDep, RuntimeDep
+from app.api.deps import IntegrationsDep, LocationDep
 from app.api.v2.pty import located
 from app.api.v2.schemas import ConnectKeyBody, ConnectOAuthBody, CredentialUpdate, OAuthComplete
 
@@ -23,8 +23,8 @@ def _no_oauth(what: str) -> Response:
 
 
 @router.get("/integration", operation_id="v2.integration.list", summary="List integrations")
-async def integration_list(runtime: RuntimeDep, directory: LocationDep) -> Response:
-    return await located(directory, runtime.integrations.all())
+async def integration_list(integrations: IntegrationsDep, directory: LocationDep) -> Response:
+    return await located(directory, integrations.all())
 
 
 @router.get(
@@ -56,8 +56,8 @@ async def attempt_complete(directory: LocationDep, attemptID: str, body: OAuthCo
 
 
 @router.get("/integration/{integrationID}", operation_id="v2.integration.get", summary="Get integration")
-async def integration_get(runtime: RuntimeDep, directory: LocationDep, integrationID: str) -> Response:
-    return await located(directory, runtime.integrations.get(integrationID))  # null when unknown
+async def integration_get(integrations: IntegrationsDep, directory: LocationDep, integrationID: str) -> Response:
+    return await located(directory, integrations.get(integrationID))  # null when unknown
 
 
 @router.post(
@@ -67,9 +67,9 @@ async def integration_get(runtime: RuntimeDep, directory: LocationDep, integrati
     status_code=204,
 )
 async def connect_key(
-    runtime: RuntimeDep, directory: LocationDep, integrationID: str, body: ConnectKeyBody
+    integrations: IntegrationsDep, directory: LocationDep, integrationID: str, body: ConnectKeyBody
 ) -> Response:
-    runtime.integrations.connect_key(integrationID, body.key, body.label, directory)
+    integrations.connect_key(integrationID, body.key, body.label, directory)
     return Response(status_code=204)
 
 
@@ -86,15 +86,15 @@ async def connect_oauth(directory: LocationDep, integrationID: str, body: Connec
     "/credential/{credentialID}", operation_id="v2.credential.update", summary="Update credential", status_code=204
 )
 async def credential_update(
-    runtime: RuntimeDep, directory: LocationDep, credentialID: str, body: CredentialUpdate
+    integrations: IntegrationsDep, directory: LocationDep, credentialID: str, body: CredentialUpdate
 ) -> Response:
-    runtime.integrations.relabel(credentialID, body.label, directory)
+    integrations.relabel(credentialID, body.label, directory)
     return Response(status_code=204)
 
 
 @router.delete(
     "/credential/{credentialID}", operation_id="v2.credential.remove", summary="Remove credential", status_code=204
 )
-async def credential_remove(runtime: RuntimeDep, directory: LocationDep, credentialID: str) -> Response:
-    runtime.integrations.remove(credentialID, directory)
+async def credential_remove(integrations: IntegrationsDep, directory: LocationDep, credentialID: str) -> Response:
+    integrations.remove(credentialID, directory)
     return Response(status_code=204)

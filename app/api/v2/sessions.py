@@ -12,13 +12,24 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 
 from app import ids
-from app.api.deps import MAX_INT, DirectoryDep, MessageIDPath, RuntimeDep, SessionIDPath, checked_directory
+from app.api.deps import (
+    MAX_INT,
+    DirectoryDep,
+    EventLogDep,
+    EventSourcesDep,
+    HistoryDep,
+    MessageIDPath,
+    RevertsDep,
+    RuntimeDep,
+    SessionIDPath,
+    SessionsDep,
+    checked_directory,
+)
 from app.api.responses import JSONBody, json_array
 from app.api.sse import (
     HEARTBEAT_COMMENT,
     REPLAY_BATCH,
     StreamSpec,
-    event_source,
     frame,
     global_position,
     resume_position,
@@ -26,11 +37,11 @@ from app.api.sse import (
 )
 from app.api.v2 import views
 from app.api.v2.schemas import AgentBody, ModelBody, PromptBody, RevertStageBody, SessionCreate
+from app.events.log import EventLog
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.errors import InvalidCursor, InvalidInput
 from app.runtime.inputs import PromptRequest
-from app.runtime.service import Runtime
 
 router = APIRouter(prefix="/api", tags=["v2"])
 
@@ -79,7 +90,7 @@ async def health() -> Response:
 
 @router.get("/session", operation_id="v2.session.list", summary="Sessions, newest first, keyset-paged")
 async def list_sessions(
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
     directory: DirectoryDep,
     limit: Annotated[int, Query(ge=1, le=MAX_INT)] = 50,
     order: Order = None,
@@ -112,7 +123,7 @@ async def list_sessions(
 
     async def pages() -> AsyncIterator[bytes]:
         nonlocal listed, last, more
-        walk = runtime.sessions.walk(
+        walk = sessions.walk(
             descending=order == "desc", directory=directory, search=search, anchor=anchor, limit=limit + 1
         )
         async for page in walk:
@@ -140,10 +151,10 @@ async def list_sessions(
 
 
 @router.post("/session", operation_id="v2.session.create")
-async def create_session(runtime: RuntimeDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
+async def create_session(sessions: SessionsDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
     body = body or SessionCreate()  # the SDK sends no body at all for create({})
     location = checked_directory(body.location.directory) if body.location else directory
-    info = await runtime.sessions.create(
+    info = await sessions.create(
         location,
         session_id=body.id,
         agent=body.agent,
@@ -159,8 +170,8 @@ async def active_sessions(runtime: RuntimeDep) -> Response:
 
 
 @router.get("/session/{sessionID}", operation_id="v2.session.get")
-async def get_session(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    return JSONBody({"data": views.session(await runtime.sessions.get(sessionID))})
+async def get_session(sessions: SessionsDep, sessionID: SessionIDPath) -> Response:
+    return JSONBody({"data": views.session(await sessions.get(sessionID))})
 
 
 @router.post("/session/{sessionID}/agent", operation_id="v2.session.switchAgent", status_code=204)
@@ -209,28 +220,28 @@ async def compact(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
 
 
 @router.post("/session/{sessionID}/revert/stage", operation_id="v2.session.revert.stage")
-async def revert_stage(runtime: RuntimeDep, sessionID: SessionIDPath, body: RevertStageBody) -> Response:
-    info = await runtime.reverts.stage(sessionID, body.messageID, with_files=bool(body.files))
+async def revert_stage(reverts: RevertsDep, sessionID: SessionIDPath, body: RevertStageBody) -> Response:
+    info = await reverts.stage(sessionID, body.messageID, with_files=bool(body.files))
     return JSONBody({"data": info["revert"]})
 
 
 @router.post("/session/{sessionID}/revert/clear", operation_id="v2.session.revert.clear", status_code=204)
-async def revert_clear(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.reverts.clear(sessionID)
+async def revert_clear(reverts: RevertsDep, sessionID: SessionIDPath) -> Response:
+    await reverts.clear(sessionID)
     return Response(status_code=204)
 
 
 @router.post("/session/{sessionID}/revert/commit", operation_id="v2.session.revert.commit", status_code=204)
-async def revert_commit(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.reverts.commit(sessionID)
+async def revert_commit(reverts: RevertsDep, sessionID: SessionIDPath) -> Response:
+    await reverts.commit(sessionID)
     return Response(status_code=204)
 
 
-async def _check_after(runtime: Runtime, session_id: str, after: int | None) -> None:
+async def _check_after(event_log: EventLog, session_id: str, after: int | None) -> None:
     """An explicit ``after=`` past the session's last seq (a cursor kept across a database reset)
     would page or stream nothing until the session got that far, and skip what came before:
     refused, naming the problem. (A reconnect's ``Last-Event-ID`` is not: see ``event_source``.)"""
-    if after is not None and (head := await runtime.log.beyond(after, session_id=session_id)) is not None:
+    if after is not None and (head := await event_log.beyond(after, session_id=session_id)) is not None:
         raise InvalidInput(f"after={after} is past the session's last event (seq {head})", kind="Query")
 
 
@@ -240,14 +251,15 @@ async def _check_after(runtime: Runtime, session_id: str, after: int | None) -> 
     summary="Durable session events after a sequence number",
 )
 async def history(
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
+    event_log: EventLogDep,
     sessionID: SessionIDPath,
     after: Annotated[int, Query(ge=0, le=MAX_INT)] | None = None,
     limit: HistoryLimit = 50,
 ) -> Response:
-    await runtime.sessions.get(sessionID)
-    await _check_after(runtime, sessionID, after)
-    events = await runtime.log.session_since(sessionID, -1 if after is None else after, limit=limit + 1)
+    await sessions.get(sessionID)
+    await _check_after(event_log, sessionID, after)
+    events = await event_log.session_since(sessionID, -1 if after is None else after, limit=limit + 1)
     data = b",".join(views.event_json(e, with_location=False) for e in events[:limit])
     more = b"true" if len(events) > limit else b"false"
     return Response(b'{"data":[%s],"hasMore":%s}' % (data, more), media_type="application/json")
@@ -259,15 +271,17 @@ async def history(
     summary="Durable session events after a sequence number, then live (SSE)",
 )
 async def session_events(
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
+    event_log: EventLogDep,
+    sources: EventSourcesDep,
     sessionID: SessionIDPath,
     after: Annotated[int, Query(ge=0, le=MAX_INT)] | None = None,
     last_event_id: LastEventID = None,
 ) -> Response:
-    await runtime.sessions.get(sessionID)
+    await sessions.get(sessionID)
     resume = resume_position(last_event_id)
     if resume is None:
-        await _check_after(runtime, sessionID, after)
+        await _check_after(event_log, sessionID, after)
     start = resume if resume is not None else after
     spec = StreamSpec(
         accept=lambda e: e.durable and e.session_id == sessionID,
@@ -275,13 +289,13 @@ async def session_events(
         encode=lambda e: views.event_json(e, with_location=False),
         kind="v2-session",
         position=session_position,
-        replay=lambda position: runtime.log.session_since(sessionID, position, limit=REPLAY_BATCH),
-        beyond=lambda position: runtime.log.beyond(position, session_id=sessionID),
+        replay=lambda position: event_log.session_since(sessionID, position, limit=REPLAY_BATCH),
+        beyond=lambda position: event_log.beyond(position, session_id=sessionID),
         heartbeat=lambda: HEARTBEAT_COMMENT,
         unknown=_v2_cursor_unknown,
         overflow=_v2_overflow,
     )
-    return await event_source(runtime, spec, -1 if start is None else start)
+    return await sources.open(spec, -1 if start is None else start)
 
 
 def _message_cursor(message_id: str, order: str, direction: str) -> str:
@@ -294,13 +308,14 @@ def _message_cursor(message_id: str, order: str, direction: str) -> str:
     summary="Messages, newest first by default, cursor-paged",
 )
 async def messages(
-    runtime: RuntimeDep,
+    sessions: SessionsDep,
+    history: HistoryDep,
     sessionID: SessionIDPath,
     limit: MessagesLimit = 50,
     order: Order = None,
     cursor: str | None = None,
 ) -> Response:
-    await runtime.sessions.get(sessionID)
+    await sessions.get(sessionID)
     bound = None
     if cursor is not None:
         if order is not None:
@@ -310,7 +325,7 @@ async def messages(
             raise InvalidCursor
         order, bound = state["order"], state["id"]
     order = order or "desc"
-    page = await runtime.history.page(sessionID, descending=order == "desc", after=bound, limit=limit + 1)
+    page = await history.page(sessionID, descending=order == "desc", after=bound, limit=limit + 1)
     items = page[:limit]
     cursors: dict[str, str] = {}
     if items and len(page) > limit:
@@ -321,8 +336,8 @@ async def messages(
 
 
 @router.get("/session/{sessionID}/message/{messageID}", operation_id="v2.session.message")
-async def message(runtime: RuntimeDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
-    return JSONBody({"data": views.message(await runtime.history.get_message(sessionID, messageID))})
+async def message(history: HistoryDep, sessionID: SessionIDPath, messageID: MessageIDPath) -> Response:
+    return JSONBody({"data": views.message(await history.get_message(sessionID, messageID))})
 
 
 @router.get(
@@ -361,7 +376,7 @@ def _v2_connected(_origin: int) -> bytes:
 
 
 @router.get("/event", operation_id="v2.event.subscribe", summary="Every event, deltas included (SSE)")
-async def all_events(runtime: RuntimeDep, last_event_id: LastEventID = None) -> Response:
+async def all_events(event_log: EventLogDep, sources: EventSourcesDep, last_event_id: LastEventID = None) -> Response:
     resume = resume_position(last_event_id)
 
     spec = StreamSpec(
@@ -369,11 +384,11 @@ async def all_events(runtime: RuntimeDep, last_event_id: LastEventID = None) -> 
         encode=lambda e: views.event_json(e, with_location=True),
         kind="v2",
         position=global_position,
-        replay=lambda position: runtime.log.since(position, limit=REPLAY_BATCH),
-        beyond=runtime.log.beyond,
+        replay=lambda position: event_log.since(position, limit=REPLAY_BATCH),
+        beyond=event_log.beyond,
         connected=_v2_connected,
         heartbeat=lambda: HEARTBEAT_COMMENT,
         unknown=_v2_cursor_unknown,
         overflow=_v2_overflow,
     )
-    return await event_source(runtime, spec, resume)
+    return await sources.open(spec, resume)

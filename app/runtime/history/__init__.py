@@ -28,6 +28,7 @@ from app.runtime.history._domain import HistoryDomain
 from app.runtime.history._import import Importer
 from app.runtime.history._revert import Reverts, commit_staged
 from app.runtime.history._service import History
+from app.runtime.history._share import Shares
 from app.store.queries import MessageWithParts, RawMessage  # the shapes the history hands out
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "RawMessage",
     "Reverts",
     "SessionDiffs",
+    "Shares",
     "Snapshot",
     "Snapshots",
     "Window",
