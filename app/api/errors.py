@@ -3,14 +3,18 @@
 Legacy routes answer named errors (``{"name": "NotFoundError" | "BadRequest", "data": {...}}``);
 V2 routes (``/api/...``) answer tagged errors (``{"_tag": "SessionNotFoundError", "message", ...}``);
 busy, conflict, unknown-permission and terminal errors are tagged on both, as OpenCode does.
-Anything unexpected is a 500 ``UnknownError`` with a reference that is also logged, never a stack
-trace."""
+What each exception of the runtime answers is declared in ``ANSWERS``, one row per type (status,
+legacy body, V2 body); only request validation, Starlette's HTTP errors and the unexpected are
+handlers of their own. Anything unexpected is a 500 ``UnknownError`` with a reference that is also
+logged, never a stack trace."""
 
 from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -53,19 +57,40 @@ def _is_v2(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
 
+def named_body(name: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "data": {"message": message, **extra}}
+
+
+def tagged_body(tag: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"_tag": tag, "message": message, **extra}
+
+
+def _bad_request(message: str, kind: str) -> dict[str, Any]:
+    """Legacy's 400, naming the offending part of the request."""
+    return named_body("BadRequest", message, kind=kind)
+
+
+def _invalid_request(message: str, kind: str, field: str | None = None) -> dict[str, Any]:
+    """V2's 400, naming the offending part of the request (and parameter, when known)."""
+    return tagged_body("InvalidRequestError", message, kind=kind, **({"field": field} if field else {}))
+
+
 def named(status: int, name: str, message: str, **extra: Any) -> JSONBody:
-    return JSONBody({"name": name, "data": {"message": message, **extra}}, status_code=status)
+    return JSONBody(named_body(name, message, **extra), status_code=status)
 
 
 def tagged(status: int, tag: str, message: str, **extra: Any) -> JSONBody:
-    return JSONBody({"_tag": tag, "message": message, **extra}, status_code=status)
+    return JSONBody(tagged_body(tag, message, **extra), status_code=status)
+
+
+def _in_kind(request: Request, status: int, name: str, message: str, **extra: Any) -> JSONBody:
+    """The error named ``name`` as the route's protocol words errors: tagged on V2, named on legacy."""
+    return tagged(status, name, message, **extra) if _is_v2(request) else named(status, name, message, **extra)
 
 
 def bad_request(request: Request, message: str, kind: str = "Payload", field: str | None = None) -> JSONBody:
-    if _is_v2(request):
-        extra = {"field": field} if field else {}
-        return tagged(400, "InvalidRequestError", message, kind=kind, **extra)
-    return named(400, "BadRequest", message, kind=kind)
+    body = _invalid_request(message, kind, field) if _is_v2(request) else _bad_request(message, kind)
+    return JSONBody(body, status_code=400)
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -95,143 +120,151 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONBody:
         message, tag = f"Method {request.method} not allowed on {request.url.path}", "MethodNotAllowed"
     else:
         message, tag = str(exc.detail), "HTTPError"
-    if _is_v2(request):
-        return tagged(exc.status_code, tag, message)
-    return named(exc.status_code, tag, message)
+    return _in_kind(request, exc.status_code, tag, message)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONBody:
     ref = "err_" + secrets.token_hex(4)
     log.error("unexpected error %s", ref, exc_info=exc)
-    message = "Unexpected server error. Check server logs for details."
-    if _is_v2(request):
-        return tagged(500, "UnknownError", message, ref=ref)
-    return named(500, "UnknownError", message, ref=ref)
+    return _in_kind(request, 500, "UnknownError", "Unexpected server error. Check server logs for details.", ref=ref)
 
 
-async def _session_missing(request: Request, exc: SessionNotFound) -> JSONBody:
-    if _is_v2(request):
-        return tagged(404, "SessionNotFoundError", exc.message, sessionID=exc.session_id)
-    return named(404, "NotFoundError", exc.message)
+E = TypeVar("E", bound=Exception)
+Shape = Callable[[E], dict[str, Any]]
 
 
-async def _message_missing(request: Request, exc: MessageNotFound) -> JSONBody:
-    if _is_v2(request):
-        return tagged(404, "MessageNotFoundError", exc.message, sessionID=exc.session_id, messageID=exc.message_id)
-    return named(404, "NotFoundError", exc.message)
+@dataclass(frozen=True, slots=True)
+class Answer(Generic[E]):
+    """How one exception type is answered: its status, its body on legacy routes and on V2 routes
+    (``/api/...``), and whether it is logged (a condition of the server an operator should see)."""
+
+    status: int
+    legacy: Shape[E]
+    v2: Shape[E]
+    logged: bool = False
 
 
-async def _project_missing(_request: Request, exc: ProjectNotFound) -> JSONBody:
-    return tagged(404, "ProjectNotFoundError", exc.message, projectID=exc.project_id)  # as OpenCode's
+def _answer(
+    exception: type[E], status: int, legacy: Shape[E], v2: Shape[E] | None = None, *, logged: bool = False
+) -> tuple[type[Exception], Answer[Any]]:
+    """A row of ``ANSWERS``; without ``v2``, V2 routes answer as legacy ones (the tagged errors
+    OpenCode answers on both)."""
+    return exception, Answer(status, legacy, v2 or legacy, logged)
 
 
-async def _share_missing(_request: Request, exc: ShareNotFound) -> JSONBody:
-    return named(404, "NotFoundError", exc.message)
+_DATABASE_UNAVAILABLE = "The database is unavailable; nothing was stored. Retry shortly."
+
+# One row per exception the runtime raises for a client to see. A subclass answers as its
+# nearest listed base (``InputConflict`` as ``Conflict``), as Starlette looks handlers up.
+ANSWERS: dict[type[Exception], Answer[Any]] = dict(
+    [
+        _answer(
+            SessionNotFound,
+            404,
+            lambda e: named_body("NotFoundError", e.message),
+            lambda e: tagged_body("SessionNotFoundError", e.message, sessionID=e.session_id),
+        ),
+        _answer(
+            MessageNotFound,
+            404,
+            lambda e: named_body("NotFoundError", e.message),
+            lambda e: tagged_body("MessageNotFoundError", e.message, sessionID=e.session_id, messageID=e.message_id),
+        ),
+        _answer(ProjectNotFound, 404, lambda e: tagged_body("ProjectNotFoundError", e.message, projectID=e.project_id)),
+        _answer(ShareNotFound, 404, lambda e: named_body("NotFoundError", e.message)),
+        _answer(
+            PermissionNotFound, 404, lambda e: tagged_body("PermissionNotFoundError", e.message, requestID=e.request_id)
+        ),
+        _answer(
+            QuestionNotFound, 404, lambda e: tagged_body("QuestionNotFoundError", e.message, requestID=e.request_id)
+        ),
+        _answer(CommandNotFound, 404, lambda e: named_body("NotFoundError", e.message)),
+        _answer(McpServerNotFound, 404, lambda e: tagged_body("McpServerNotFoundError", e.message, name=e.name)),
+        _answer(McpOAuthUnsupported, 400, lambda e: {"error": e.message}),  # OpenCode's McpUnsupportedOAuthError
+        _answer(TerminalNotFound, 404, lambda e: tagged_body("PtyNotFoundError", e.message, ptyID=e.pty_id)),
+        _answer(
+            TerminalForbidden,
+            403,
+            lambda e: tagged_body("PtyForbiddenError", e.message),
+            lambda e: tagged_body("ForbiddenError", e.message),
+        ),
+        _answer(
+            InvalidInput,
+            400,
+            lambda e: _bad_request(e.message, e.kind),
+            lambda e: _invalid_request(e.message, e.kind, e.field),
+        ),
+        # OpenCode answers an unknown model with ProviderModelNotFoundError (providerID, modelID,
+        # suggestions); V2 routes name only InvalidRequestError for a 400.
+        _answer(ModelNotFoundError, 400, lambda e: e.to_named_error(), lambda e: _invalid_request(str(e), "Payload")),
+        _answer(
+            UnencodableValue,
+            400,
+            lambda e: _bad_request(str(e), "Payload"),
+            lambda e: _invalid_request(str(e), "Payload"),
+        ),
+        _answer(
+            InvalidCursor,
+            400,
+            lambda e: _bad_request(e.message, "Query"),
+            lambda e: tagged_body("InvalidCursorError", e.message),
+        ),
+        _answer(Conflict, 409, lambda e: tagged_body("ConflictError", e.message, resource=e.resource)),
+        _answer(SessionBusy, 409, lambda e: tagged_body("SessionBusyError", e.message, sessionID=e.session_id)),
+        # Nothing was committed: the client may retry.
+        _answer(
+            DatabaseUnavailable,
+            503,
+            lambda _e: named_body("DatabaseUnavailableError", _DATABASE_UNAVAILABLE),
+            lambda _e: tagged_body("DatabaseUnavailableError", _DATABASE_UNAVAILABLE),
+            logged=True,
+        ),
+        _answer(
+            PathOutside,
+            403,
+            lambda e: named_body("ForbiddenError", e.message, path=e.path),
+            lambda e: tagged_body("ForbiddenError", e.message, path=e.path),
+        ),
+        _answer(
+            PathNotFound,
+            404,
+            lambda e: named_body("NotFoundError", e.message, path=e.path),
+            lambda e: tagged_body("NotFoundError", e.message, path=e.path),
+        ),
+        _answer(
+            SearchUnavailable,
+            503,
+            lambda e: named_body("SearchUnavailableError", e.message),
+            lambda e: tagged_body("SearchUnavailableError", e.message),
+            logged=True,
+        ),
+        _answer(PatchNotApplied, 400, lambda e: named_body("VcsApplyError", e.message, reason=e.reason)),
+        _answer(
+            RevertFailed,
+            400,
+            lambda e: named_body("RevertError", e.message),
+            lambda e: tagged_body("RevertError", e.message),
+        ),
+        # opencode.json cannot be used for this request (e.g. a malformed model entry), naming the
+        # file or key; the server keeps serving.
+        _answer(
+            ConfigError,
+            400,
+            lambda e: named_body("ConfigInvalidError", str(e)),
+            lambda e: tagged_body("ConfigInvalidError", str(e)),
+            logged=True,
+        ),
+    ]
+)
 
 
-async def _permission_missing(_request: Request, exc: PermissionNotFound) -> JSONBody:
-    return tagged(404, "PermissionNotFoundError", exc.message, requestID=exc.request_id)
-
-
-async def _question_missing(_request: Request, exc: QuestionNotFound) -> JSONBody:
-    return tagged(404, "QuestionNotFoundError", exc.message, requestID=exc.request_id)
-
-
-async def _command_missing(_request: Request, exc: CommandNotFound) -> JSONBody:
-    return named(404, "NotFoundError", exc.message)
-
-
-async def _mcp_missing(_request: Request, exc: McpServerNotFound) -> JSONBody:
-    return tagged(404, "McpServerNotFoundError", exc.message, name=exc.name)
-
-
-async def _mcp_oauth(_request: Request, exc: McpOAuthUnsupported) -> JSONBody:
-    return JSONBody({"error": exc.message}, status_code=400)  # OpenCode's McpUnsupportedOAuthError
-
-
-async def _terminal_missing(_request: Request, exc: TerminalNotFound) -> JSONBody:
-    return tagged(404, "PtyNotFoundError", exc.message, ptyID=exc.pty_id)
-
-
-async def _terminal_forbidden(request: Request, exc: TerminalForbidden) -> JSONBody:
-    return tagged(403, "ForbiddenError" if _is_v2(request) else "PtyForbiddenError", exc.message)
-
-
-async def _invalid(request: Request, exc: InvalidInput) -> JSONBody:
-    return bad_request(request, exc.message, exc.kind, exc.field)
-
-
-async def _model_missing(request: Request, exc: ModelNotFoundError) -> JSONBody:
-    """OpenCode answers an unknown model with 400 ``ProviderModelNotFoundError`` (providerID,
-    modelID, suggestions); V2 routes name only ``InvalidRequestError`` for a 400."""
-    if _is_v2(request):
-        return tagged(400, "InvalidRequestError", str(exc), kind="Payload")
-    return JSONBody(exc.to_named_error(), status_code=400)
-
-
-async def _unencodable(request: Request, exc: UnencodableValue) -> JSONBody:
-    return bad_request(request, str(exc), "Payload")
-
-
-async def _invalid_cursor(request: Request, exc: InvalidCursor) -> JSONBody:
-    if _is_v2(request):
-        return tagged(400, "InvalidCursorError", exc.message)
-    return named(400, "BadRequest", exc.message, kind="Query")
-
-
-async def _conflict(_request: Request, exc: Conflict) -> JSONBody:
-    return tagged(409, "ConflictError", exc.message, resource=exc.resource)
-
-
-async def _unavailable(request: Request, exc: DatabaseUnavailable) -> JSONBody:
-    """The database is unreachable: nothing was committed, the client may retry."""
-    log.warning("%s %s: %s", request.method, request.url.path, exc)
-    message = "The database is unavailable; nothing was stored. Retry shortly."
-    if _is_v2(request):
-        return tagged(503, "DatabaseUnavailableError", message)
-    return named(503, "DatabaseUnavailableError", message)
-
-
-async def _busy(_request: Request, exc: SessionBusy) -> JSONBody:
-    return tagged(409, "SessionBusyError", exc.message, sessionID=exc.session_id)
-
-
-async def _path_outside(request: Request, exc: PathOutside) -> JSONBody:
-    if _is_v2(request):
-        return tagged(403, "ForbiddenError", exc.message, path=exc.path)
-    return named(403, "ForbiddenError", exc.message, path=exc.path)
-
-
-async def _path_missing(request: Request, exc: PathNotFound) -> JSONBody:
-    if _is_v2(request):
-        return tagged(404, "NotFoundError", exc.message, path=exc.path)
-    return named(404, "NotFoundError", exc.message, path=exc.path)
-
-
-async def _search_unavailable(request: Request, exc: SearchUnavailable) -> JSONBody:
-    log.warning("%s %s: %s", request.method, request.url.path, exc.message)
-    if _is_v2(request):
-        return tagged(503, "SearchUnavailableError", exc.message)
-    return named(503, "SearchUnavailableError", exc.message)
-
-
-async def _patch_not_applied(request: Request, exc: PatchNotApplied) -> JSONBody:
-    return named(400, "VcsApplyError", exc.message, reason=exc.reason)
-
-
-async def _revert_failed(request: Request, exc: RevertFailed) -> JSONBody:
-    if _is_v2(request):
-        return tagged(400, "RevertError", exc.message)
-    return named(400, "RevertError", exc.message)
-
-
-async def _config_invalid(request: Request, exc: ConfigError) -> JSONBody:
-    """opencode.json cannot be used for this request (e.g. a malformed model entry): OpenCode's
-    ``ConfigInvalidError``, naming the file or key; the server keeps serving."""
-    log.warning("%s %s: %s", request.method, request.url.path, exc)
-    if _is_v2(request):
-        return tagged(400, "ConfigInvalidError", str(exc))
-    return named(400, "ConfigInvalidError", str(exc))
+async def _declared(request: Request, exc: Exception) -> JSONBody:
+    """The answer ``ANSWERS`` declares for ``exc``'s type or its nearest listed base."""
+    answer = next(ANSWERS[kind] for kind in type(exc).__mro__ if kind in ANSWERS)
+    if answer.logged:
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+    shape = answer.v2 if _is_v2(request) else answer.legacy
+    return JSONBody(shape(exc), status_code=answer.status)
 
 
 def install(app: FastAPI) -> None:
@@ -239,30 +272,7 @@ def install(app: FastAPI) -> None:
         RequestValidationError: _validation,
         StarletteHTTPException: _http,
         Exception: _unexpected,
-        SessionNotFound: _session_missing,
-        MessageNotFound: _message_missing,
-        InvalidInput: _invalid,
-        ModelNotFoundError: _model_missing,
-        ConfigError: _config_invalid,
-        PatchNotApplied: _patch_not_applied,
-        RevertFailed: _revert_failed,
-        UnencodableValue: _unencodable,
-        ShareNotFound: _share_missing,
-        ProjectNotFound: _project_missing,
-        PermissionNotFound: _permission_missing,
-        QuestionNotFound: _question_missing,
-        CommandNotFound: _command_missing,
-        TerminalNotFound: _terminal_missing,
-        McpServerNotFound: _mcp_missing,
-        McpOAuthUnsupported: _mcp_oauth,
-        TerminalForbidden: _terminal_forbidden,
-        InvalidCursor: _invalid_cursor,
-        Conflict: _conflict,
-        SessionBusy: _busy,
-        DatabaseUnavailable: _unavailable,
-        PathOutside: _path_outside,
-        PathNotFound: _path_missing,
-        SearchUnavailable: _search_unavailable,
+        **dict.fromkeys(ANSWERS, _declared),
     }
     for exception, handler in handlers.items():
         app.add_exception_handler(exception, handler)
