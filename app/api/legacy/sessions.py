@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
-from app.api import stainless
+from app.api import cursors, stainless
 from app.api.deps import (
     ID_PATTERN,
     MAX_INT,
@@ -41,7 +39,7 @@ from app.api.legacy.schemas import (
 from app.api.responses import JSONBody, json_array, raw_messages_json
 from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
-from app.runtime.errors import InvalidCursor, InvalidInput, MessageNotFound
+from app.runtime.errors import InvalidInput, MessageNotFound
 from app.runtime.inputs import PromptRequest
 
 router = APIRouter(tags=["session"])
@@ -64,22 +62,6 @@ def _prompt_request(body: PromptBody) -> PromptRequest:
         tools=body.tools,
         variant=body.variant,
     )
-
-
-def encode_cursor(message_id: str, created: int) -> str:
-    raw = dumpb({"id": message_id, "time": created})
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def decode_cursor(cursor: str) -> str | None:
-    """The message id a ``before`` cursor points at, or ``None`` if it is not one of ours."""
-    try:
-        data = loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError):
-        return None
-    if isinstance(data, dict) and isinstance(data.get("id"), str) and data["id"].startswith("msg_"):
-        return data["id"]
-    return None
 
 
 @router.get("/session", operation_id="session.list", summary="List sessions")
@@ -223,11 +205,7 @@ async def list_messages(
     await sessions.get(sessionID)
     if before is not None and limit is None:
         raise InvalidInput("before requires limit", kind="Query")
-    before_id = None
-    if before is not None:
-        before_id = decode_cursor(before)
-        if before_id is None:
-            raise InvalidCursor
+    before_id = cursors.before_message(before) if before is not None else None
     encode = stainless.messages_json if stainless.speaks(request) else (lambda raw: raw)
     if limit is None:
         raw = raw_messages_json(await history.raw_messages(sessionID))
@@ -239,7 +217,7 @@ async def list_messages(
     response = Response(encode(raw_messages_json(page)), media_type="application/json")
     response.headers["Access-Control-Expose-Headers"] = "Link, X-Next-Cursor"
     if more and page:
-        cursor = encode_cursor(page[0].id, loads(page[0].info)["time"]["created"])
+        cursor = cursors.older_messages(page[0].id, loads(page[0].info)["time"]["created"])
         response.headers["X-Next-Cursor"] = cursor
         response.headers["Link"] = f'<{request.url.path}?limit={limit}&before={cursor}>; rel="next"'
     return response

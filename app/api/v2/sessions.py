@@ -3,8 +3,6 @@ over the same runtime as the legacy routes. No delivery, promotion or waiting ru
 
 from __future__ import annotations
 
-import base64
-import binascii
 import mimetypes
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -12,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 
 from app import ids
+from app.api import cursors
 from app.api.deps import (
     MAX_INT,
     DirectoryDep,
@@ -38,9 +37,9 @@ from app.api.sse import (
 from app.api.v2 import views
 from app.api.v2.schemas import AgentBody, ModelBody, PromptBody, RevertStageBody, SessionCreate
 from app.events.log import EventLog
-from app.jsonutil import dumpb, loads
+from app.jsonutil import dumpb
 from app.providers.registry import ModelRef
-from app.runtime.errors import InvalidCursor, InvalidInput
+from app.runtime.errors import InvalidInput
 from app.runtime.inputs import PromptRequest
 
 router = APIRouter(prefix="/api", tags=["v2"])
@@ -51,20 +50,6 @@ MessagesLimit = Annotated[int, Query(ge=1, le=200)]
 HistoryLimit = Annotated[int, Query(ge=1, le=100)]
 Order = Annotated[str | None, Query(pattern="^(asc|desc)$")]
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
-
-
-def _encode_cursor(data: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(dumpb(data)).rstrip(b"=").decode()
-
-
-def _decode_cursor(cursor: str) -> dict[str, Any]:
-    try:
-        data = loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidCursor from exc
-    if not isinstance(data, dict):
-        raise InvalidCursor
-    return data
 
 
 def _prompt_request(body: PromptBody) -> PromptRequest:
@@ -101,21 +86,8 @@ async def list_sessions(
     the answer is written a page of sessions at a time, ``cursor.next`` after the last."""
     anchor = None
     if cursor is not None:
-        state = _decode_cursor(cursor)
-        if order is not None and order != state.get("order"):
-            raise InvalidInput("Cursor cannot be combined with order", kind="Query")
-        try:
-            order, search, directory = state["order"], state.get("search"), state["directory"]
-            anchor = (int(state["anchor"]["time"]), str(state["anchor"]["id"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidCursor from exc
-        if (
-            order not in ("asc", "desc")
-            or not isinstance(directory, str)
-            or not isinstance(search, str | None)
-            or not 0 <= anchor[0] <= MAX_INT
-        ):
-            raise InvalidCursor
+        page = cursors.sessions_page(cursor, order)
+        order, search, directory, anchor = page.order, page.search, page.directory, page.anchor
     order = order or "desc"
     listed = 0
     last: dict[str, Any] | None = None
@@ -135,17 +107,11 @@ async def list_sessions(
                 yield b",".join(dumpb(views.session(info)) for info in taken)
 
     def tail() -> bytes:
-        cursors: dict[str, str] = {}
+        following: dict[str, str] = {}
         if more and last is not None:
-            cursors["next"] = _encode_cursor(
-                {
-                    "order": order,
-                    "directory": directory,
-                    "search": search,
-                    "anchor": {"id": last["id"], "time": last["time"]["updated"], "direction": "next"},
-                }
-            )
-        return b'],"cursor":' + dumpb(cursors) + b"}"
+            after = (last["time"]["updated"], last["id"])
+            following["next"] = cursors.sessions(cursors.SessionsPage(order, directory, search, after))
+        return b'],"cursor":' + dumpb(following) + b"}"
 
     return await json_array(pages(), head=b'{"data":[', tail=tail)
 
@@ -298,10 +264,6 @@ async def session_events(
     return await sources.open(spec, -1 if start is None else start)
 
 
-def _message_cursor(message_id: str, order: str, direction: str) -> str:
-    return _encode_cursor({"id": message_id, "order": order, "direction": direction})
-
-
 @router.get(
     "/session/{sessionID}/message",
     operation_id="v2.session.messages",
@@ -320,19 +282,16 @@ async def messages(
     if cursor is not None:
         if order is not None:
             raise InvalidInput("Cursor cannot be combined with order", kind="Query")
-        state = _decode_cursor(cursor)
-        if not str(state.get("id", "")).startswith("msg_") or state.get("order") not in ("asc", "desc"):
-            raise InvalidCursor
-        order, bound = state["order"], state["id"]
+        order, bound = cursors.messages_after(cursor)
     order = order or "desc"
     page = await history.page(sessionID, descending=order == "desc", after=bound, limit=limit + 1)
     items = page[:limit]
-    cursors: dict[str, str] = {}
+    around: dict[str, str] = {}
     if items and len(page) > limit:
-        cursors["next"] = _message_cursor(items[-1].id, order, "next")
+        around["next"] = cursors.messages(items[-1].id, order, "next")
     if items and bound is not None:
-        cursors["previous"] = _message_cursor(items[0].id, "asc" if order == "desc" else "desc", "previous")
-    return JSONBody({"data": [views.message(m.decode()) for m in items], "cursor": cursors})
+        around["previous"] = cursors.messages(items[0].id, "asc" if order == "desc" else "desc", "previous")
+    return JSONBody({"data": [views.message(m.decode()) for m in items], "cursor": around})
 
 
 @router.get("/session/{sessionID}/message/{messageID}", operation_id="v2.session.message")
