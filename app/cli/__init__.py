@@ -30,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
 def _keep_bytecode() -> None:
     """Cache compiled modules even where the environment asks Python not to
     (``PYTHONDONTWRITEBYTECODE``, common in containers and sandboxes): without the cache every
-    start compiles the server's own modules again, about a fifth of a second of CPU in a start-up
-    whose time is tracked. Where the package directory is read-only, Python skips the write."""
+    start compiles the server's own modules again, a large part of a start-up whose time is
+    tracked. Where the package directory is read-only, Python skips the write."""
     sys.dont_write_bytecode = False
 
 

@@ -217,8 +217,8 @@ class Feed:
     def merged(self, batches: list[Batch]) -> Batch:
         """``batches`` as one batch, their deltas merged across them. Streams that fell behind
         together (woken in the same loop pass) take the same batches: the last merge is kept, so
-        they share one merge and one encoding instead of each redoing both (in a profile of 100
-        subscribers falling behind, that repeated work was about 3% of the server's CPU)."""
+        they share one merge and one encoding instead of each redoing both (with many subscribers
+        falling behind, the repeated work showed in a profile of the server)."""
         last = self._last_merge
         if last is not None and len(last[0]) == len(batches) and all(map(operator.is_, last[0], batches)):
             return last[1]

@@ -3,12 +3,11 @@
 
 Why not httpx's own transport (httpcore on anyio): it enters a cancel scope and takes a lock for
 every read and write, and polls each idle connection of its pool on every request. A streamed chat
-completion from a local stub cost 1.0 ms of client CPU that way and 0.57 ms over aiohttp; with 20
-requests in flight, 2.6 ms against 0.41 ms (``python bench/provider_client.py``: the same stub
-and client loop, only the transport swapped). Under load that was about a fifth of the server's
-CPU per prompt. Requests, responses and ``httpx_sse`` are httpx's, and aiohttp's errors arrive as
-httpx's (``httpx.TransportError`` and its subclasses); streamed completions skip the client's own
-layers (``sse``)."""
+completion cost several times the client CPU that way, the more so with many in flight: a sizeable
+part of the server's CPU per prompt under load (``python bench/provider_client.py``; figures in
+bench/README.md, "Figures behind the code's choices"). Requests, responses and ``httpx_sse`` are
+httpx's, and aiohttp's errors arrive as httpx's (``httpx.TransportError`` and its subclasses);
+streamed completions skip the client's own layers (``sse``)."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ KEEPALIVE_S = 30.0  # an idle connection is kept this long for the session's nex
 
 @cache
 def tls_context() -> ssl.SSLContext:
-    """One TLS context for every client: loading the CA bundle takes about 60 ms."""
+    """One TLS context for every client: loading the CA bundle takes tens of milliseconds."""
     return ssl.create_default_context(cafile=certifi.where())
 
 
@@ -69,9 +68,8 @@ async def sse(client: ProviderClient, method: str, url: httpx.URL | str, **kwarg
     Why not ``client.stream`` (``httpx_sse.aconnect_sse``, as before): the layers the client adds
     around its transport (auth flow, redirect loop, cookie jar, event hooks, a stream bound to its
     response) cost more CPU than aiohttp's whole request, and providers use none of them: keys
-    travel in headers, and httpx follows no redirect unless told to. Streaming a completion from a
-    local stub took 535-662 µs of client CPU through the client and 372-471 µs this way, with 20
-    requests in flight (``python bench/provider_client.py``). What stays httpx's: the request, the
+    travel in headers, and httpx follows no redirect unless told to
+    (``python bench/provider_client.py`` compares both ways). What stays httpx's: the request, the
     response and its content decoding, aiohttp's errors as httpx's, and ``httpx_sse``'s parser.
 
     The response is closed on the way out. Not being bound to its stream, it is freed by

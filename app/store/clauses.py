@@ -3,8 +3,8 @@ definitions (app/store/schema.py).
 
 The server does not import this module to run on SQLite: ``python -m app.store.clauses`` compiles
 every definition here (each combination of a function's flags too) and writes the SQLite texts,
-with the schema's DDL, to app/store/sql.py, which the server imports instead. Importing
-SQLAlchemy was about a fifth of the server's start-up. A PostgreSQL statement is compiled from its
+with the schema's DDL, to app/store/sql.py, which the server imports instead: importing
+SQLAlchemy was a large part of the server's start-up. A PostgreSQL statement is compiled from its
 definition here on first use (``Statement.for_postgres``). tests/test_schema.py checks that
 app/store/sql.py is current: after changing a definition, run ``python -m app.store.clauses``.
 """
@@ -304,7 +304,7 @@ MESSAGE_COUNT = Clause(
 # A turn's window: the messages after a log position, their parts, and the prompts admitted but not
 # yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
 # join copied each message's info onto every part row and looked up an input for every row, so a
-# long history cost about 15% more to read (bench/README.md, "A step's fixed costs").
+# long history cost more to read (bench/README.md, "A step's fixed costs").
 WINDOW_MESSAGES = Clause(
     select(messages.c.id, messages.c.info)
     .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))

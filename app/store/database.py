@@ -2,10 +2,10 @@
 and PostgreSQL (``app.store.postgres``), with schema migrations through Alembic.
 
 Why not SQLAlchemy's async engine on the hot path: through its adapters every statement costs
-several hand-offs to the driver (about 0.1 ms each on SQLite), which alone exceeded the latency
-targets (see bench/). Statements are still built with SQLAlchemy Core (``app.store.clauses``),
-compiled ahead for SQLite (``app.store.sql``) and on first use for PostgreSQL; here each one is a
-single driver call, and a write transaction's statements are batched (``executemany``).
+several hand-offs to the driver, which alone exceeded the latency targets (see bench/).
+Statements are still built with SQLAlchemy Core (``app.store.clauses``), compiled ahead for SQLite
+(``app.store.sql``) and on first use for PostgreSQL; here each one is a single driver call, and a
+write transaction's statements are batched (``executemany``).
 
 Invariants, on both engines:
 - This process writes through exactly one writer connection, guarded by an asyncio lock, so its
@@ -230,9 +230,9 @@ class UrgentFirst:
     at that moment, and each step runs a transaction (statements, a commit, publishing) without
     suspending. Holding drain transactions back while admissions are in flight (a few milliseconds
     each) cut the accept p99 of ``bench/load.py``, relative to each run's CPU per prompt (the
-    machine's speed varies), by about a quarter, and the held-back transactions commit in larger
-    groups. The limit keeps a flood of admissions from stalling the turns: each drain transaction
-    waits at most that long."""
+    machine's speed varies), and the held-back transactions commit in larger groups. The limit
+    keeps a flood of admissions from stalling the turns: each drain transaction waits at most that
+    long."""
 
     HOLD_LIMIT_S = 0.1
 

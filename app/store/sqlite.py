@@ -154,7 +154,7 @@ class _Writer:
     cheaper than any hand-off, and a transaction no longer yields between its check and its write.
 
     Group commit: most of a small transaction's cost is its COMMIT, which writes every page it
-    touched to the WAL (about 0.1 ms for an admission). So each transaction is a SAVEPOINT inside
+    touched to the WAL. So each transaction is a SAVEPOINT inside
     one SQLite transaction. The first one to end in a loop iteration commits at once (an idle
     server adds no latency); those that end later in the same iteration, which only happens under
     load, stay open until the iteration ends, when one COMMIT makes all of them durable (unless
@@ -362,11 +362,11 @@ class SqliteDatabase(Database):
         Why inline: a reader thread costs more than a quick read itself. Each hand-off wakes the
         loop from another thread, and each SQLite call releases the GIL, so under load the loop
         thread kept waiting for a reader thread to give the GIL back in the middle of its own
-        statements. Measured with ``bench/load.py`` (50 sessions x 10 prompts, runs alternating
-        with the threaded version): server CPU per prompt went from 7.1-7.9 to 5.0-6.3 ms. The
-        price: with no hand-offs a saturated loop runs longer passes, and a delta's fan-out waits
-        for each (bench/README.md, "Load figures"). Listings, replays and scans stay on reader
-        threads, where a large result does not hold up every session's stream while SQLite reads it."""
+        statements: ``bench/load.py``, runs alternating with the threaded version, measured less
+        server CPU per prompt inline. The price: with no hand-offs a saturated loop runs longer
+        passes, and a delta's fan-out waits for each (bench/README.md, "Load figures"). Listings,
+        replays and scans stay on reader threads, where a large result does not hold up every
+        session's stream while SQLite reads it."""
         if getattr(sql, "quick", False):
             assert self._quick_reader is not None, "database is not open"
             return self._quick_reader.execute(sql, params or {}).fetchall()

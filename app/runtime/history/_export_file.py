@@ -1,7 +1,7 @@
 """An export file read one message at a time.
 
 Why: a long session's export is tens of megabytes, and decoded whole into Python objects it took
-about ten times that (a 50 MB file: 600 MB of server memory). ``members`` reads the file in
+about ten times that in server memory. ``members`` reads the file in
 chunks and decodes one value at a time: the members of the top-level object in file order, the
 elements of its ``messages`` array one by one (``Elements``), so what is held is the largest
 message, not the document.

@@ -17,9 +17,9 @@ Waiting steps start in the order they arrived. A burst starts at ``MIN_STEPS`` (
 back there when the ticker stops), as TCP starts slow: until the ticker has measured, the steps
 of a burst are unknown work, and 16 steps let through at once kept the loop saturated through
 the first admissions. On a loop that keeps up (real models: steps mostly wait on the network)
-the limit grows every tick: 50 steps started at once on an idle loop all hold a slot after
-125 ms. The ticker costs about 2% of a core on this machine while it runs (100 wake-ups a
-second), so it does not run for a few steps, however long they stream.
+the limit grows every tick, so steps started at once on an idle loop soon all hold a slot. The
+ticker costs a little CPU while it runs (100 wake-ups a second), so it does not run for a few
+steps, however long they stream.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Watcher:
         if not await _vcs.is_repository(self.directory):
             return  # as OpenCode: only a git project is watched (a home folder would be costly)
         # Imported on first use (start-up time is tracked), on a thread: loading its native
-        # library on the loop stalled every request in flight for 10-90 ms at a project's first
+        # library on the loop stalled every request in flight at a project's first
         # prompt (the watcher starts with it).
         watchfiles = await asyncio.to_thread(importlib.import_module, "watchfiles")
         self.branch = await _vcs.branch(self.directory)
