@@ -1,8 +1,11 @@
 """OpenCode-style configuration (``opencode.json``), merged from the user's config directory and
 then the project directory, so a project can override what the user set globally.
 
-Only the keys opensession acts on are interpreted (``model``, ``provider``); everything else is
-kept so ``GET /config`` can echo it back to clients.
+``model`` and ``provider`` are read here, into ``OpenCodeConfig``; the domains read the other keys
+they act on from ``raw`` (``small_model``, ``agent``, ``command``, ``permission``, ``mcp``,
+``compaction``, ``snapshot``, ``watcher``, ``skills``, ``references``, ``experimental``), and
+``plugin`` entries are named at start as ignored. Everything is kept, so ``GET /config`` echoes
+the file back to clients as written.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ Sequence numbers are allocated inside the write transaction: the per-session ``s
 from the last committed one (cached; read from the log the first time a session is written in
 this process) and the whole-server ``cursor`` from a counter. Both are only ever advanced under
 the database's write lock, and a rolled-back transaction gives its session sequence numbers back,
-so ``seq`` stays gap-free per session. This relies on this process being the only writer, which
-the SQLite deployment guarantees.
+so ``seq`` stays gap-free per session. On SQLite this process is the only writer, so the cache and
+the counter are the truth; on a shared database (``db.shared``: PostgreSQL, any number of
+processes) nothing is cached, and each write transaction reads both from the log under the
+cluster-wide writer lock (``EventLog``).
 """
 
 from __future__ import annotations
