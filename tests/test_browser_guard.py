@@ -152,3 +152,22 @@ def test_a_shared_page_opens_from_a_link_anywhere(client: httpx.Client) -> None:
     url = client.post(f"/session/{sid}/share").json()["share"]["url"]
     link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Referer": "https://chat.example/"}
     assert httpx.get(url, headers=link).status_code == 200
+
+
+def test_a_foreign_page_cannot_init_a_repository_or_change_settings(client: httpx.Client, tmp_path: Path) -> None:
+    """The routes the OpenCode app uses for settings: ``git init`` starts a process, the config
+    PATCHes write files; a foreign page gets neither, by bodiless POST or by a text/plain body."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    scoped = {"directory": str(folder)}
+    answer = client.post("/project/git/init", params=scoped, headers={"Origin": FOREIGN})
+    assert answer.status_code == 403 and not (folder / ".git").exists()
+    for path in ("/config", "/global/config"):
+        plain = client.patch(
+            path, params=scoped, content='{"username": "evil"}', headers={"content-type": "text/plain"}
+        )
+        assert plain.status_code == 415, path
+        forged = client.patch(path, params=scoped, json={"username": "evil"}, headers={"Origin": FOREIGN})
+        assert forged.status_code == 403, path
+    assert not (folder / "opencode.json").exists()
+    assert "evil" not in json.dumps(client.get("/config", params=scoped).json())
