@@ -2,13 +2,13 @@
 replay by cursor.
 
 Sequence numbers are allocated inside the write transaction: the per-session ``seq`` continues
-from the last committed one (cached; read from the log the first time a session is written in
-this process) and the whole-server ``cursor`` from a counter. Both are only ever advanced under
-the database's write lock, and a rolled-back transaction gives its session sequence numbers back,
-so ``seq`` stays gap-free per session. On SQLite this process is the only writer, so the cache and
-the counter are the truth; on a shared database (``db.shared``: PostgreSQL, any number of
-processes) nothing is cached, and each write transaction reads both from the log under the
-cluster-wide writer lock (``EventLog``).
+from the last committed one and the whole-server ``cursor`` from a counter. Both are only ever
+advanced under the database's write lock, and a rolled-back transaction gives its session
+sequence numbers back, so ``seq`` stays gap-free per session. Where they continue from, and how
+committed events reach the buses, is the log's topology (``app.events.topology``): on SQLite
+this process is the only writer, so its cache and counter are the truth; on a shared database
+(PostgreSQL, any number of processes) nothing is cached, and each write transaction reads both
+from the log under the cluster-wide writer lock.
 """
 
 from __future__ import annotations
@@ -17,25 +17,15 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from typing import Any
 
 from app.events.bus import EventBus
 from app.events.model import Event
-from app.events.relay import CHANNEL, ClusterRelay, notifications
+from app.events.topology import log_topology
 from app.jsonutil import dumps
 from app.store import sql
 from app.store.database import Database, Params, Row, WriteScope
 from app.store.projectors import project
-
-# The drain lease a task writes under, on a shared database: ``(session_id, owner, token)``. Set by
-# the coordinator for the task that drains a session (and inherited by tasks it starts); every
-# write transaction of that task checks the lease is still its own, inside the transaction.
-FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence", default=None)
-
-
-class LeaseLost(Exception):
-    """Another process took over the session this task was draining: it must not write again."""
 
 
 class Transaction:
@@ -120,41 +110,32 @@ def _row_to_event(row: Row) -> Event:
 
 
 class EventLog:
-    """On a shared database (several processes) nothing is cached: each write transaction reads
-    the newest cursor and each session's last seq under the cluster-wide writer lock, and live
-    fan-out goes through the ``ClusterRelay`` so every process sees every event in one order."""
+    """The topology (chosen from the database) decides what is cached and how events fan out:
+    on a shared database every process sees every event in one order."""
 
     def __init__(self, db: Database, bus: EventBus) -> None:
         self.db = db
         self.bus = bus
-        # Each session's last seq as the writer sees it, and as readers see it (durable).
-        self._last_seq: dict[str, int] = {}
-        self._committed_seq: dict[str, int] = {}
-        db.on_lost_writes(self._last_seq.clear)
         self._cursor = 0
-        self._relay: ClusterRelay | None = None
         # This server instance, as other processes on a shared database know it (leases, relay).
         self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.topology = log_topology(db, bus, self.origin, lambda after: self.since(after))
 
     async def start(self) -> None:
         row = await self.db.fetch_one(sql.MAX_CURSOR)
         self._cursor = int(row[0]) if row else 0
         self.bus.cursor = self._cursor
-        if self.db.shared:
-            self._relay = ClusterRelay(self.db, self.bus, self.origin, lambda after: self.since(after))
-            await self._relay.start()
+        await self.topology.start()
 
     async def stop(self) -> None:
-        if self._relay is not None:
-            await self._relay.stop()
-            self._relay = None
+        await self.topology.stop()
 
     def allocate_cursor(self) -> int:
         self._cursor += 1
         return self._cursor
 
     async def next_seq(self, scope: WriteScope, session_id: str) -> int:
-        last = None if self.db.shared else self._last_seq.get(session_id)
+        last = self.topology.last_seq(session_id)
         if last is None:
             rows = await scope.fetch(sql.MAX_SEQ, {"session_id": session_id})
             last = rows[0][0] if rows and rows[0][0] is not None else -1
@@ -162,7 +143,7 @@ class EventLog:
 
     async def committed_seq(self, session_id: str) -> int:
         """The session's last committed ``seq`` (-1 before its first event)."""
-        last = None if self.db.shared else self._committed_seq.get(session_id)
+        last = self.topology.committed_seq(session_id)
         if last is None:
             row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
             last = row[0] if row and row[0] is not None else -1
@@ -180,7 +161,8 @@ class EventLog:
             row = await self.db.fetch_one(sql.MAX_CURSOR)
             head = int(row[0]) if row else 0
         else:
-            if position <= self._committed_seq.get(session_id, -1):
+            known = self.topology.committed_seq(session_id)
+            if known is not None and position <= known:
                 return None
             row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
             head = row[0] if row and row[0] is not None else -1
@@ -193,44 +175,16 @@ class EventLog:
         ``at_once`` one is durable without waiting for the others of its loop pass
         (``Database.write``)."""
         async with self.db.write(urgent=urgent, at_once=at_once) as scope:
-            relay = self._relay
-            if relay is not None:  # other processes write too: continue from the log's newest cursor
-                rows = await scope.fetch(sql.MAX_CURSOR)
-                self._cursor = int(rows[0][0])
-                fence = FENCE.get()
-                if fence is not None:
-                    session_id, owner, token = fence
-                    lease = await scope.fetch(sql.LEASE, {"session_id": session_id})
-                    if not lease or (lease[0][0], lease[0][1]) != (owner, token):
-                        raise LeaseLost(session_id)
+            cursor = await self.topology.opened(scope)
+            if cursor is not None:  # other processes write too: continue from the log's newest cursor
+                self._cursor = cursor
             tx = Transaction(scope, self)
             yield tx
-            if relay is not None:  # delivered by the database at commit, in commit order
-                for payload in notifications(relay.origin, tx.events):
-                    scope.execute(sql.NOTIFY, {"channel": CHANNEL, "payload": payload})
-
-            def visible() -> None:  # the next transaction continues the sessions' sequences
-                for session_id, seq in tx.next_seq.items():
-                    self._last_seq[session_id] = seq - 1
-
-            def durable() -> None:
-                if relay is not None:
-                    relay.committed(tx.events)
-                    return
-                for session_id, seq in tx.next_seq.items():
-                    self._committed_seq[session_id] = seq - 1
-                self.bus.publish_many(tx.events)
-
-            if relay is None:
-                scope.after_commit(visible)
-            scope.when_durable(durable)
+            self.topology.committing(scope, tx.events, tx.next_seq)
 
     def publish(self, event: Event) -> None:
         """Publish an ephemeral event (never stored) at once (to every process when shared)."""
-        if self._relay is not None:
-            self._relay.published(event)
-        else:
-            self.bus.publish(event)
+        self.topology.publish(event)
 
     async def session_since(self, session_id: str, after: int, *, limit: int = 1000) -> list[Event]:
         """A session's durable events with ``seq > after``, in sequence order."""

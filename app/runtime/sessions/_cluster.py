@@ -32,7 +32,8 @@ from contextlib import suppress
 from typing import Any, Protocol
 
 from app.clock import now_ms
-from app.events.log import FENCE, Transaction
+from app.events.log import Transaction
+from app.events.topology import FENCE
 from app.jsonutil import dumps, loads
 from app.runtime.errors import SessionNotFound
 from app.runtime.infrastructure import Infrastructure

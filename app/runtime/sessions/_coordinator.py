@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from app.events.log import FENCE, LeaseLost
+from app.events.topology import FENCE, LeaseLost
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import DatabaseUnavailable, SessionBusy
 

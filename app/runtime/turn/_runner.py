@@ -30,8 +30,9 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.config import ConfigError, reading
-from app.events.log import LeaseLost, Transaction
+from app.events.log import Transaction
 from app.events.model import Event
+from app.events.topology import LeaseLost
 from app.jsonutil import loads
 from app.providers.base import (
     ChatRequest,

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from app.config import ConfigError
-from app.events.log import FENCE
+from app.events.topology import FENCE
 from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, TextDelta
 from app.providers.options import small_options
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry

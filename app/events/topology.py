@@ -1,0 +1,145 @@
+"""How the event log sequences and fans out its writes, by topology (one backend per transport):
+
+- ``LocalLogTopology``: this process is the database's only writer (SQLite). Each session's last
+  seq is cached (as the writer sees it and as readers see it), and a transaction's events go to
+  the bus once they are durable.
+- ``ClusterLogTopology``: several processes share the database (PostgreSQL). Nothing is cached:
+  each write transaction continues from the log's newest cursor under the cluster-wide writer
+  lock and checks the lease its task drains under (``FENCE``); the ``ClusterRelay`` publishes
+  every process's events on every process's bus in one order.
+
+``log_topology`` chooses once, from the database, when the log is built.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Protocol
+
+from app.events.bus import EventBus
+from app.events.model import Event
+from app.events.relay import CHANNEL, ClusterRelay, Since, notifications
+from app.store import sql
+from app.store.database import Database, WriteScope
+
+# The drain lease a task writes under, on a shared database: ``(session_id, owner, token)``. Set by
+# the coordinator for the task that drains a session (and inherited by tasks it starts); every
+# write transaction of that task checks the lease is still its own, inside the transaction.
+FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence", default=None)
+
+
+class LeaseLost(Exception):
+    """Another process took over the session this task was draining: it must not write again."""
+
+
+class LogTopology(Protocol):
+    """What the log leaves to its topology: where sequence numbers continue from, and how a
+    committed transaction's events (and ephemeral ones) reach the buses."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def last_seq(self, session_id: str) -> int | None:
+        """The session's last seq as this process's writes left it; None: read it from the log."""
+        ...
+
+    def committed_seq(self, session_id: str) -> int | None:
+        """The session's last durable seq as this process knows it; None: read it from the log."""
+        ...
+
+    async def opened(self, scope: WriteScope) -> int | None:
+        """At the start of a write transaction: the log's newest cursor when other processes may
+        have advanced it (None: this process's count is current). Raises ``LeaseLost``."""
+        ...
+
+    def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
+        """At the end of a write transaction (inside it): arrange for ``events`` to be published
+        once durable; ``next_seq`` is each written session's next seq."""
+        ...
+
+    def publish(self, event: Event) -> None:
+        """Publish an ephemeral event now, outside any transaction."""
+        ...
+
+
+class LocalLogTopology:
+    def __init__(self, db: Database, bus: EventBus) -> None:
+        self.bus = bus
+        # Each session's last seq as the writer sees it, and as readers see it (durable).
+        self._last_seq: dict[str, int] = {}
+        self._committed_seq: dict[str, int] = {}
+        db.on_lost_writes(self._last_seq.clear)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def last_seq(self, session_id: str) -> int | None:
+        return self._last_seq.get(session_id)
+
+    def committed_seq(self, session_id: str) -> int | None:
+        return self._committed_seq.get(session_id)
+
+    async def opened(self, scope: WriteScope) -> int | None:
+        return None
+
+    def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
+        def visible() -> None:  # the next transaction continues the sessions' sequences
+            for session_id, seq in next_seq.items():
+                self._last_seq[session_id] = seq - 1
+
+        def durable() -> None:
+            for session_id, seq in next_seq.items():
+                self._committed_seq[session_id] = seq - 1
+            self.bus.publish_many(events)
+
+        scope.after_commit(visible)
+        scope.when_durable(durable)
+
+    def publish(self, event: Event) -> None:
+        self.bus.publish(event)
+
+
+class ClusterLogTopology:
+    def __init__(self, db: Database, bus: EventBus, origin: str, since: Since) -> None:
+        self.origin = origin
+        self._relay = ClusterRelay(db, bus, origin, since)
+
+    async def start(self) -> None:
+        await self._relay.start()
+
+    async def stop(self) -> None:
+        await self._relay.stop()
+
+    def last_seq(self, session_id: str) -> int | None:
+        return None
+
+    def committed_seq(self, session_id: str) -> int | None:
+        return None
+
+    async def opened(self, scope: WriteScope) -> int | None:
+        rows = await scope.fetch(sql.MAX_CURSOR)
+        fence = FENCE.get()
+        if fence is not None:
+            session_id, owner, token = fence
+            lease = await scope.fetch(sql.LEASE, {"session_id": session_id})
+            if not lease or (lease[0][0], lease[0][1]) != (owner, token):
+                raise LeaseLost(session_id)
+        return int(rows[0][0])
+
+    def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
+        # Delivered by the database at commit, in commit order.
+        for payload in notifications(self.origin, events):
+            scope.execute(sql.NOTIFY, {"channel": CHANNEL, "payload": payload})
+        scope.when_durable(lambda: self._relay.committed(events))
+
+    def publish(self, event: Event) -> None:
+        self._relay.published(event)
+
+
+def log_topology(db: Database, bus: EventBus, origin: str, since: Since) -> LogTopology:
+    """The log's topology, from the database: one that other processes may write to is a cluster."""
+    return ClusterLogTopology(db, bus, origin, since) if db.shared else LocalLogTopology(db, bus)
