@@ -20,7 +20,7 @@ import pytest
 
 from app.runtime.abort import AbortSignal
 from app.runtime.inputs import PromptRequest
-from app.runtime.sessions import DrainCoordinator, Lease
+from app.runtime.sessions import ClusterTopology, DrainCoordinator, Lease
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
 from tests.servers import ProcessServer, ThreadServer, process_server
@@ -181,8 +181,8 @@ def test_admission_reserves_the_lease_and_a_late_prompt_keeps_it(server: ThreadS
     its own transaction (busy before any drain runs); a drain's release is refused while a prompt
     admitted after its claim waits, and the drain gives the lease up once it is answered."""
     runtime = server.runtime
-    cluster = runtime.admission.cluster
-    if cluster is None:
+    cluster = runtime.admission.topology
+    if not isinstance(cluster, ClusterTopology):
         pytest.skip("leases exist on a shared database only")
     request = PromptRequest(parts=[{"type": "text", "text": "late"}])
 
@@ -214,12 +214,16 @@ class _Claims:
     """The coordinator's view of a shared database: one lease per session, and the seqs of the
     inputs admitted and not yet answered."""
 
-    origin = "this-process"
-
     def __init__(self) -> None:
         self.leases: set[str] = set()
         self.waiting: list[int] = []
         self.seq = 0
+
+    def claim_at_once(self, session_id: str) -> Lease | None:
+        return None
+
+    def fence(self, session_id: str, lease: Lease) -> None:
+        return None
 
     async def claim(self, session_id: str) -> Lease | None:
         self.leases.add(session_id)

@@ -1,10 +1,10 @@
 """The runtime: the one object that wires the infrastructure and the domains together, and offers
-the operations every protocol translator (legacy, V2) calls."""
+the operations every protocol translator (legacy, V2) calls. What differs between one process
+and a cluster is the sessions domain's ``Topology``; the operations here are written once."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from contextlib import suppress
 from typing import Any
 
@@ -23,7 +23,7 @@ from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
 from app.runtime.integrations import Integrations
 from app.runtime.payloads import next_event
-from app.runtime.sessions import Cluster, SessionsDomain
+from app.runtime.sessions import SessionsDomain
 from app.runtime.snapshots import FileSnapshots
 from app.runtime.terminals import Terminals
 from app.runtime.tools import Skills, ToolServices
@@ -32,21 +32,6 @@ from app.runtime.workspace import Workspace
 from app.settings import Settings
 
 SETTLE_GRACE_SECONDS = 5.0
-# What keeps the questions of other processes listed (a failed tool part ends a dead one).
-# What permission asks and questions asked on other processes are followed by (their own events,
-# and tool parts closing, which end the requests of a process that died).
-FOLLOWED_REQUEST_EVENTS = frozenset(
-    {
-        "permission.asked",
-        "permission.replied",
-        "question.asked",
-        "question.replied",
-        "question.rejected",
-        "message.part.updated",
-    }
-)
-
-
 INSTANCE_DISPOSED = "server.instance.disposed"
 
 
@@ -59,9 +44,10 @@ class Runtime:
         self.settings = settings
         self.infra = infra = Infrastructure.create(settings)
         self._sessions = sessions = SessionsDomain.build(infra, self._drain, self._publish_status)
+        self._topology = sessions.topology
         self.files = FileSnapshots(infra.settings.data_path, infra.config)
         history = HistoryDomain.build(infra, sessions, self.files)
-        agents = AgentsDomain.build(infra)
+        agents = AgentsDomain.build(infra, sessions.topology)
         inputs = InputsDomain.build(infra, sessions, history, agents)
         self.workspace = Workspace(
             infra.config, self._publish_instance_event
@@ -104,36 +90,21 @@ class Runtime:
             self._background.append(self.warming)
         await self._sessions.start(self.infra, self.files.changed_since)
         await self.reverts.recover()  # before serving: no prompt meets a revert a stop interrupted
-        if self._sessions.cluster is not None:
-            self._join_cluster(self._sessions.cluster)
+        handlers = {"permission": self._answer_forwarded_permission, "question": self._answer_forwarded_question}
+        self._topology.serve_requests(self._observe_request, handlers)
 
-    def _join_cluster(self, cluster: Cluster) -> None:
-        """Answer permission requests and questions asked on any process: follow them from the
-        relayed events, and take replies other processes forward here."""
-        watched = self.bus.subscribe(lambda e: e.type in FOLLOWED_REQUEST_EVENTS)
+    def _observe_request(self, event: Event) -> None:
+        """A request asked on another process, followed so it is listed and answered here too."""
+        self.questions.observe(event)
+        self.permissions.observe(event)
 
-        async def follow() -> None:
-            try:
-                while True:
-                    event = await watched.next(3600)
-                    if event is None:
-                        continue
-                    self.questions.observe(event)
-                    self.permissions.observe(event)
-            finally:
-                watched.close()
+    async def _answer_forwarded_permission(self, message: dict[str, Any]) -> None:
+        with suppress(PermissionNotFound):
+            await self.reply_permission(message["id"], message["reply"], message.get("message"))
 
-        async def answer(message: dict[str, Any]) -> None:
-            with suppress(PermissionNotFound):
-                await self.reply_permission(message["id"], message["reply"], message.get("message"))
-
-        async def answer_question(message: dict[str, Any]) -> None:
-            with suppress(QuestionNotFound):
-                await self.reply_question(message["id"], message.get("answers"))
-
-        cluster.handlers["permission"] = answer
-        cluster.handlers["question"] = answer_question
-        self._background.append(asyncio.create_task(follow(), name="cluster:permissions"))
+    async def _answer_forwarded_question(self, message: dict[str, Any]) -> None:
+        with suppress(QuestionNotFound):
+            await self.reply_question(message["id"], message.get("answers"))
 
     async def stop(self) -> None:
         await self.terminals.stop()
@@ -215,26 +186,22 @@ class Runtime:
 
         Registered before the input is read: a settle in between still resolves the waiter. An
         idle announcement releases every waiter of the session (an abort), so re-check then: a
-        prompt admitted during an abort's clean-up is answered by the drain that follows. In a
-        cluster another process may drain the session, so the input is also re-read on a timer."""
-        cluster = self._sessions.cluster
+        prompt admitted during an abort's clean-up is answered by the drain that follows. Where
+        another process may drain the session the input is also re-read on a timer, for as long
+        as the topology's ``patience`` says."""
+        patience = self._topology.patience
         unowned = 0
         while True:
             waiter = self.waiters.register(session_id, input_id)
             row = await self.queries.input(input_id)
             if row is None or row.completed:
                 return
-            if cluster is None:
-                if not self.coordinator.is_active(session_id):
-                    return
-                await waiter
-                continue
-            drained = self.coordinator.is_active(session_id) or session_id in await cluster.owners()
+            drained = self.coordinator.is_active(session_id) or await self._topology.leased(session_id)
             unowned = 0 if drained else unowned + 1
-            if unowned >= 20:  # five seconds with nobody draining it: it will not be answered now
+            if unowned >= patience.rounds:  # nobody drains it: it will not be answered now
                 return
             with suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(waiter), 0.25)
+                await asyncio.wait_for(asyncio.shield(waiter), patience.seconds)
 
     async def statuses(self) -> dict[str, dict[str, Any]]:
         """Every session not idle, wherever in the cluster it runs."""
@@ -246,11 +213,9 @@ class Runtime:
         process draining the session does it."""
         if await self._stop(session_id):
             return
-        cluster = self._sessions.cluster
-        if cluster is not None:
-            through = await self.log.committed_seq(session_id)
-            if await cluster.forward(session_id, "abort", through=through):
-                return
+        through = await self.log.committed_seq(session_id)
+        if await self._topology.forward(session_id, "abort", through=through):
+            return
         with suppress(SessionNotFound):
             await self.sessions.get(session_id)
             self._publish_status(session_id, {"type": "idle"})
@@ -306,14 +271,14 @@ class Runtime:
         and ``directory``, when given). In a cluster the process whose tool waits for it takes
         the answer."""
         info = self.permissions.get(request_id, session_id=session_id, directory=directory)
-        cluster = self._sessions.cluster
-        if cluster is not None and not self.permissions.is_local(request_id):  # asked on another process
-            owner = (await cluster.owners()).get(info["sessionID"])
-            if owner is None or owner == cluster.origin:
+        if not self.permissions.is_local(request_id):  # asked on another process
+            sent = await self._topology.tell(
+                info["sessionID"], "permission", id=request_id, reply=reply, message=message
+            )
+            if not sent:
                 # Nobody drains it, or we do and the request is no longer ours to answer (an
                 # abort settled it; the relay has not yet told us it was replied).
                 raise PermissionNotFound(request_id)
-            await cluster.send(owner, "permission", info["sessionID"], id=request_id, reply=reply, message=message)
             return
         await self.permissions.reply(
             request_id, reply, message, directory=self.sessions.cached_directory(info["sessionID"])
@@ -330,12 +295,9 @@ class Runtime:
         """Answer a question (``answers``) or dismiss it (``None``), as permission replies are
         answered (the same scoping, the same cluster forwarding)."""
         info = self.questions.get(request_id, session_id=session_id, directory=directory)
-        cluster = self._sessions.cluster
-        if cluster is not None and not self.questions.is_local(request_id):  # asked on another process
-            owner = (await cluster.owners()).get(info["sessionID"])
-            if owner is None or owner == cluster.origin:
+        if not self.questions.is_local(request_id):  # asked on another process
+            if not await self._topology.tell(info["sessionID"], "question", id=request_id, answers=answers):
                 raise QuestionNotFound(request_id)  # nobody waits for it any more
-            await cluster.send(owner, "question", info["sessionID"], id=request_id, answers=answers)
             return
         announced_in = self.sessions.cached_directory(info["sessionID"])
         if answers is None:
@@ -347,32 +309,14 @@ class Runtime:
         """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the
         next wake."""
         await self.sessions.get(session_id)
-        if not await self.coordinator.interrupt(session_id) and self._sessions.cluster is not None:
-            await self._sessions.cluster.forward(session_id, "interrupt")
+        if not await self.coordinator.interrupt(session_id):
+            await self._topology.forward(session_id, "interrupt")
 
     async def wait_idle(self, session_id: str) -> None:
-        """Return once the session is idle. In a cluster another process may drain it: wait
-        until no process holds it and no admitted prompt is about to be claimed (prompts parked
-        by an interrupt stay parked: after a quiet second they no longer count)."""
+        """Return once the session is idle here and, in a cluster, on every process."""
         await self.sessions.get(session_id)
         await self.coordinator.await_idle(session_id)
-        cluster = self._sessions.cluster
-        if cluster is None:
-            return
-        quiet_since: float | None = None
-        while True:
-            if self.coordinator.is_active(session_id):
-                await self.coordinator.await_idle(session_id)
-                quiet_since = None
-            elif session_id in await cluster.owners():
-                quiet_since = None
-            elif not await self.queries.unsettled_inputs(session_id):
-                return
-            else:
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 1.0:
-                    return
-            await asyncio.sleep(0.05)
+        await self._topology.await_idle(session_id)
 
     async def switch(
         self, session_id: str, *, agent: str | None = None, model: ModelRef | None = None, variant: str | None = None

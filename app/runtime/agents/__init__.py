@@ -5,7 +5,8 @@ opencode.json), the permission rules: evaluation (last match wins), ``ask`` roun
 their replies, and the ``always`` rules saved per project; and the questions the agent asks the
 user (the ``question`` tool) with their answers.
 
-May import: the runtime kernel (``errors``, ``abort``, ``payloads``), events, store, config.
+May import: the runtime kernel (``errors``, ``abort``, ``payloads``), sessions (the topology),
+events, store, config.
 Invariant: a reply (to a permission or a question) is taken before anything is awaited, so a
 request answered once is never answered again (an abort that wins makes the reply a 404).
 """

@@ -8,6 +8,7 @@ from app.runtime.agents._definitions import Agents
 from app.runtime.agents._permissions import Permissions
 from app.runtime.agents._questions import Questions
 from app.runtime.infrastructure import Infrastructure
+from app.runtime.sessions import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +18,6 @@ class AgentsDomain:
     questions: Questions
 
     @classmethod
-    def build(cls, infra: Infrastructure) -> AgentsDomain:
+    def build(cls, infra: Infrastructure, topology: Topology) -> AgentsDomain:
         agents = Agents(infra.config)
-        return cls(agents, Permissions(infra.log, infra.config, agents), Questions(infra.log))
+        return cls(agents, Permissions(infra.log, infra.config, agents, topology.memo()), Questions(infra.log))

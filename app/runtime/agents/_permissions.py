@@ -30,6 +30,7 @@ from app.runtime.agents._definitions import Agents, Rule, config_rules
 from app.runtime.agents._requests import PendingRequests
 from app.runtime.errors import PermissionNotFound
 from app.runtime.payloads import next_event
+from app.runtime.sessions import Memo
 from app.store import sql
 
 REPLIES = ("once", "always", "reject")
@@ -98,14 +99,15 @@ class Permissions(PendingRequests[Pending]):
     ASKED = "permission.asked"
     SETTLED = ("permission.replied",)
 
-    def __init__(self, log: EventLog, config: ConfigLoader, agents: Agents) -> None:
+    def __init__(self, log: EventLog, config: ConfigLoader, agents: Agents, saved: Memo[str, list[Rule]]) -> None:
         super().__init__()
         self.log = log
         self.config = config
         self.agents = agents
-        # Saved rules per project, kept where this process is the database's only writer (SQLite):
-        # every step read them. ``_saves`` counts changes, so a read that raced one is not kept.
-        self._saved: dict[str, list[Rule]] = {}
+        # Saved rules per project (every step reads them), kept where this process is the
+        # database's only writer (the topology's memo). ``_saves`` counts changes, so a read
+        # that raced one is not kept.
+        self._saved = saved
         self._saves = 0
 
     def not_found(self, request_id: str) -> Exception:
@@ -127,7 +129,7 @@ class Permissions(PendingRequests[Pending]):
         saves = self._saves
         rows = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": project_id})
         rules = [{"permission": row[2], "pattern": row[3], "action": "allow"} for row in rows]
-        if not self.log.db.shared and saves == self._saves:
+        if saves == self._saves:
             self._saved[project_id] = rules
         return rules
 

@@ -29,8 +29,7 @@ class HistoryDomain:
         history = History(infra.log, infra.queries, sessions.service, sessions.coordinator)
         diffs = SessionDiffs(history, files)
         reverts = Reverts(infra.log, history, diffs)
-        if sessions.cluster is not None:  # a dead process's revert is finished by who takes its session
-            sessions.cluster.takeovers.append(reverts.finish_taken_over)
+        sessions.topology.on_takeover(reverts.finish_taken_over)  # a dead process's revert is finished by its successor
         return cls(
             history,
             Snapshots(infra.log, infra.queries),

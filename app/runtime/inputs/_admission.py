@@ -11,7 +11,7 @@ session's drain woken.
   runs inside the write transaction, so two racing retries cannot both insert.
 - Busy from the commit: on a shared database a prompt that will wake the drain (``reserve``)
   reserves the session's lease in the same transaction, so every process reads the session busy
-  before the client hears the prompt was taken (``Cluster.reserve``).
+  before the client hears the prompt was taken (``Topology.reserve``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from app.runtime.agents import Agents, tools_rules
 from app.runtime.errors import InputConflict, InvalidInput
 from app.runtime.history import History, commit_staged
 from app.runtime.payloads import next_event
-from app.runtime.sessions import Cluster, SessionService
+from app.runtime.sessions import SessionService, Topology
 from app.store import sql
 from app.store.queries import InputRow
 
@@ -142,14 +142,14 @@ class Admission:
         registry: ProviderRegistry,
         history: History,
         agents: Agents,
-        cluster: Cluster | None = None,
+        topology: Topology,
     ) -> None:
         self.log = log
         self.sessions = sessions
         self.registry = registry
         self.history = history
         self.agents = agents
-        self.cluster = cluster
+        self.topology = topology
 
     def model_for(self, session: dict[str, Any], requested: ModelRef | None, agent: str | None = None) -> ModelRef:
         """The prompt's model, else the agent's (opencode.json), else the session's last, else the
@@ -262,8 +262,8 @@ class Admission:
                 time_created=created,
             )
             tx.execute(sql.INSERT_INPUT, record.as_params())
-            if reserve and self.cluster is not None:
-                self.cluster.reserve(tx, session_id)
+            if reserve:
+                self.topology.reserve(tx, session_id)
         return Admitted(record, created=True)
 
     @staticmethod

@@ -22,6 +22,6 @@ class InputsDomain:
         cls, infra: Infrastructure, sessions: SessionsDomain, history: HistoryDomain, agents: AgentsDomain
     ) -> InputsDomain:
         admission = Admission(
-            infra.log, sessions.service, infra.registry, history.service, agents.agents, sessions.cluster
+            infra.log, sessions.service, infra.registry, history.service, agents.agents, sessions.topology
         )
         return cls(admission, InputWaiters())

@@ -1,4 +1,4 @@
-"""Drain ownership across server processes that share one PostgreSQL database.
+"""The cluster topology: server processes that share one PostgreSQL database.
 
 - A process drains a session only while it holds the session's lease (``leases``: owner, a
   fencing token that grows with every new lease, an expiry). ``claim`` takes a free, expired or
@@ -19,7 +19,10 @@
   (a takeover), closes what the dead drain left open (and finishes a revert it was moving files
   for, through ``takeovers``), and answers the admitted prompts.
 - A graceful stop expires its leases at once, so the takeover does not wait for the expiry.
-- Control messages (wake, abort, interrupt) travel to a lease's owner through NOTIFY.
+- Control messages (wake, abort, interrupt, and the permission and question replies the
+  Runtime answers, ``serve_requests``) travel to a lease's owner through NOTIFY.
+- Requests asked on other processes are followed from their relayed events, so a reply given
+  here is sent where the asker waits.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
-from typing import Any, Protocol
+from typing import Any
 
 from app.clock import now_ms
+from app.events.bus import Subscription
 from app.events.log import Transaction
+from app.events.model import Event
 from app.events.topology import FENCE
 from app.jsonutil import dumps, loads
 from app.runtime.errors import SessionNotFound
@@ -40,26 +45,31 @@ from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions._coordinator import Lease
 from app.runtime.sessions._recovery import StepChanges, close_session
 from app.runtime.sessions._service import SessionService
+from app.runtime.sessions._topology import Controlled, Handler, Memo, Patience, Takeover
 from app.store import sql
 
 log = logging.getLogger("opensession.cluster")
 
 CONTROL = "opensession_control"
+# What permission asks and questions asked on other processes are followed by (their own events,
+# and tool parts closing, which end the requests of a process that died).
+FOLLOWED_REQUEST_EVENTS = frozenset(
+    {
+        "permission.asked",
+        "permission.replied",
+        "question.asked",
+        "question.replied",
+        "question.rejected",
+        "message.part.updated",
+    }
+)
 
 
-class Controlled(Protocol):
-    """What control messages act on (the drain coordinator)."""
+class ClusterTopology:
+    # Another process may drain the session: the input is re-read on a timer, and five seconds
+    # with nobody draining it mean it will not be answered now.
+    patience = Patience(rounds=20, seconds=0.25)
 
-    def wake(self, session_id: str) -> None: ...
-
-    def is_active(self, session_id: str) -> bool: ...
-
-    def is_held(self, session_id: str) -> bool: ...
-
-    async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool: ...
-
-
-class Cluster:
     def __init__(self, infra: Infrastructure, sessions: SessionService) -> None:
         self.infra = infra
         self.db = infra.db
@@ -71,9 +81,10 @@ class Cluster:
         self._watchdog: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[Any]] = set()
         # Further control operations, by name (the Runtime adds what other domains answer).
-        self.handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {}
+        self.handlers: dict[str, Handler] = {}
         # What other domains finish in a session taken over (given its id), after its turn.
-        self.takeovers: list[Callable[[str], Awaitable[None]]] = []
+        self.takeovers: list[Takeover] = []
+        self._following: asyncio.Task[None] | None = None
 
     async def start(self, target: Controlled, changes: StepChanges | None = None) -> None:
         self._target = target
@@ -83,15 +94,28 @@ class Cluster:
 
     async def stop(self) -> None:
         """Give up every lease at once (expired, not deleted: whoever claims next recovers)."""
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._watchdog
+        for task in (self._following, self._watchdog):
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
         with suppress(Exception):
             async with self.db.write() as scope:
                 scope.execute(sql.LEASE_RENEW, {"owner": self.origin, "expires_at": 0})
 
+    def on_takeover(self, finish: Takeover) -> None:
+        self.takeovers.append(finish)
+
+    def memo(self) -> Memo[Any, Any]:
+        return _Unkept()  # other processes write too: what was read may be stale at once
+
     # -- leases ------------------------------------------------------------------------------
+
+    def claim_at_once(self, session_id: str) -> Lease | None:
+        return None  # only the database knows who may drain it: ``claim``
+
+    def fence(self, session_id: str, lease: Lease) -> None:
+        FENCE.set((session_id, self.origin, lease.token))  # the calling task's writes check the lease
 
     def reserve(self, tx: Transaction, session_id: str) -> None:
         """In an admission's transaction: the session's lease for this process if nobody has it
@@ -149,9 +173,16 @@ class Cluster:
         """Sessions drained right now, anywhere in the cluster: session id -> owner."""
         return {row[0]: row[1] for row in await self.db.fetch(sql.LIVE_LEASES, {"now": now_ms()})}
 
-    async def others(self) -> set[str]:
-        """Sessions another live process drains right now."""
+    async def drained_elsewhere(self) -> set[str]:
         return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}
+
+    async def leased(self, session_id: str) -> bool:
+        return session_id in await self.owners()
+
+    async def reserved(self, held: Callable[[str], bool]) -> set[str]:
+        """Every session with a lease is busy (read from the database, so every process answers
+        alike, from the admission's commit on), but this process's own holds (a revert)."""
+        return {sid for sid, owner in (await self.holders()).items() if owner != self.origin or not held(sid)}
 
     async def holders(self) -> dict[str, str]:
         """Every session with a lease, live or expired (about to be taken over): session id ->
@@ -191,11 +222,22 @@ class Cluster:
     async def send(self, to: str, op: str, session_id: str, **extra: Any) -> None:
         await self.db.notify(CONTROL, dumps({"to": to, "op": op, "s": session_id, **extra}))
 
+    async def tell(self, session_id: str, op: str, **extra: Any) -> bool:
+        owner = await self._owner_elsewhere(session_id)
+        if owner is None:
+            return False
+        await self.send(owner, op, session_id, **extra)
+        return True
+
+    async def _owner_elsewhere(self, session_id: str) -> str | None:
+        owner = (await self.owners()).get(session_id)
+        return None if owner == self.origin else owner
+
     async def forward(self, session_id: str, op: str, **extra: Any) -> bool:
         """Ask the process draining ``session_id`` to ``op`` it and wait (up to a lease time) until
         that drain has ended; False when no other process drains it."""
-        owner = (await self.owners()).get(session_id)
-        if owner is None or owner == self.origin:
+        owner = await self._owner_elsewhere(session_id)
+        if owner is None:
             return False
         await self.send(owner, op, session_id, **extra)
         deadline = time.monotonic() + self.lease_ms / 1000
@@ -222,3 +264,52 @@ class Cluster:
         task = asyncio.ensure_future(work)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+
+    async def await_idle(self, session_id: str) -> None:
+        """Wait until no process holds the session and no admitted prompt is about to be claimed
+        (prompts parked by an interrupt stay parked: after a quiet second they no longer count)."""
+        assert self._target is not None
+        quiet_since: float | None = None
+        while True:
+            if self._target.is_active(session_id):
+                await self._target.await_idle(session_id)
+                quiet_since = None
+            elif await self.leased(session_id):
+                quiet_since = None
+            elif not await self.infra.queries.unsettled_inputs(session_id):
+                return
+            else:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 1.0:
+                    return
+            await asyncio.sleep(0.05)
+
+    # -- requests asked on other processes ---------------------------------------------------
+
+    def serve_requests(self, observe: Callable[[Event], None], handlers: Mapping[str, Handler]) -> None:
+        self.handlers.update(handlers)
+        watched = self.infra.bus.subscribe(lambda e: e.type in FOLLOWED_REQUEST_EVENTS)
+        self._following = asyncio.create_task(self._follow(watched, observe), name="cluster:permissions")
+
+    @staticmethod
+    async def _follow(watched: Subscription, observe: Callable[[Event], None]) -> None:
+        try:
+            while True:
+                event = await watched.next(3600)
+                if event is not None:
+                    observe(event)
+        finally:
+            watched.close()
+
+
+class _Unkept:
+    """A cache that keeps nothing."""
+
+    def get(self, key: Any, /) -> None:
+        return None
+
+    def __setitem__(self, key: Any, value: Any, /) -> None:
+        return None
+
+    def clear(self) -> None:
+        return None

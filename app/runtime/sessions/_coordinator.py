@@ -10,10 +10,12 @@
 - Status (busy / retry / idle) is set here and nowhere else. The active set and the status map
   change together, synchronously (no await in between), so ``active()`` and ``statuses()`` agree
   at every moment, and each change is announced at once, in order.
-- On a shared database the session's lease is what every process reads as busy (admission
-  reserves it in its own transaction; ``SessionsDomain.statuses``), so a drain gives it up before
-  it announces idle, and only when no prompt it has not seen waits: one admitted after its claim
-  makes it go round again instead (``release(..., unless_admitted_after=)``).
+- A drain runs under the session's lease (``Claims``, the topology's). In one process every lease
+  is granted at once, so busy is announced with the wake. On a shared database the lease is what
+  every process reads as busy (admission reserves it in its own transaction;
+  ``SessionsDomain.statuses``), so a drain gives it up before it announces idle, and only when no
+  prompt it has not seen waits: one admitted after its claim makes it go round again instead
+  (``release(..., unless_admitted_after=)``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from app.events.topology import FENCE, LeaseLost
+from app.events.topology import LeaseLost
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import DatabaseUnavailable, SessionBusy
 
@@ -58,11 +60,19 @@ class Lease:
 
 
 class Claims(Protocol):
-    """Drain ownership across processes (``Cluster``): a drain runs only under a claimed lease."""
+    """Drain ownership (the topology's): a drain runs only under a claimed lease."""
 
-    origin: str
+    def claim_at_once(self, session_id: str) -> Lease | None:
+        """The lease, when it is granted without asking anyone (one process); else None: ``claim``."""
+        ...
 
-    async def claim(self, session_id: str) -> Lease | None: ...
+    async def claim(self, session_id: str) -> Lease | None:
+        """The lease, or None when another process drains the session."""
+        ...
+
+    def fence(self, session_id: str, lease: Lease) -> None:
+        """Make the calling task's writes (and its children's) check ``lease``."""
+        ...
 
     async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool: ...
 
@@ -70,12 +80,12 @@ class Claims(Protocol):
 
 
 class DrainCoordinator:
-    """With ``claims`` (a database shared by several processes) a drain first claims the
-    session's lease and announces busy once it holds it (the session reads busy everywhere
-    already: its admission reserved the lease); when another process holds it, that process is
-    woken instead and nothing runs here."""
+    """A lease ``claims`` cannot grant at once (a database shared by several processes) is
+    claimed by the drain, which announces busy once it holds it (the session reads busy
+    everywhere already: its admission reserved the lease); when another process holds it, that
+    process is woken instead and nothing runs here."""
 
-    def __init__(self, drain: Drain, on_status: StatusListener, claims: Claims | None = None) -> None:
+    def __init__(self, drain: Drain, on_status: StatusListener, claims: Claims) -> None:
         self._drain = drain
         self._on_status = on_status
         self._claims = claims
@@ -100,9 +110,10 @@ class DrainCoordinator:
         entry = _Entry()
         self._entries[session_id] = entry
         self.drains_started += 1
-        if self._claims is None:
+        lease = self._claims.claim_at_once(session_id)
+        if lease is not None:
             self.set_status(session_id, BUSY)
-        entry.task = asyncio.create_task(self._run(session_id, entry, work), name=f"drain:{session_id}")
+        entry.task = asyncio.create_task(self._run(session_id, entry, lease, work), name=f"drain:{session_id}")
         return entry
 
     async def run_exclusive(self, session_id: str, work: Callable[[AbortSignal], Awaitable[T]]) -> T:
@@ -132,17 +143,16 @@ class DrainCoordinator:
     async def hold(self, session_id: str) -> AsyncIterator[None]:
         """Claim the idle session for an operation that must not overlap a turn; raises
         SessionBusy if a drain runs or another hold is in place. The local check and mark happen
-        before the first await; on a shared database the hold also takes the session's lease, so
-        no other process starts a drain meanwhile (it wakes this one, which drains afterwards)."""
+        before the first await; the hold also takes the session's lease, so no other process starts
+        a drain meanwhile (it wakes this one, which drains afterwards)."""
         if session_id in self._entries or session_id in self._held:
             raise SessionBusy(session_id)
         self._held.add(session_id)
         lease: Lease | None = None
         try:
-            if self._claims is not None:
-                lease = await self._claims.claim(session_id)
-                if lease is None:
-                    raise SessionBusy(session_id)
+            lease = self._claims.claim_at_once(session_id) or await self._claims.claim(session_id)
+            if lease is None:
+                raise SessionBusy(session_id)
             yield
         finally:
             woken = session_id in self._deferred
@@ -158,14 +168,13 @@ class DrainCoordinator:
     async def _claim(self, session_id: str) -> Lease | None:
         """The session's lease, or None when another process drains it. One that could not be
         claimed (the database refused) stays reserved here: the watchdog wakes it again."""
-        assert self._claims is not None
         try:
             lease = await self._claims.claim(session_id)
         except Exception:
             log.exception("could not claim %s", session_id)
             return None
         if lease is not None:
-            FENCE.set((session_id, self._claims.origin, lease.token))  # this task's writes check the lease
+            self._claims.fence(session_id, lease)
             self.set_status(session_id, BUSY)
         return lease
 
@@ -173,8 +182,7 @@ class DrainCoordinator:
         """Give the lease up, unless a prompt admitted after seq ``unless_admitted_after`` waits
         (None: unconditionally); returns whether it was kept for that prompt, which then needs
         another pass. A release the database refuses leaves the lease here, unused: the watchdog
-        wakes the session again (``Cluster``)."""
-        assert self._claims is not None
+        wakes the session again (``ClusterTopology``)."""
         try:
             return not await self._claims.release(session_id, lease, unless_admitted_after=unless_admitted_after)
         except Exception:
@@ -189,22 +197,19 @@ class DrainCoordinator:
                 await entry.signal.sleep(RETRY_UNAVAILABLE_SECONDS)
             except Aborted:
                 return False
-            if self._claims is None:
-                return True
             try:
                 await self._claims.close_open(session_id)
                 return True
             except DatabaseUnavailable:
                 continue
 
-    async def _run(self, session_id: str, entry: _Entry, work: Drain | None = None) -> None:
-        lease: Lease | None = None
+    async def _run(self, session_id: str, entry: _Entry, lease: Lease | None, work: Drain | None = None) -> None:
+        """Drain under ``lease``, claimed first when none was granted at once."""
         holding = False  # whether ``lease`` is still this drain's to give up
         try:
-            if self._claims is not None:
-                if (lease := await self._claim(session_id)) is None:
-                    return
-                holding = True
+            if lease is None and (lease := await self._claim(session_id)) is None:
+                return
+            holding = True
             while True:
                 entry.pending_wake = False
                 # The first pass runs ``work`` when given (run_exclusive), later passes drain.
@@ -231,8 +236,6 @@ class DrainCoordinator:
                     break
                 if entry.pending_wake:
                     continue
-                if lease is None:
-                    break
                 # Done: given up unless a prompt came in after the last read (admitted on another
                 # process, whose wake is still on its way); then one more pass, the same busy period.
                 if not await self._kept(session_id, lease, lease.seq):
@@ -250,10 +253,9 @@ class DrainCoordinator:
                     entry.pending_wake = True
             if self._entries.get(session_id) is entry:
                 del self._entries[session_id]
-            claimed = self._claims is None or lease is not None
             if shutting_down:
                 self._status.pop(session_id, None)
-            elif claimed:
+            elif lease is not None:
                 self.set_status(session_id, IDLE)
             entry.done.set()
             if entry.pending_wake and not shutting_down and session_id not in self._entries:

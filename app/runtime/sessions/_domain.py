@@ -6,33 +6,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.runtime.infrastructure import Infrastructure
-from app.runtime.sessions._cluster import Cluster
+from app.runtime.sessions._cluster import ClusterTopology
 from app.runtime.sessions._coordinator import BUSY, Drain, DrainCoordinator, StatusListener
 from app.runtime.sessions._recovery import StepChanges, close_session, recover
 from app.runtime.sessions._service import SessionService
+from app.runtime.sessions._topology import LocalTopology, Topology
 
 
 @dataclass(frozen=True, slots=True)
 class SessionsDomain:
     service: SessionService
     coordinator: DrainCoordinator
-    cluster: Cluster | None  # drain ownership across processes, on a shared database
+    topology: Topology  # one process, or several sharing the database
 
     @classmethod
     def build(cls, infra: Infrastructure, drain: Drain, on_status: StatusListener) -> SessionsDomain:
-        """``drain`` runs one session's drain loop (the turn domain's, built later)."""
+        """``drain`` runs one session's drain loop (the turn domain's, built later). The topology
+        is chosen here, once, from the database: one other processes may write to is a cluster."""
         service = SessionService(infra.log, infra.queries)
-        cluster = Cluster(infra, service) if infra.db.shared else None
-        return cls(service, DrainCoordinator(drain, on_status, cluster), cluster)
+        topology: Topology = ClusterTopology(infra, service) if infra.db.shared else LocalTopology()
+        return cls(service, DrainCoordinator(drain, on_status, topology), topology)
 
     async def start(self, infra: Infrastructure, changes: StepChanges | None = None) -> int:
         """Close what the last stop left open (leaving sessions other live processes drain to
         them; ``changes`` gives interrupted steps their patch), wake sessions with unanswered
-        prompts, and join the cluster."""
-        skip = await self.cluster.others() if self.cluster is not None else set()
+        prompts, and join the topology."""
+        skip = await self.topology.drained_elsewhere()
         recovered = await recover(infra.log, infra.queries, self.service, self.coordinator, skip=skip, changes=changes)
-        if self.cluster is not None:
-            await self.cluster.start(self.coordinator, changes)
+        await self.topology.start(self.coordinator, changes)
         return recovered
 
     async def close_failed(
@@ -46,18 +47,13 @@ class SessionsDomain:
 
     async def stop(self) -> None:
         await self.coordinator.shutdown()
-        if self.cluster is not None:
-            await self.cluster.stop()
+        await self.topology.stop()
 
     async def statuses(self) -> dict[str, dict[str, object]]:
-        """Every non-idle session: this process's statuses and, on a shared database, busy for
-        every session with a lease (read from the database, so every process answers alike, from
-        the admission's commit on; ``Cluster``), but for this process's own holds (a revert),
-        which are no work, as on SQLite."""
-        statuses: dict[str, dict[str, object]] = {}
-        if self.cluster is not None:
-            for session_id, owner in (await self.cluster.holders()).items():
-                if owner != self.cluster.origin or not self.coordinator.is_held(session_id):
-                    statuses[session_id] = dict(BUSY)
+        """Every non-idle session: this process's statuses and busy for every session the
+        topology reads busy by its lease (on a shared database, from the admission's commit on)."""
+        statuses: dict[str, dict[str, object]] = {
+            sid: dict(BUSY) for sid in await self.topology.reserved(self.coordinator.is_held)
+        }
         statuses.update(self.coordinator.statuses())
         return statuses

@@ -1,0 +1,181 @@
+"""One process or a cluster: what differs between them, behind one interface.
+
+``Topology`` is chosen once, from the database, when the sessions domain is built
+(``SessionsDomain.build``): SQLite serves one process (``LocalTopology``), PostgreSQL any number
+of processes sharing it (``ClusterTopology``, in ``_cluster.py``). The other domains and the
+Runtime are written once against it: drain leases and their fencing, reservations at
+admission, busy sessions read from the database, takeovers, operations forwarded to the
+process that drains a session, and whether rows read may be kept in memory.
+
+Invariant: in one process every session's lease is this process's, granted without asking
+(``claim_at_once``), so the coordinator announces busy in the same step as the wake; nothing
+is forwarded, reserved or taken over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from app.events.log import Transaction
+from app.events.model import Event
+from app.runtime.sessions._coordinator import Claims, Lease
+from app.runtime.sessions._recovery import StepChanges
+
+K = TypeVar("K")
+K_contra = TypeVar("K_contra", contravariant=True)
+V = TypeVar("V")
+
+# A control operation another process forwards here (a permission reply, a question's answer).
+Handler = Callable[[dict[str, Any]], Awaitable[None]]
+Takeover = Callable[[str], Awaitable[None]]  # finishes, in a session taken over, what a domain left
+
+
+class Controlled(Protocol):
+    """What the topology acts on: this process's drain coordinator."""
+
+    def wake(self, session_id: str) -> None: ...
+
+    def is_active(self, session_id: str) -> bool: ...
+
+    def is_held(self, session_id: str) -> bool: ...
+
+    async def await_idle(self, session_id: str) -> None: ...
+
+    async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool: ...
+
+
+class Memo(Protocol[K_contra, V]):
+    """A cache of rows this process reads (``dict`` is one)."""
+
+    def get(self, key: K_contra, /) -> V | None: ...
+
+    def __setitem__(self, key: K_contra, value: V, /) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Patience:
+    """How a synchronous prompt waits for its input to settle: it gives up after ``rounds``
+    checks in a row find nobody draining the session, each wait lasting at most ``seconds``
+    (None: until its waiter is released)."""
+
+    rounds: int
+    seconds: float | None
+
+
+class Topology(Claims, Protocol):
+    """What the sessions domain, the other domains and the Runtime ask of the topology."""
+
+    patience: Patience
+
+    async def start(self, target: Controlled, changes: StepChanges | None) -> None:
+        """Join: act on ``target`` (renewals, takeovers, control messages)."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    async def drained_elsewhere(self) -> set[str]:
+        """Sessions another live process drains right now (recovery leaves them to it)."""
+        ...
+
+    async def leased(self, session_id: str) -> bool:
+        """Whether any process holds a live lease on the session (drains it, or is about to)."""
+        ...
+
+    async def reserved(self, held: Callable[[str], bool]) -> set[str]:
+        """Sessions busy by their lease alone, beyond this process's statuses (its own holds,
+        ``held``, are no work)."""
+        ...
+
+    def reserve(self, tx: Transaction, session_id: str) -> None:
+        """In an admission's transaction: make the session busy for every process from its commit."""
+        ...
+
+    def on_takeover(self, finish: Takeover) -> None:
+        """Have ``finish`` run in every session taken over from a dead process, after its turn."""
+        ...
+
+    def serve_requests(self, observe: Callable[[Event], None], handlers: Mapping[str, Handler]) -> None:
+        """Follow the requests other processes ask (``observe`` gets their events) and answer the
+        replies they forward here (``handlers``, by operation)."""
+        ...
+
+    async def tell(self, session_id: str, op: str, **extra: Any) -> bool:
+        """Send ``op`` to the other process that drains the session; False when none does."""
+        ...
+
+    async def forward(self, session_id: str, op: str, **extra: Any) -> bool:
+        """``tell``, then wait (up to a lease time) until that process's drain has ended."""
+        ...
+
+    async def await_idle(self, session_id: str) -> None:
+        """Once this process's drain has ended: return once no other process drains the session
+        and no admitted prompt is about to be claimed."""
+        ...
+
+    def memo(self) -> Memo[K, V]:
+        """A cache for rows this process reads: kept only where no other process writes them."""
+        ...
+
+
+OWN = Lease(token=0, seq=-1)  # one process's lease on every session: nobody else can claim it
+
+
+class LocalTopology:
+    """One process serves the database: every session is its own."""
+
+    patience = Patience(rounds=1, seconds=None)  # a drain of this process would be answering it
+
+    def claim_at_once(self, session_id: str) -> Lease | None:
+        return OWN
+
+    async def claim(self, session_id: str) -> Lease | None:
+        return OWN
+
+    def fence(self, session_id: str, lease: Lease) -> None:
+        return None
+
+    async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool:
+        return True
+
+    async def close_open(self, session_id: str) -> None:
+        return None  # a drain of this process closes what it left open itself
+
+    async def start(self, target: Controlled, changes: StepChanges | None) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def drained_elsewhere(self) -> set[str]:
+        return set()
+
+    async def leased(self, session_id: str) -> bool:
+        return False
+
+    async def reserved(self, held: Callable[[str], bool]) -> set[str]:
+        return set()
+
+    def reserve(self, tx: Transaction, session_id: str) -> None:
+        return None
+
+    def on_takeover(self, finish: Takeover) -> None:
+        return None
+
+    def serve_requests(self, observe: Callable[[Event], None], handlers: Mapping[str, Handler]) -> None:
+        return None
+
+    async def tell(self, session_id: str, op: str, **extra: Any) -> bool:
+        return False
+
+    async def forward(self, session_id: str, op: str, **extra: Any) -> bool:
+        return False
+
+    async def await_idle(self, session_id: str) -> None:
+        return None
+
+    def memo(self) -> Memo[K, V]:
+        return {}
