@@ -1,0 +1,114 @@
+"""The two topologies below the HTTP layer: one process (``LocalTopology``, with a fake drain and no
+database) and a cluster (``ClusterTopology``, on PostgreSQL), and the choice between them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from app.events.topology import ClusterLogTopology, LocalLogTopology
+from app.runtime.abort import AbortSignal
+from app.runtime.infrastructure import Infrastructure
+from app.runtime.sessions import BUSY, ClusterTopology, DrainCoordinator, LocalTopology, SessionsDomain
+from app.settings import Settings
+
+
+async def _no_drain(session_id: str, signal: AbortSignal) -> None:
+    return None
+
+
+def _ignore(session_id: str, status: dict[str, Any]) -> None:
+    return None
+
+
+def test_the_topology_is_chosen_from_the_database(settings: Settings) -> None:
+    """SQLite is one process, PostgreSQL a cluster: for the log and for the sessions alike."""
+    infra = Infrastructure.create(settings)
+    topology = SessionsDomain.build(infra, _no_drain, _ignore).topology
+    if settings.database_url.startswith("sqlite"):
+        assert isinstance(infra.log.topology, LocalLogTopology) and isinstance(topology, LocalTopology)
+    else:
+        assert isinstance(infra.log.topology, ClusterLogTopology) and isinstance(topology, ClusterTopology)
+
+
+async def test_one_process_owns_every_session_and_announces_busy_with_the_wake() -> None:
+    topology = LocalTopology()
+    announced: list[tuple[str, str]] = []
+    finish = asyncio.Event()
+
+    async def drain(session_id: str, signal: AbortSignal) -> None:
+        await finish.wait()
+
+    coordinator = DrainCoordinator(drain, lambda sid, status: announced.append((sid, status["type"])), topology)
+    await topology.start(coordinator, None)
+    coordinator.wake("ses_1")
+    assert announced == [("ses_1", "busy")]  # in the wake's own step: the lease needs no claim
+    assert await topology.reserved(coordinator.is_held) == set()  # busy is this process's status alone
+    assert not await topology.leased("ses_1")
+    assert not await topology.tell("ses_1", "permission") and not await topology.forward("ses_1", "abort")
+    finish.set()
+    await asyncio.wait_for(coordinator.await_idle("ses_1"), 5)
+    await asyncio.wait_for(topology.await_idle("ses_1"), 5)  # no other process to wait for
+    assert announced == [("ses_1", "busy"), ("ses_1", "idle")]
+
+    async with coordinator.hold("ses_2"):  # granted at once, nothing announced
+        assert coordinator.is_held("ses_2") and len(announced) == 2
+    memo = topology.memo()
+    memo["project"] = ["rule"]
+    assert memo.get("project") == ["rule"]  # the only writer keeps what it reads
+    await topology.stop()
+
+
+@pytest.fixture
+async def cluster(settings: Settings) -> AsyncIterator[tuple[Infrastructure, SessionsDomain, list[str]]]:
+    """The sessions domain of one process of a cluster, with a drain that only records its passes."""
+    infra = Infrastructure.create(settings)
+    if not infra.db.shared:
+        pytest.skip("a cluster shares a PostgreSQL database")
+    announced: list[str] = []
+    await infra.db.open()
+    await infra.log.start()
+    sessions = SessionsDomain.build(infra, _no_drain, lambda sid, status: announced.append(status["type"]))
+    await sessions.start(infra)
+    try:
+        yield infra, sessions, announced
+    finally:
+        await sessions.stop()
+        await infra.log.stop()
+        await infra.registry.aclose()
+        await infra.db.close()
+
+
+async def test_a_cluster_reads_busy_from_the_lease_an_admission_reserved(
+    cluster: tuple[Infrastructure, SessionsDomain, list[str]],
+) -> None:
+    infra, sessions, announced = cluster
+    topology = sessions.topology
+    async with infra.log.transaction() as tx:
+        topology.reserve(tx, "ses_1")
+    assert await sessions.statuses() == {"ses_1": BUSY}  # from the commit on, before any drain
+    assert await topology.leased("ses_1")
+    assert not await topology.tell("ses_1", "wake")  # the lease is this process's: nobody to tell
+
+    sessions.coordinator.wake("ses_1")
+    assert announced == []  # announced once the drain has claimed the lease
+    await asyncio.wait_for(sessions.coordinator.await_idle("ses_1"), 5)
+    await asyncio.wait_for(topology.await_idle("ses_1"), 5)
+    assert announced == ["busy", "idle"]
+    assert await sessions.statuses() == {} and not await topology.leased("ses_1")  # given up before idle
+
+
+async def test_a_cluster_hold_takes_the_lease_but_is_no_work(
+    cluster: tuple[Infrastructure, SessionsDomain, list[str]],
+) -> None:
+    _infra, sessions, announced = cluster
+    async with sessions.coordinator.hold("ses_2"):
+        assert await sessions.topology.leased("ses_2")  # no other process may drain it meanwhile
+        assert await sessions.statuses() == {}  # but this process's own hold reads idle, as on SQLite
+    assert not await sessions.topology.leased("ses_2") and announced == []
+    memo = sessions.topology.memo()
+    memo["project"] = ["rule"]
+    assert memo.get("project") is None  # other processes write too: nothing read is kept
