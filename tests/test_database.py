@@ -5,6 +5,7 @@ recovers, and the writer lock lets admissions go before drain writes."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from app.store.sqlite import SqliteDatabase
+from app.store.statement import Statement
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
 from tests.servers import ROOT, free_port, process_server
@@ -56,6 +58,13 @@ def test_an_unsupported_database_url_is_one_line(project_dir: Path) -> None:
     result = _serve("mysql://localhost/db", project_dir)
     assert result.returncode == 1
     assert result.stderr.strip().startswith("opensession: unsupported database URL")
+
+
+@functools.cache
+def adhoc(text: str) -> Statement:
+    """A statement of a test's own, for SQLite only (the server's come from app/store/sql.py); one
+    object per text, as statements are compared by identity."""
+    return Statement(text, text, text, ())
 
 
 def _admin(cluster: Cluster, statement: str) -> None:
@@ -142,13 +151,13 @@ async def names_table(path: Path) -> SqliteDatabase:
     db = SqliteDatabase(f"sqlite:///{path}")
     await db.open()
     async with db.write() as scope:
-        scope.execute("CREATE TABLE t (name TEXT)", {})
+        scope.execute(adhoc("CREATE TABLE t (name TEXT)"), {})
     return db
 
 
 async def insert_name(db: SqliteDatabase, name: str, *, at_once: bool) -> None:
     async with db.write(at_once=at_once) as scope:
-        scope.execute("INSERT INTO t (name) VALUES (:name)", {"name": name})
+        scope.execute(adhoc("INSERT INTO t (name) VALUES (:name)"), {"name": name})
 
 
 async def test_drain_writes_wait_while_admissions_are_in_flight_but_not_forever(
@@ -164,7 +173,7 @@ async def test_drain_writes_wait_while_admissions_are_in_flight_but_not_forever(
 
         async def insert(name: str, *, urgent: bool = False) -> None:
             async with db.write(urgent=urgent) as scope:
-                scope.execute("INSERT INTO t (name) VALUES (:name)", {"name": name})
+                scope.execute(adhoc("INSERT INTO t (name) VALUES (:name)"), {"name": name})
                 order.append(f"{name} writes")
             order.append(f"{name} durable")
 
@@ -174,7 +183,11 @@ async def test_drain_writes_wait_while_admissions_are_in_flight_but_not_forever(
         tasks.append(asyncio.create_task(insert("drain")))
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
         assert order.index("admission durable") < order.index("drain writes"), order
-        assert [r[0] for r in await db.fetch("SELECT name FROM t ORDER BY rowid")] == ["first", "admission", "drain"]
+        assert [r[0] for r in await db.fetch(adhoc("SELECT name FROM t ORDER BY rowid"))] == [
+            "first",
+            "admission",
+            "drain",
+        ]
     finally:
         await db.close()
 
@@ -209,7 +222,7 @@ async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wa
     await db.open()
     try:
         async with db.write() as scope:
-            scope.execute("CREATE TABLE blob (id INTEGER PRIMARY KEY, body BLOB)", {})
+            scope.execute(adhoc("CREATE TABLE blob (id INTEGER PRIMARY KEY, body BLOB)"), {})
         interleaved: list[int] = []
 
         async def bystander() -> None:
@@ -220,17 +233,17 @@ async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wa
         async def insert(i: int) -> int:
             async with db.write() as scope:
                 seen = len(interleaved)
-                rows = await scope.fetch("SELECT count(*) FROM blob WHERE id = :id", {"id": i})
+                rows = await scope.fetch(adhoc("SELECT count(*) FROM blob WHERE id = :id"), {"id": i})
                 assert rows[0][0] == 0
-                scope.execute("INSERT INTO blob (id, body) VALUES (:id, :body)", {"id": i, "body": b"x" * 8192})
+                scope.execute(adhoc("INSERT INTO blob (id, body) VALUES (:id, :body)"), {"id": i, "body": b"x" * 8192})
                 assert len(interleaved) == seen, "a write transaction let another task run"
             # Resumed only once durable: another connection sees the row.
-            return len(await db.fetch("SELECT id FROM blob WHERE id = :id", {"id": i}))
+            return len(await db.fetch(adhoc("SELECT id FROM blob WHERE id = :id"), {"id": i}))
 
         async def failing() -> None:
             async with db.write() as scope:
-                scope.execute("INSERT INTO blob (id, body) VALUES (:id, :body)", {"id": -1, "body": b""})
-                await scope.fetch("SELECT count(*) FROM blob")
+                scope.execute(adhoc("INSERT INTO blob (id, body) VALUES (:id, :body)"), {"id": -1, "body": b""})
+                await scope.fetch(adhoc("SELECT count(*) FROM blob"))
                 raise RuntimeError("changed my mind")
 
         watcher = asyncio.create_task(bystander())
@@ -244,7 +257,7 @@ async def test_sqlite_transactions_never_suspend_commit_together_and_keep_the_wa
             if batch % 5 == 4 and checkpointing is not None:  # however busy the machine is
                 await asyncio.wait_for(checkpointing, 10)
         watcher.cancel()
-        assert (await db.fetch("SELECT count(*), min(id) FROM blob"))[0] == (600, 0)
+        assert (await db.fetch(adhoc("SELECT count(*), min(id) FROM blob")))[0] == (600, 0)
         wal = Path(f"{db.path}-wal").stat().st_size
         assert wal < 4 * 1024 * 1024, f"the WAL grew to {wal} bytes: it is not being checkpointed"
     finally:
@@ -272,7 +285,11 @@ async def test_an_at_once_transaction_does_not_wait_for_the_end_of_the_loop_pass
         assert resumed == ["first", "at once"]
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
         assert resumed == ["first", "at once", "grouped"]
-        assert [r[0] for r in await db.fetch("SELECT name FROM t ORDER BY rowid")] == ["first", "grouped", "at once"]
+        assert [r[0] for r in await db.fetch(adhoc("SELECT name FROM t ORDER BY rowid"))] == [
+            "first",
+            "grouped",
+            "at once",
+        ]
     finally:
         await db.close()
 
@@ -288,7 +305,7 @@ async def test_a_caller_cancelled_while_its_group_commits_stops_only_its_own_wai
         results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
         assert results[0] is None and results[2] is None
         assert isinstance(results[1], asyncio.CancelledError)
-        assert [r[0] for r in await db.fetch("SELECT name FROM t ORDER BY rowid")] == ["a", "b", "c"]
+        assert [r[0] for r in await db.fetch(adhoc("SELECT name FROM t ORDER BY rowid"))] == ["a", "b", "c"]
     finally:
         await db.close()
 
@@ -303,16 +320,16 @@ async def test_a_failing_transaction_that_held_up_a_group_commit_still_lets_it_c
     await db.open()
     try:
         async with db.write() as scope:
-            scope.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)", {})
+            scope.execute(adhoc("CREATE TABLE t (id INTEGER PRIMARY KEY)"), {})
         release = asyncio.Event()
 
         async def insert(i: int) -> None:
             async with db.write() as scope:
-                scope.execute("INSERT INTO t (id) VALUES (:id)", {"id": i})
+                scope.execute(adhoc("INSERT INTO t (id) VALUES (:id)"), {"id": i})
 
         async def slow_and_failing() -> None:
             async with db.write() as scope:
-                scope.execute("INSERT INTO t (id) VALUES (:id)", {"id": 99})
+                scope.execute(adhoc("INSERT INTO t (id) VALUES (:id)"), {"id": 99})
                 await release.wait()  # open across the end of the iteration the others ended in
                 raise RuntimeError("gave up")
 
@@ -324,12 +341,12 @@ async def test_a_failing_transaction_that_held_up_a_group_commit_still_lets_it_c
         await asyncio.wait_for(asyncio.gather(first, second), 5)
         with pytest.raises(RuntimeError):
             await failing
-        assert [row[0] for row in await db.fetch("SELECT id FROM t ORDER BY id")] == [1, 2]
+        assert [row[0] for row in await db.fetch(adhoc("SELECT id FROM t ORDER BY id"))] == [1, 2]
     finally:
         await db.close()
 
 
-def _quick_statements() -> dict[str, str]:
+def _quick_statements() -> dict[str, Statement]:
     from app.store import sql
 
     return {name: value for name, value in vars(sql).items() if isinstance(value, sql.Statement) and value.quick}
@@ -388,6 +405,6 @@ def test_a_quick_read_never_scans_a_table(tmp_path: Path, name: str) -> None:
     engine.dispose()
     statement = _quick_statements()[name]
     with sqlite3.connect(tmp_path / "plan.db") as conn:
-        params = dict.fromkeys(re.findall(r":(\w+)", statement), 1)
-        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", params)]
+        params = dict.fromkeys(re.findall(r":(\w+)", statement.sqlite), 1)
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement.sqlite}", params)]
     assert plan and not [step for step in plan if step.startswith("SCAN")], plan

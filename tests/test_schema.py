@@ -85,9 +85,10 @@ print(sorted(name for name in sys.modules if name.split(".")[0] in ("sqlalchemy"
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr
 
 
-def test_postgres_text_is_compiled_from_the_definition() -> None:
+def test_postgres_text_is_compiled_ahead_from_the_definition() -> None:
     from app.store import sql
 
-    text, names = sql.messages_page(descending=True, bounded=True, by_seq=False).for_postgres()
-    assert set(names) == {"session_id", "bound", "limit"} and text.count("$") == len(names)
-    assert sql.UPSERT_PART.for_postgres()[0].startswith("INSERT INTO parts")
+    page = sql.messages_page(descending=True, bounded=True, by_seq=False)
+    assert set(page.postgres_params) == {"session_id", "bound", "limit"}
+    assert page.postgres.count("$") == len(page.postgres_params)
+    assert sql.UPSERT_PART.postgres.startswith("INSERT INTO parts") and "$1" in sql.UPSERT_PART.postgres

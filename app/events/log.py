@@ -26,6 +26,7 @@ from app.jsonutil import dumps
 from app.store import sql
 from app.store.database import Database, Params, Row, WriteScope
 from app.store.projectors import project
+from app.store.statement import Statement
 
 
 class Transaction:
@@ -56,7 +57,13 @@ class Transaction:
         return self._record(event, dumps(properties))
 
     async def emit_encoded(
-        self, event_type: str, data: str, *, session_id: str, directory: str | None, rows: list[tuple[str, Params]]
+        self,
+        event_type: str,
+        data: str,
+        *,
+        session_id: str,
+        directory: str | None,
+        rows: list[tuple[Statement, Params]],
     ) -> Event:
         """``emit`` for a payload that is already JSON text (bulk copies): ``rows`` are its
         projection, built by the caller from the same text, so nothing is decoded or re-encoded.
@@ -94,11 +101,11 @@ class Transaction:
         """Queue an ephemeral event (``Event(...)``), published after commit in order."""
         self.events.append(event)
 
-    def execute(self, statement: str, params: Params) -> None:
+    def execute(self, statement: Statement, params: Params) -> None:
         """Queue a statement outside the projections (admission-queue bookkeeping)."""
         self.scope.execute(statement, params)
 
-    async def fetch(self, statement: str, params: Params) -> list[Row]:
+    async def fetch(self, statement: Statement, params: Params) -> list[Row]:
         return await self.scope.fetch(statement, params)
 
 

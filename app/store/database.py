@@ -3,9 +3,9 @@ and PostgreSQL (``app.store.postgres``), with schema migrations through Alembic.
 
 Why not SQLAlchemy's async engine on the hot path: through its adapters every statement costs
 several hand-offs to the driver, which alone exceeded the latency targets (see bench/).
-Statements are still built with SQLAlchemy Core (``app.store.clauses``), compiled ahead for SQLite
-(``app.store.sql``) and on first use for PostgreSQL; here each one is a single driver call, and a
-write transaction's statements are batched (``executemany``).
+Statements are still built with SQLAlchemy Core (``app.store.clauses``), compiled ahead for both
+dialects (``app.store.sql``, ``Statement`` values, the only thing this API takes); here each one is
+a single driver call, and a write transaction's statements are batched (``executemany``).
 
 Invariants, on both engines:
 - This process writes through exactly one writer connection, guarded by an asyncio lock, so its
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import migrations
-from app.store.sql import COMMUTING
+from app.store.statement import Statement
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 READERS = 3
@@ -63,15 +63,18 @@ def _head_revision() -> str:
     return heads.pop()
 
 
-def _commuting_segments(queued: list[tuple[str, Params]]) -> list[list[tuple[str, Params]]]:
+Queued = list[tuple[Statement, Params]]
+
+
+def _commuting_segments(queued: Queued) -> list[Queued]:
     """Split the queue into runs of commuting and of other statements, and regroup each commuting
     run by statement: a fork's thousands of alternating message/part upserts become two
     executemany calls instead of thousands of round trips. Other runs keep their order."""
-    segments: list[list[tuple[str, Params]]] = []
-    commuting: dict[str, list[tuple[str, Params]]] = {}
-    ordered: list[tuple[str, Params]] = []
+    segments: list[Queued] = []
+    commuting: dict[Statement, Queued] = {}
+    ordered: Queued = []
     for item in queued:
-        if item[0] in COMMUTING:
+        if item[0].commutes:
             if ordered:
                 segments.append(ordered)
                 ordered = []
@@ -91,11 +94,11 @@ def _commuting_segments(queued: list[tuple[str, Params]]) -> list[list[tuple[str
 class Driver(Protocol):
     """One connection as an engine drives it, with statements from ``app.store.sql``."""
 
-    async def run(self, sql: str, params: Params) -> None: ...
+    async def run(self, statement: Statement, params: Params) -> None: ...
 
-    async def run_many(self, sql: str, rows: list[Params]) -> None: ...
+    async def run_many(self, statement: Statement, rows: list[Params]) -> None: ...
 
-    async def rows(self, sql: str, params: Params) -> list[Row]: ...
+    async def rows(self, statement: Statement, params: Params) -> list[Row]: ...
 
 
 class WriteScope:
@@ -104,23 +107,23 @@ class WriteScope:
 
     def __init__(self, driver: Driver) -> None:
         self._driver = driver
-        self._queued: list[tuple[str, Params]] = []
-        self._appended: list[tuple[str, Params]] = []
+        self._queued: Queued = []
+        self._appended: Queued = []
         self._in_flight: asyncio.Future[None] | None = None
         self.callbacks: list[Callable[[], None]] = []
         self.durable_callbacks: list[Callable[[], None]] = []
 
-    def execute(self, sql: str, params: Params) -> None:
-        self._queued.append((sql, params))
+    def execute(self, statement: Statement, params: Params) -> None:
+        self._queued.append((statement, params))
 
-    def append(self, sql: str, params: Params) -> None:
+    def append(self, statement: Statement, params: Params) -> None:
         """Queue an insert into an append-only table (the event log). Appends never conflict with
         the other statements of the transaction, so they are sent last, as one batch."""
-        self._appended.append((sql, params))
+        self._appended.append((statement, params))
 
-    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
+    async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         await self.flush()
-        return await self._driver.rows(sql, params or {})
+        return await self._driver.rows(statement, params or {})
 
     async def send_ahead(self) -> None:
         """Start sending everything queued so far while the caller prepares more (a large copy):
@@ -157,21 +160,21 @@ class WriteScope:
         appended, self._appended = self._appended, []
         await self._send(appended)
 
-    async def _send(self, queued: list[tuple[str, Params]]) -> None:
+    async def _send(self, queued: Queued) -> None:
         for segment in _commuting_segments(queued):
             await self._send_in_order(segment)
 
-    async def _send_in_order(self, queued: list[tuple[str, Params]]) -> None:
+    async def _send_in_order(self, queued: Queued) -> None:
         start = 0
         while start < len(queued):
-            sql = queued[start][0]
+            statement = queued[start][0]
             end = start + 1
-            while end < len(queued) and queued[end][0] == sql:
+            while end < len(queued) and queued[end][0] is statement:
                 end += 1
             if end - start == 1:
-                await self._driver.run(sql, queued[start][1])
+                await self._driver.run(statement, queued[start][1])
             else:
-                await self._driver.run_many(sql, [params for _, params in queued[start:end]])
+                await self._driver.run_many(statement, [params for _, params in queued[start:end]])
             start = end
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -323,7 +326,7 @@ class Database(ABC):
     async def close(self) -> None: ...
 
     @abstractmethod
-    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]: ...
+    async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]: ...
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
         """Call ``callback`` with the payload of every notification on ``channel`` (shared engines)."""
@@ -337,8 +340,8 @@ class Database(ABC):
         """Send a notification now, outside any transaction (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
-    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
-        rows = await self.fetch(sql, params)
+    async def fetch_one(self, statement: Statement, params: Params | None = None) -> Row | None:
+        rows = await self.fetch(statement, params)
         return rows[0] if rows else None
 
     # -- the writer connection, as each engine provides it ----------------------------------------

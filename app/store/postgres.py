@@ -1,6 +1,6 @@
 """The PostgreSQL engine on the asyncpg driver, for more than one process or machine.
 
-Statements come from ``app.store.sql``, compiled for PostgreSQL on first use (``$n`` parameters,
+Statements come from ``app.store.sql``, compiled ahead for PostgreSQL too (``$n`` parameters,
 filled from the same named parameters the SQLite engine takes). The schema is created and
 upgraded by the same Alembic migrations as SQLite's.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from app.store.database import READERS, Database, DatabaseUnavailable, Driver, Params, Row, upgrade_schema
+from app.store.database import READERS, Database, DatabaseUnavailable, Params, Row, upgrade_schema
 from app.store.statement import Statement
 
 
@@ -56,11 +56,8 @@ def _reachable(url: str, *, connecting: bool = False) -> Iterator[None]:
         raise DatabaseUnavailable(f"PostgreSQL at {_where(url)} is unavailable: {exc}") from exc
 
 
-def _positional(sql: str, params: Params) -> tuple[str, list[Any]]:
-    if not isinstance(sql, Statement):  # plain control statements (BEGIN, COMMIT) take no parameters
-        return sql, []
-    text, names = sql.for_postgres()
-    return text, [params[name] for name in names]
+def _positional(statement: Statement, params: Params) -> list[Any]:
+    return [params[name] for name in statement.postgres_params]
 
 
 def _deliver(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], None]:
@@ -72,23 +69,24 @@ class _Connection:
         self.conn = conn
         self.url = url
 
-    async def run(self, sql: str, params: Params) -> None:
-        text, args = _positional(sql, params)
+    async def control(self, text: str) -> None:
+        """A statement of the engine's own that takes no parameters (BEGIN, COMMIT, the lock)."""
         with _reachable(self.url):
-            await self.conn.execute(text, *args)
+            await self.conn.execute(text)
 
-    async def run_many(self, sql: str, rows: list[Params]) -> None:
+    async def run(self, statement: Statement, params: Params) -> None:
+        with _reachable(self.url):
+            await self.conn.execute(statement.postgres, *_positional(statement, params))
+
+    async def run_many(self, statement: Statement, rows: list[Params]) -> None:
         if not rows:
             return
-        text, _ = _positional(sql, rows[0])
-        names = sql.for_postgres()[1] if isinstance(sql, Statement) else ()
         with _reachable(self.url):
-            await self.conn.executemany(text, [[row[name] for name in names] for row in rows])
+            await self.conn.executemany(statement.postgres, [_positional(statement, row) for row in rows])
 
-    async def rows(self, sql: str, params: Params) -> list[Row]:
-        text, args = _positional(sql, params)
+    async def rows(self, statement: Statement, params: Params) -> list[Row]:
         with _reachable(self.url):
-            return list(await self.conn.fetch(text, *args))
+            return list(await self.conn.fetch(statement.postgres, *_positional(statement, params)))
 
 
 # Every write transaction of every process takes this transaction-level advisory lock first, so
@@ -126,7 +124,7 @@ class PostgresDatabase(Database):
     async def migrate(self) -> None:
         await upgrade_schema(_with_scheme(self.url, "postgresql+asyncpg"))
 
-    def _writer(self) -> Driver:
+    def _writer(self) -> _Connection:
         assert self._writer_conn is not None, "database is not open"
         return self._writer_conn
 
@@ -135,8 +133,8 @@ class PostgresDatabase(Database):
         if self._writer_conn.conn.is_closed():  # lost earlier: the database may be back
             with _reachable(self.url, connecting=True):
                 self._writer_conn = _Connection(await asyncpg.connect(_dsn(self.url), timeout=5), self.url)
-        await self._writer().run("BEGIN", {})
-        await self._writer().run(f"SELECT pg_advisory_xact_lock({WRITER_LOCK})", {})
+        await self._writer().control("BEGIN")
+        await self._writer().control(f"SELECT pg_advisory_xact_lock({WRITER_LOCK})")
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
         self._channels[channel] = callback
@@ -162,19 +160,19 @@ class PostgresDatabase(Database):
 
     async def _end(self, commit: bool) -> None:
         if commit:
-            await self._writer().run("COMMIT", {})
+            await self._writer().control("COMMIT")
             return
         with suppress(DatabaseUnavailable, asyncpg.PostgresError):
-            await self._writer().run("ROLLBACK", {})
+            await self._writer().control("ROLLBACK")
 
-    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
+    async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         assert self._pool is not None, "database is not open"
-        text, args = _positional(sql, params or {})
+        args = _positional(statement, params or {})
         with _reachable(self.url, connecting=True):
             conn = await self._pool.acquire()
         try:
             with _reachable(self.url):
-                return list(await conn.fetch(text, *args))
+                return list(await conn.fetch(statement.postgres, *args))
         finally:
             await self._pool.release(conn)
 

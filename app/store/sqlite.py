@@ -33,6 +33,7 @@ from app.store.database import (
     _head_revision,
     upgrade_schema,
 )
+from app.store.statement import Statement
 
 log = logging.getLogger(__name__)
 
@@ -193,14 +194,14 @@ class _Writer:
         assert self._conn is not None, "database is not open"
         return self._conn
 
-    async def run(self, sql: str, params: Params) -> None:
-        self._connection().execute(sql, params)
+    async def run(self, statement: Statement, params: Params) -> None:
+        self._connection().execute(statement.sqlite, params)
 
-    async def run_many(self, sql: str, rows: list[Params]) -> None:
-        self._connection().executemany(sql, rows)
+    async def run_many(self, statement: Statement, rows: list[Params]) -> None:
+        self._connection().executemany(statement.sqlite, rows)
 
-    async def rows(self, sql: str, params: Params) -> list[Row]:
-        return list(self._connection().execute(sql, params).fetchall())
+    async def rows(self, statement: Statement, params: Params) -> list[Row]:
+        return list(self._connection().execute(statement.sqlite, params).fetchall())
 
     def begin(self) -> None:
         conn = self._connection()
@@ -355,7 +356,7 @@ class SqliteDatabase(Database):
     def _durable(self, callbacks: list[Callable[[], None]], *, at_once: bool = False) -> asyncio.Future[None]:
         return self._writer().durable(callbacks, at_once=at_once)
 
-    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
+    async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         """A quick read (``Statement.quick``: a keyed lookup, or a turn's window) runs inline on the
         loop's thread, any other on a reader thread.
 
@@ -367,12 +368,12 @@ class SqliteDatabase(Database):
         passes, and a delta's fan-out waits for each (bench/README.md, "Load figures"). Listings,
         replays and scans stay on reader threads, where a large result does not hold up every
         session's stream while SQLite reads it."""
-        if getattr(sql, "quick", False):
+        if statement.quick:
             assert self._quick_reader is not None, "database is not open"
-            return self._quick_reader.execute(sql, params or {}).fetchall()
+            return self._quick_reader.execute(statement.sqlite, params or {}).fetchall()
         conn = await self._readers.get()
         try:
-            return list(await conn.execute_fetchall(sql, params or {}))
+            return list(await conn.execute_fetchall(statement.sqlite, params or {}))
         finally:
             self._readers.put_nowait(conn)
 

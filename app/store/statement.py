@@ -1,30 +1,23 @@
-"""A SQL statement as the server issues it: its SQLite text (the string itself, so it serves as SQL
-and as a key), plus where its SQLAlchemy definition is (``app/store/clauses.py``) so that the
-PostgreSQL form is compiled from it on first use. SQLite never needs SQLAlchemy at run time."""
+"""A SQL statement as the server issues it: a frozen value compiled ahead of time from its
+SQLAlchemy definition (``app/store/clauses.py``) into ``app/store/sql.py``, with its text for
+each dialect. Neither engine needs SQLAlchemy to run one.
+
+The database API takes only these, never a ``str``: a plain string would lose its parameters on
+PostgreSQL (which takes them by position), yet run on SQLite.
+
+Invariant: each statement is one object, compared by identity (a write transaction batches
+consecutive uses of the same statement into one ``executemany``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-# Where a statement is defined in app/store/clauses.py: a module-level name, a name and a key of a
-# dict there, or a function there and its keyword arguments.
-Source = tuple[Any, ...]
+from dataclasses import dataclass
 
 
-class Statement(str):
-    source: Source
-    quick: bool  # a read that touches few rows through an index (the SQLite engine runs it inline)
-    _postgres: tuple[str, tuple[str, ...]] | None
-
-    def __new__(cls, sqlite: str, source: Source, *, quick: bool = False) -> Statement:
-        statement = super().__new__(cls, sqlite)
-        statement.source, statement.quick, statement._postgres = source, quick, None
-        return statement
-
-    def for_postgres(self) -> tuple[str, tuple[str, ...]]:
-        """The PostgreSQL text with positional ``$n`` parameters, and the names that fill them."""
-        if self._postgres is None:
-            from app.store import clauses
-
-            self._postgres = clauses.resolve(self.source).for_postgres()
-        return self._postgres
+@dataclass(frozen=True, slots=True, eq=False)
+class Statement:
+    name: str  # where it is defined in app/store/clauses.py (and, for a variant, its flags)
+    sqlite: str  # named parameters (``:name``)
+    postgres: str  # positional parameters (``$n``)...
+    postgres_params: tuple[str, ...]  # ...filled from these named ones, in order
+    quick: bool = False  # a read that touches few rows through an index (the SQLite engine runs it inline)
+    commutes: bool = False  # an upsert a transaction may regroup with other commuting ones (``WriteScope``)

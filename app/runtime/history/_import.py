@@ -38,6 +38,7 @@ from app.runtime.history._export_file import Elements, ExportSyntax, members
 from app.runtime.history._service import COPIED_OPEN, COPY_BATCH, History
 from app.runtime.sessions import SessionService, closed_part, closed_reply, open_reply, project_id
 from app.store import sql
+from app.store.statement import Statement
 
 SessionID = Annotated[str, StringConstraints(pattern=r"^ses_[0-9A-Za-z]{1,64}$")]
 MessageID = Annotated[str, StringConstraints(pattern=r"^msg_[0-9A-Za-z]{1,64}$")]
@@ -201,7 +202,7 @@ class Importer:
         return info
 
     @staticmethod
-    async def _renamed(tx: Transaction, old: list[str], exists: str, kind: str) -> dict[str, str]:
+    async def _renamed(tx: Transaction, old: list[str], exists: Statement, kind: str) -> dict[str, str]:
         """Old id -> id to store: the same ids when all are free, otherwise new ones for all."""
         for item in old:
             if await tx.fetch(exists, {"id": item}):

@@ -16,8 +16,9 @@ from typing import Any
 
 from app.jsonutil import dumps, loads
 from app.store import sql
+from app.store.statement import Statement
 
-Fetch = Callable[[str, dict[str, Any]], Awaitable[Any]]  # a database's or a transaction's fetch
+Fetch = Callable[[Statement, dict[str, Any]], Awaitable[Any]]  # a database's or a transaction's fetch
 
 
 @dataclass(frozen=True, slots=True)

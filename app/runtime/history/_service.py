@@ -31,6 +31,7 @@ from app.runtime.sessions import (
 from app.store import sql
 from app.store.database import Params
 from app.store.queries import MessageWithParts, Queries, RawMessage
+from app.store.statement import Statement
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
 MAX_SEQ = 2**63 - 1
@@ -47,7 +48,7 @@ def _swap(text: str, pairs: list[tuple[str, str]]) -> str:
 
 
 async def _emit_text(
-    tx: Transaction, session: dict[str, Any], event_type: str, payload: str, row: tuple[str, Params]
+    tx: Transaction, session: dict[str, Any], event_type: str, payload: str, row: tuple[Statement, Params]
 ) -> None:
     """A message event of ``session`` whose payload members (after ``sessionID``) are JSON text
     already, with its projection ``row``."""
