@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app.store.database import _head_revision
 from app.store.sqlite import SqliteDatabase, _create_fresh
 
@@ -92,3 +94,15 @@ def test_postgres_text_is_compiled_ahead_from_the_definition() -> None:
     assert set(page.postgres_params) == {"session_id", "bound", "limit"}
     assert page.postgres.count("$") == len(page.postgres_params)
     assert sql.UPSERT_PART.postgres.startswith("INSERT INTO parts") and "$1" in sql.UPSERT_PART.postgres
+
+
+def test_only_the_flag_combinations_callers_reach_are_compiled() -> None:
+    """A combination no caller passes is not in app/store/sql.py, and asking for it says where
+    to declare it."""
+    from app.store import clauses, sql
+
+    assert sql.sessions_page(descending=True, anchored=True, directory=True, search=True, roots=True, before=True)
+    with pytest.raises(LookupError, match=r"VARIANTS in app/store/clauses\.py"):
+        sql.sessions_page(descending=False, anchored=False, directory=False, search=False, before=True)
+    with pytest.raises(ValueError, match="no flags"):
+        clauses._reached(clauses.session_list, ({"unknown": True},))

@@ -21,3 +21,15 @@ class Statement:
     postgres_params: tuple[str, ...]  # ...filled from these named ones, in order
     quick: bool = False  # a read that touches few rows through an index (the SQLite engine runs it inline)
     commutes: bool = False  # an upsert a transaction may regroup with other commuting ones (``WriteScope``)
+
+
+class Variants(dict[tuple[bool, ...], Statement]):
+    """The compiled combinations of one statement's flags, keyed by the flags' values: only those
+    its callers reach (``VARIANTS`` in app/store/clauses.py)."""
+
+    def __init__(self, name: str, compiled: dict[tuple[bool, ...], Statement]) -> None:
+        super().__init__(compiled)
+        self.name = name
+
+    def __missing__(self, flags: tuple[bool, ...]) -> Statement:
+        raise LookupError(f"{self.name}{flags} is not compiled: add it to VARIANTS in app/store/clauses.py")
