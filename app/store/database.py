@@ -101,6 +101,13 @@ class Driver(Protocol):
     async def rows(self, statement: Statement, params: Params) -> list[Row]: ...
 
 
+class Reader(Protocol):
+    """What a store function reads through: the database (what is committed) or an open write
+    transaction (``WriteScope``: its own queued writes too)."""
+
+    async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]: ...
+
+
 class WriteScope:
     """An open write transaction. Statements are queued and sent in batches (consecutive uses of
     one statement become one ``executemany``); reads through ``fetch`` see queued writes."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.jsonutil import loads
 from app.store import sql
-from app.store.database import Database, Row
+from app.store.database import Database, Reader, Row
 
 MessageWithParts = dict[str, Any]
 
@@ -288,3 +288,11 @@ class Queries:
 
     async def sessions_with_unsettled_inputs(self) -> list[str]:
         return [row[0] for row in await self.db.fetch(sql.SESSIONS_WITH_UNSETTLED_INPUTS)]
+
+
+# -- reads inside a write transaction (``Reader``: they see its queued writes) -------------------
+
+
+async def message_id_taken(reader: Reader, message_id: str) -> bool:
+    """Whether any session has a message with this id."""
+    return bool(await reader.fetch(sql.MESSAGE_ID_EXISTS, {"id": message_id}))

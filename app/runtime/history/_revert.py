@@ -40,7 +40,7 @@ from app.runtime.history._diffs import SessionDiffs, plan_revert
 from app.runtime.history._journal import Journal, pending, under_way
 from app.runtime.history._service import History
 from app.runtime.payloads import next_event
-from app.store import sql
+from app.store import inputs, sql
 
 log = logging.getLogger("opensession.revert")
 
@@ -171,9 +171,7 @@ class Reverts:
             await self.files.check(session["directory"], journal.restore)
         async with self.log.transaction() as tx:
             current = await self.sessions.current(tx, session_id)
-            if current.get("revert") != session.get("revert") or await tx.fetch(
-                sql.UNSETTLED_INPUTS, {"session_id": session_id}
-            ):
+            if current.get("revert") != session.get("revert") or await inputs.any_unsettled(tx.scope, session_id):
                 raise SessionBusy(session_id)
             tx.execute(sql.SAVE_REVERT, {"session_id": session_id, "journal": journal.encode()})
         return await self._finish(session, journal)

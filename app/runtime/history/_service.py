@@ -28,7 +28,7 @@ from app.runtime.sessions import (
     open_reply,
     zero_tokens,
 )
-from app.store import sql
+from app.store import inputs, sql
 from app.store.database import Params
 from app.store.queries import MessageWithParts, Queries, RawMessage
 from app.store.statement import Statement
@@ -246,7 +246,7 @@ class History:
                 session_id=session_id,
                 directory=directory,
             )
-            tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
+            inputs.complete(tx.scope, message_id)
         return later
 
     @asynccontextmanager
@@ -267,7 +267,7 @@ class History:
                     session_id=session_id,
                     directory=session["directory"],
                 )
-                tx.execute(sql.COMPLETE_INPUT, {"id": message_id})
+                inputs.complete(tx.scope, message_id)
 
     async def _part(self, session_id: str, message_id: str, part_id: str) -> dict[str, Any]:
         message = await self.get_message(session_id, message_id)

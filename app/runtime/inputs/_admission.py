@@ -30,8 +30,8 @@ from app.runtime.errors import InputConflict, InvalidInput
 from app.runtime.history import History, commit_staged
 from app.runtime.payloads import next_event
 from app.runtime.sessions import SessionService, Topology
-from app.store import sql
-from app.store.queries import InputRow
+from app.store import inputs
+from app.store.queries import InputRow, message_id_taken
 
 DEFAULT_AGENT = "build"
 DELIVERIES = ("steer", "queue")
@@ -261,7 +261,7 @@ class Admission:
                 completed=request.no_reply,
                 time_created=created,
             )
-            tx.execute(sql.INSERT_INPUT, record.as_params())
+            inputs.insert(tx.scope, record)
             if reserve:
                 self.topology.reserve(tx, session_id)
         return Admitted(record, created=True)
@@ -270,11 +270,10 @@ class Admission:
     async def _check_reuse(tx: Transaction, session_id: str, message_id: str, canonical: dict[str, Any]) -> None:
         """A client-chosen id: an identical retry ends admission early (``_Duplicate``), any other
         reuse of the id is a conflict."""
-        rows = await tx.fetch(sql.INPUT_BY_ID, {"id": message_id})
-        if rows:
-            row = InputRow(*rows[0])
+        row = await inputs.by_id(tx.scope, message_id)
+        if row is not None:
             if row.session_id == session_id and loads(row.prompt)["request"] == canonical:
                 raise _Duplicate(row)
             raise InputConflict(message_id)
-        if await tx.fetch(sql.MESSAGE_ID_EXISTS, {"id": message_id}):
+        if await message_id_taken(tx.scope, message_id):
             raise InputConflict(message_id)

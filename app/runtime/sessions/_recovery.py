@@ -28,7 +28,7 @@ from app.runtime.errors import SessionNotFound
 from app.runtime.sessions._closing import closed_part, closed_reply
 from app.runtime.sessions._coordinator import DrainCoordinator
 from app.runtime.sessions._service import SessionService
-from app.store import sql
+from app.store import inputs
 from app.store.queries import Queries
 
 log = logging.getLogger("opensession.recovery")
@@ -116,7 +116,7 @@ async def close_session(
         async with log_.transaction() as tx:
             await _close(tx, session, work, queries, now_ms(), error)
             for input_id in settle:
-                tx.execute(sql.COMPLETE_INPUT, {"id": input_id})
+                inputs.complete(tx.scope, input_id)
 
 
 async def recover(

@@ -23,7 +23,7 @@ from app.jsonutil import readable
 from app.providers.base import Finish, ModelInfo, Usage
 from app.providers.models import step_cost
 from app.runtime.payloads import next_event
-from app.store import sql
+from app.store import inputs, sql
 from app.store.projectors import part_row
 
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
@@ -311,4 +311,4 @@ class AssistantRecorder:
         self.info["time"]["completed"] = now_ms()
         await self.emit_info(tx)
         for input_id in input_ids:
-            tx.execute(sql.COMPLETE_INPUT, {"id": input_id})
+            inputs.complete(tx.scope, input_id)

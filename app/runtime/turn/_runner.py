@@ -63,7 +63,7 @@ from app.runtime.turn._retry import MAX_RETRIES, is_retryable, retry_delay_ms, s
 from app.runtime.turn._steps import CompactionStep, ModelStep, StepKind, StepPlan
 from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls, TurnTools
-from app.store import sql
+from app.store import inputs
 from app.store.queries import InputRow
 
 log = logging.getLogger("opensession.runner")
@@ -203,7 +203,7 @@ class Runner:
         admitted before the abort (``admitted_seq <= through_seq``) are dropped: a prompt that got
         its 204 while the abort was settling is answered by the next drain."""
         async with self.infra.log.db.write() as scope:
-            scope.execute(sql.COMPLETE_INPUTS_THROUGH, {"session_id": session_id, "through_seq": through_seq})
+            inputs.complete_through(scope, session_id, through_seq)
         self.inputs.waiters.settle_session(session_id)
 
     async def _promote(self, tx: Transaction, session: dict[str, Any], batch: list[InputRow]) -> None:
@@ -220,7 +220,8 @@ class Runner:
             if stored.get("deferred"):
                 info = user_message_info(session["id"], row.id, stored, now_ms())
                 await self.history.service.append_message(tx, session, info, stored["parts"])
-            tx.execute(sql.PROMOTE_INPUT, {"id": row.id, "promoted_seq": prompted.seq})
+            assert prompted.seq is not None
+            inputs.promote(tx.scope, row.id, prompted.seq)
 
     async def _step(
         self,

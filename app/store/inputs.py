@@ -1,0 +1,42 @@
+"""Writes to the ``inputs`` table, the durable admission queue, and the reads its writers check
+inside their transactions (``Queries`` lists inputs for everyone else).
+
+Invariant: an input is inserted once, when admitted (with its user message, in one transaction);
+it is promoted when a step takes it and completed when the turn that answers it settles, or when
+the history it entered is removed."""
+
+from __future__ import annotations
+
+from app.store import sql
+from app.store.database import Reader, WriteScope
+from app.store.queries import InputRow
+
+
+def insert(scope: WriteScope, row: InputRow) -> None:
+    scope.execute(sql.INSERT_INPUT, row.as_params())
+
+
+async def by_id(reader: Reader, input_id: str) -> InputRow | None:
+    rows = await reader.fetch(sql.INPUT_BY_ID, {"id": input_id})
+    return InputRow(*rows[0]) if rows else None
+
+
+def promote(scope: WriteScope, input_id: str, seq: int) -> None:
+    """The input entered the history at ``seq`` (a step took it)."""
+    scope.execute(sql.PROMOTE_INPUT, {"id": input_id, "promoted_seq": seq})
+
+
+def complete(scope: WriteScope, input_id: str) -> None:
+    scope.execute(sql.COMPLETE_INPUT, {"id": input_id})
+
+
+def complete_through(scope: WriteScope, session_id: str, through_seq: int) -> None:
+    """Complete every input of the session admitted at or before ``through_seq``."""
+    scope.execute(sql.COMPLETE_INPUTS_THROUGH, {"session_id": session_id, "through_seq": through_seq})
+
+
+async def any_unsettled(reader: Reader, session_id: str, *, admitted_after: int = -1) -> bool:
+    """Whether an input of the session admitted after ``admitted_after`` (a seq) is not completed."""
+    if admitted_after < 0:
+        return bool(await reader.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id}))
+    return bool(await reader.fetch(sql.UNSETTLED_INPUTS_AFTER, {"session_id": session_id, "after_seq": admitted_after}))
