@@ -23,7 +23,7 @@ from app.events.bus import EventBus
 from app.events.model import Event
 from app.events.topology import log_topology
 from app.jsonutil import dumps
-from app.store import sql
+from app.store import events
 from app.store.database import Database, Params, Row, WriteScope
 from app.store.projectors import project
 from app.store.statement import Statement
@@ -81,18 +81,16 @@ class Transaction:
         return event.seq
 
     def _record(self, event: Event, data: str) -> Event:
-        self.scope.append(
-            sql.INSERT_EVENT,
-            {
-                "id": event.cursor,
-                "event_id": event.id,
-                "session_id": event.session_id,
-                "directory": event.directory,
-                "seq": event.seq,
-                "type": event.type,
-                "data": data,
-                "time": event.time,
-            },
+        events.append(
+            self.scope,
+            cursor=event.cursor,
+            event_id=event.id,
+            session_id=event.session_id,
+            directory=event.directory,
+            seq=event.seq,
+            type=event.type,
+            data=data,
+            time=event.time,
         )
         self.events.append(event)
         return event
@@ -129,8 +127,7 @@ class EventLog:
         self.topology = log_topology(db, bus, self.origin, lambda after: self.since(after))
 
     async def start(self) -> None:
-        row = await self.db.fetch_one(sql.MAX_CURSOR)
-        self._cursor = int(row[0]) if row else 0
+        self._cursor = await events.newest_cursor(self.db)
         self.bus.cursor = self._cursor
         await self.topology.start()
 
@@ -144,16 +141,14 @@ class EventLog:
     async def next_seq(self, scope: WriteScope, session_id: str) -> int:
         last = self.topology.last_seq(session_id)
         if last is None:
-            rows = await scope.fetch(sql.MAX_SEQ, {"session_id": session_id})
-            last = rows[0][0] if rows and rows[0][0] is not None else -1
+            last = await events.last_seq(scope, session_id)
         return last + 1
 
     async def committed_seq(self, session_id: str) -> int:
         """The session's last committed ``seq`` (-1 before its first event)."""
         last = self.topology.committed_seq(session_id)
         if last is None:
-            row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
-            last = row[0] if row and row[0] is not None else -1
+            last = await events.last_seq(self.db, session_id)
         return last
 
     async def beyond(self, position: int, *, session_id: str | None = None) -> int | None:
@@ -165,14 +160,12 @@ class EventLog:
         if session_id is None:
             if position <= self.bus.cursor:
                 return None
-            row = await self.db.fetch_one(sql.MAX_CURSOR)
-            head = int(row[0]) if row else 0
+            head = await events.newest_cursor(self.db)
         else:
             known = self.topology.committed_seq(session_id)
             if known is not None and position <= known:
                 return None
-            row = await self.db.fetch_one(sql.MAX_SEQ, {"session_id": session_id})
-            head = row[0] if row and row[0] is not None else -1
+            head = await events.last_seq(self.db, session_id)
         return head if position > head else None
 
     @asynccontextmanager
@@ -195,15 +188,10 @@ class EventLog:
 
     async def session_since(self, session_id: str, after: int, *, limit: int = 1000) -> list[Event]:
         """A session's durable events with ``seq > after``, in sequence order."""
-        rows = await self.db.fetch(sql.SESSION_EVENTS_AFTER, {"session_id": session_id, "after": after, "limit": limit})
+        rows = await events.of_session_after(self.db, session_id, after, limit)
         return [_row_to_event(row) for row in rows]
 
     async def since(self, cursor: int, *, limit: int = 1000, directory: str | None = None) -> list[Event]:
         """Durable events after a whole-server cursor, oldest first."""
-        if directory is None:
-            rows = await self.db.fetch(sql.EVENTS_SINCE, {"cursor": cursor, "limit": limit})
-        else:
-            rows = await self.db.fetch(
-                sql.EVENTS_SINCE_IN_DIRECTORY, {"cursor": cursor, "limit": limit, "directory": directory}
-            )
+        rows = await events.since(self.db, cursor, limit, directory)
         return [_row_to_event(row) for row in rows]

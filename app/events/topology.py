@@ -19,7 +19,8 @@ from typing import Protocol
 from app.events.bus import EventBus
 from app.events.model import Event
 from app.events.relay import CHANNEL, ClusterRelay, Since, notifications
-from app.store import sql
+from app.store import events as stored_events
+from app.store import leases
 from app.store.database import Database, WriteScope
 
 # The drain lease a task writes under, on a shared database: ``(session_id, owner, token)``. Set by
@@ -121,19 +122,18 @@ class ClusterLogTopology:
         return None
 
     async def opened(self, scope: WriteScope) -> int | None:
-        rows = await scope.fetch(sql.MAX_CURSOR)
+        cursor = await stored_events.newest_cursor(scope)
         fence = FENCE.get()
         if fence is not None:
             session_id, owner, token = fence
-            lease = await scope.fetch(sql.LEASE, {"session_id": session_id})
-            if not lease or (lease[0][0], lease[0][1]) != (owner, token):
+            if await leases.holder(scope, session_id) != (owner, token):
                 raise LeaseLost(session_id)
-        return int(rows[0][0])
+        return cursor
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
         # Delivered by the database at commit, in commit order.
         for payload in notifications(self.origin, events):
-            scope.execute(sql.NOTIFY, {"channel": CHANNEL, "payload": payload})
+            stored_events.notify(scope, CHANNEL, payload)
         scope.when_durable(lambda: self._relay.committed(events))
 
     def publish(self, event: Event) -> None:

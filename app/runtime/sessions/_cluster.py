@@ -46,7 +46,7 @@ from app.runtime.sessions._coordinator import Lease
 from app.runtime.sessions._recovery import StepChanges, close_session
 from app.runtime.sessions._service import SessionService
 from app.runtime.sessions._topology import Controlled, Handler, Memo, Patience, Takeover
-from app.store import sql
+from app.store import events, inputs, leases
 
 log = logging.getLogger("opensession.cluster")
 
@@ -101,7 +101,7 @@ class ClusterTopology:
                     await task
         with suppress(Exception):
             async with self.db.write() as scope:
-                scope.execute(sql.LEASE_RENEW, {"owner": self.origin, "expires_at": 0})
+                leases.renew(scope, self.origin, 0)
 
     def on_takeover(self, finish: Takeover) -> None:
         self.takeovers.append(finish)
@@ -120,25 +120,22 @@ class ClusterTopology:
     def reserve(self, tx: Transaction, session_id: str) -> None:
         """In an admission's transaction: the session's lease for this process if nobody has it
         (its drain claims it next), so every process reads the session busy from this commit."""
-        params = {"session_id": session_id, "owner": self.origin, "expires_at": now_ms() + self.lease_ms}
-        tx.execute(sql.LEASE_RESERVE, params)
+        leases.reserve(tx.scope, session_id, self.origin, now_ms() + self.lease_ms)
 
     async def claim(self, session_id: str) -> Lease | None:
         """The new lease, or None when another live process drains the session (it has been
         told to wake). A takeover from a dead owner closes what it left open first."""
         now = now_ms()
         async with self.db.write() as scope:
-            before = await scope.fetch(sql.LEASE, {"session_id": session_id})
-            params = {"session_id": session_id, "owner": self.origin, "expires_at": now + self.lease_ms, "now": now}
-            taken = await scope.fetch(sql.LEASE_ACQUIRE, params)
-            last = await scope.fetch(sql.MAX_SEQ, {"session_id": session_id}) if taken else []
-        previous = before[0][0] if before else None
-        if not taken:
+            before = await leases.holder(scope, session_id)
+            token = await leases.acquire(scope, session_id, self.origin, now + self.lease_ms, now)
+            last = await events.last_seq(scope, session_id) if token is not None else -1
+        previous = before[0] if before else None
+        if token is None:
             if previous is not None:
                 await self.send(previous, "wake", session_id)
             return None
-        token = int(taken[0][0])
-        lease = Lease(token, last[0][0] if last and last[0][0] is not None else -1)
+        lease = Lease(token, last)
         if previous is not None and previous != self.origin:
             log.info("taking over %s from %s", session_id, previous)
             fenced = FENCE.set((session_id, self.origin, token))  # the closing writes check the new lease
@@ -162,16 +159,16 @@ class ClusterTopology:
         admitted after it waits, checked in the same transaction (admissions are writes too, so
         none slips in between). Returns whether it was given up."""
         async with self.db.write() as scope:
-            if unless_admitted_after is not None:
-                params = {"session_id": session_id, "after_seq": unless_admitted_after}
-                if await scope.fetch(sql.UNSETTLED_INPUTS_AFTER, params):
-                    return False
-            scope.execute(sql.LEASE_RELEASE, {"session_id": session_id, "owner": self.origin, "token": lease.token})
+            if unless_admitted_after is not None and await inputs.any_unsettled(
+                scope, session_id, admitted_after=unless_admitted_after
+            ):
+                return False
+            leases.release(scope, session_id, self.origin, lease.token)
         return True
 
     async def owners(self) -> dict[str, str]:
         """Sessions drained right now, anywhere in the cluster: session id -> owner."""
-        return {row[0]: row[1] for row in await self.db.fetch(sql.LIVE_LEASES, {"now": now_ms()})}
+        return await leases.live(self.db, now_ms())
 
     async def drained_elsewhere(self) -> set[str]:
         return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}
@@ -187,7 +184,7 @@ class ClusterTopology:
     async def holders(self) -> dict[str, str]:
         """Every session with a lease, live or expired (about to be taken over): session id ->
         owner. Each of them is busy."""
-        return {row[0]: row[1] for row in await self.db.fetch(sql.ALL_LEASES)}
+        return {session_id: owner for session_id, owner, _ in await leases.every(self.db)}
 
     async def _watch(self) -> None:
         """Renew this process's leases; wake the sessions whose lease expired (a takeover), and
@@ -199,14 +196,14 @@ class ClusterTopology:
             await asyncio.sleep(interval)
             try:
                 async with self.db.write() as scope:
-                    scope.execute(sql.LEASE_RENEW, {"owner": self.origin, "expires_at": now_ms() + self.lease_ms})
-                leases = await self.db.fetch(sql.ALL_LEASES)
+                    leases.renew(scope, self.origin, now_ms() + self.lease_ms)
+                held = await leases.every(self.db)
             except Exception:
                 log.exception("lease renewal failed")
                 continue
             assert self._target is not None
             now, seen, unused = now_ms(), unused, set()
-            for session_id, owner, expires_at in leases:
+            for session_id, owner, expires_at in held:
                 if self._target.is_active(session_id):
                     continue
                 if expires_at < now:

@@ -1,0 +1,64 @@
+"""The ``events`` table: the durable log, append-only. Written only by the event log
+(``app/events/log.py``), which numbers the events (``cursor`` server-wide, ``seq`` per session)."""
+
+from __future__ import annotations
+
+from app.store import sql
+from app.store.database import Reader, Row, WriteScope
+
+
+def append(
+    scope: WriteScope,
+    *,
+    cursor: int,
+    event_id: str,
+    session_id: str | None,
+    directory: str | None,
+    seq: int | None,
+    type: str,
+    data: str,
+    time: int,
+) -> None:
+    """Queue one event; appends are sent after the transaction's other writes (``WriteScope.append``)."""
+    scope.append(
+        sql.INSERT_EVENT,
+        {
+            "id": cursor,
+            "event_id": event_id,
+            "session_id": session_id,
+            "directory": directory,
+            "seq": seq,
+            "type": type,
+            "data": data,
+            "time": time,
+        },
+    )
+
+
+async def newest_cursor(reader: Reader) -> int:
+    """The newest event's cursor (0 for an empty log)."""
+    rows = await reader.fetch(sql.MAX_CURSOR)
+    return int(rows[0][0]) if rows else 0
+
+
+async def last_seq(reader: Reader, session_id: str) -> int:
+    """The session's newest ``seq`` (-1 before its first event)."""
+    rows = await reader.fetch(sql.MAX_SEQ, {"session_id": session_id})
+    return int(rows[0][0]) if rows and rows[0][0] is not None else -1
+
+
+async def of_session_after(reader: Reader, session_id: str, after: int, limit: int) -> list[Row]:
+    """Up to ``limit`` of the session's events past ``seq`` ``after``, in order."""
+    return await reader.fetch(sql.SESSION_EVENTS_AFTER, {"session_id": session_id, "after": after, "limit": limit})
+
+
+async def since(reader: Reader, cursor: int, limit: int, directory: str | None = None) -> list[Row]:
+    """Up to ``limit`` events past ``cursor`` (of one directory), in order."""
+    if directory is None:
+        return await reader.fetch(sql.EVENTS_SINCE, {"cursor": cursor, "limit": limit})
+    return await reader.fetch(sql.EVENTS_SINCE_IN_DIRECTORY, {"cursor": cursor, "limit": limit, "directory": directory})
+
+
+def notify(scope: WriteScope, channel: str, payload: str) -> None:
+    """A notification sent when the transaction commits (PostgreSQL)."""
+    scope.execute(sql.NOTIFY, {"channel": channel, "payload": payload})
