@@ -31,7 +31,8 @@ from app.runtime.agents._requests import PendingRequests
 from app.runtime.errors import PermissionNotFound
 from app.runtime.payloads import next_event
 from app.runtime.sessions import Memo
-from app.store import sql
+from app.store import saved_permissions
+from app.store.saved_permissions import SavedPermission
 
 REPLIES = ("once", "always", "reject")
 PERMISSION_OF = {"write": "edit", "apply_patch": "edit"}  # tools checked under another tool's permission
@@ -127,8 +128,8 @@ class Permissions(PendingRequests[Pending]):
         if kept is not None:
             return kept
         saves = self._saves
-        rows = await self.log.db.fetch(sql.SAVED_PERMISSIONS, {"project_id": project_id})
-        rules = [{"permission": row[2], "pattern": row[3], "action": "allow"} for row in rows]
+        saved = await saved_permissions.of_project(self.log.db, project_id)
+        rules = [{"permission": s.permission, "pattern": s.pattern, "action": "allow"} for s in saved]
         if saves == self._saves:
             self._saved[project_id] = rules
         return rules
@@ -239,24 +240,18 @@ class Permissions(PendingRequests[Pending]):
         async with self.log.db.write() as scope:
             scope.when_durable(self._changed_saved)  # once readers see it
             for pattern in pending.info["always"]:
-                scope.execute(
-                    sql.INSERT_SAVED_PERMISSION,
-                    {
-                        "id": ids.new_id("permission"),
-                        "project_id": pending.project_id,
-                        "permission": pending.info["permission"],
-                        "pattern": pattern,
-                        "time_created": now_ms(),
-                    },
+                saved = SavedPermission(
+                    ids.new_id("permission"), pending.project_id, pending.info["permission"], pattern, now_ms()
                 )
+                saved_permissions.save(scope, saved)
 
     async def saved(self) -> list[dict[str, Any]]:
-        rows = await self.log.db.fetch(sql.ALL_SAVED_PERMISSIONS)
-        return [{"id": row[0], "projectID": row[1], "action": row[2], "resource": row[3]} for row in rows]
+        every = await saved_permissions.every(self.log.db)
+        return [{"id": s.id, "projectID": s.project_id, "action": s.permission, "resource": s.pattern} for s in every]
 
     async def forget(self, saved_id: str) -> None:
         async with self.log.db.write() as scope:
-            scope.execute(sql.DELETE_SAVED_PERMISSION, {"id": saved_id})
+            saved_permissions.forget(scope, saved_id)
             scope.when_durable(self._changed_saved)  # once readers see it
 
 

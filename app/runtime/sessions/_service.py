@@ -16,7 +16,7 @@ from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.runtime.errors import Conflict, ProjectNotFound, SessionNotFound
 from app.runtime.sessions._project import forget, init_repository, project_id, project_info, projects, with_settings
-from app.store import sql
+from app.store import project_settings, sql
 from app.store.queries import Queries
 
 # Sessions a long list reads per query (``SessionService.walk``): what it holds in memory at once.
@@ -132,7 +132,7 @@ class SessionService:
         """The projects this server knows: ``current``'s, then those its sessions are in, each with
         what clients set on it."""
         found = await projects(current, await self.queries.session_directories())
-        settings = {row[0]: (loads(row[1]), int(row[2])) for row in await self.log.db.fetch(sql.ALL_PROJECTS)}
+        settings = await project_settings.every_settings(self.log.db)
         for info in found:
             if info["id"] in settings:
                 with_settings(info, *settings[info["id"]])
@@ -141,8 +141,8 @@ class SessionService:
     async def current_project(self, directory: str) -> dict[str, Any]:
         """``directory``'s project, with what clients set on it."""
         info = await project_info(directory)
-        row = await self.log.db.fetch_one(sql.PROJECT, {"id": info["id"]})
-        return with_settings(info, loads(row[0]), int(row[1])) if row else info
+        found = await project_settings.settings(self.log.db, info["id"])
+        return with_settings(info, *found) if found else info
 
     async def init_git(self, directory: str) -> dict[str, Any]:
         """``git init`` in ``directory`` unless it is in a git work tree already; its project then
@@ -163,15 +163,15 @@ class SessionService:
         if project_id not in known:
             raise ProjectNotFound(project_id)
         async with self.log.db.write(urgent=True) as scope:
-            rows = await scope.fetch(sql.PROJECT, {"id": project_id})
-            settings: dict[str, Any] = loads(rows[0][0]) if rows else {}
+            stored = await project_settings.settings(scope, project_id)
+            settings: dict[str, Any] = stored[0] if stored else {}
             if "name" in changes:
                 settings["name"] = changes["name"]
             for key in ("icon", "commands"):
                 if key in changes:
                     settings[key] = {**settings.get(key, {}), **changes[key]}
-            updated = max(now_ms(), int(rows[0][1]) + 1 if rows else 0)
-            scope.execute(sql.UPSERT_PROJECT, {"id": project_id, "info": dumps(settings), "time_updated": updated})
+            updated = max(now_ms(), stored[1] + 1 if stored else 0)
+            project_settings.save_settings(scope, project_id, settings, updated)
         info = with_settings(known[project_id], settings, updated)
         self.log.publish(Event("project.updated", info, None, None))
         return info

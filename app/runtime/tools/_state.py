@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.events.log import EventLog
 from app.events.model import Event
-from app.jsonutil import dumps, loads
 from app.runtime.abort import AbortSignal
 from app.runtime.tools._settings import ToolSettings
 from app.runtime.workspace import Workspace
-from app.store import sql
+from app.store import todo_lists
 
 if TYPE_CHECKING:  # _skills needs _base, which needs this module
     from app.runtime.tools._skills import Skills
@@ -48,12 +47,11 @@ class TodoStore:
         self.log = log
 
     async def get(self, session_id: str) -> list[dict[str, Any]]:
-        row = await self.log.db.fetch_one(sql.TODOS, {"session_id": session_id})
-        return loads(row[0]) if row else []
+        return await todo_lists.of_session(self.log.db, session_id)
 
     async def replace(self, session: dict[str, Any], todos: list[dict[str, Any]]) -> None:
         async with self.log.db.write() as scope:
-            scope.execute(sql.UPSERT_TODOS, {"session_id": session["id"], "todos": dumps(todos)})
+            todo_lists.replace(scope, session["id"], todos)
         self.log.publish(
             Event("todo.updated", {"sessionID": session["id"], "todos": todos}, session["id"], session["directory"])
         )
