@@ -24,9 +24,8 @@ from app.events.model import Event
 from app.events.topology import log_topology
 from app.jsonutil import dumps
 from app.store import events
-from app.store.database import Database, Params, Row, WriteScope
-from app.store.projectors import project
-from app.store.statement import Statement
+from app.store.database import Database, Row, WriteScope
+from app.store.projectors import Projection, project
 
 
 class Transaction:
@@ -63,7 +62,7 @@ class Transaction:
         *,
         session_id: str,
         directory: str | None,
-        rows: list[tuple[Statement, Params]],
+        rows: list[Projection],
     ) -> Event:
         """``emit`` for a payload that is already JSON text (bulk copies): ``rows`` are its
         projection, built by the caller from the same text, so nothing is decoded or re-encoded.
@@ -98,13 +97,6 @@ class Transaction:
     def publish(self, event: Event) -> None:
         """Queue an ephemeral event (``Event(...)``), published after commit in order."""
         self.events.append(event)
-
-    def execute(self, statement: Statement, params: Params) -> None:
-        """Queue a statement outside the projections (admission-queue bookkeeping)."""
-        self.scope.execute(statement, params)
-
-    async def fetch(self, statement: Statement, params: Params) -> list[Row]:
-        return await self.scope.fetch(statement, params)
 
 
 def _row_to_event(row: Row) -> Event:

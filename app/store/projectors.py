@@ -1,6 +1,8 @@
 """Projectors: each durable event type updates the query tables, inside the transaction that
 appends the event. Nothing else writes ``sessions``, ``messages`` or ``parts`` (apart from
-streaming checkpoints of a part's text), so the tables can always be rebuilt from the log."""
+streaming checkpoints of a part's text, ``checkpoint_part``), so the tables can always be rebuilt
+from the log. An event whose payload is JSON text already (bulk copies) brings its projection
+built from the same text (``message_projection``, ``part_projection``)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,14 @@ from typing import Any
 
 from app.jsonutil import dumps
 from app.store import sql
-from app.store.database import WriteScope
+from app.store.database import Params, WriteScope
+from app.store.statement import Statement
 
 # A projector gets the transaction, the event's properties and its per-session sequence number.
 Projector = Callable[[WriteScope, dict[str, Any], int], None]
+# An encoded event's projection: a statement and its row (a ``seq`` in it is the event's, filled in
+# by the log).
+Projection = tuple[Statement, Params]
 
 
 def session_row(info: dict[str, Any]) -> dict[str, Any]:
@@ -29,6 +35,23 @@ def session_row(info: dict[str, Any]) -> dict[str, Any]:
 
 def part_row(part: dict[str, Any]) -> dict[str, Any]:
     return {"id": part["id"], "message_id": part["messageID"], "session_id": part["sessionID"], "data": dumps(part)}
+
+
+def message_projection(message_id: str, session_id: str, role: str, time_created: int, info: str) -> Projection:
+    """The row of a ``message.updated`` event whose ``info`` is JSON text."""
+    row = {"id": message_id, "session_id": session_id, "role": role, "time_created": time_created, "info": info}
+    return sql.UPSERT_MESSAGE, row | {"seq": 0}
+
+
+def part_projection(part_id: str, message_id: str, session_id: str, data: str) -> Projection:
+    """The row of a ``message.part.updated`` event whose part is JSON text."""
+    return sql.UPSERT_PART, {"id": part_id, "message_id": message_id, "session_id": session_id, "data": data}
+
+
+def checkpoint_part(scope: WriteScope, part: dict[str, Any]) -> None:
+    """Store a streaming part's text so far, without an event: a crash keeps what was streamed
+    (the part's own event, when it ends, projects the same row)."""
+    scope.execute(sql.UPSERT_PART, part_row(part))
 
 
 def _session_upserted(scope: WriteScope, props: dict[str, Any], seq: int) -> None:

@@ -64,8 +64,7 @@ class Queries:
         self.db = db
 
     async def session(self, session_id: str) -> dict[str, Any] | None:
-        row = await self.db.fetch_one(sql.SESSION_INFO, {"id": session_id})
-        return loads(row[0]) if row else None
+        return await session_info(self.db, session_id)
 
     async def sessions(
         self,
@@ -293,6 +292,36 @@ class Queries:
 # -- reads inside a write transaction (``Reader``: they see its queued writes) -------------------
 
 
+async def session_info(reader: Reader, session_id: str) -> dict[str, Any] | None:
+    rows = await reader.fetch(sql.SESSION_INFO, {"id": session_id})
+    return loads(rows[0][0]) if rows else None
+
+
+async def session_exists(reader: Reader, session_id: str) -> bool:
+    return bool(await reader.fetch(sql.SESSION_INFO, {"id": session_id}))
+
+
 async def message_id_taken(reader: Reader, message_id: str) -> bool:
     """Whether any session has a message with this id."""
     return bool(await reader.fetch(sql.MESSAGE_ID_EXISTS, {"id": message_id}))
+
+
+async def part_id_taken(reader: Reader, part_id: str) -> bool:
+    """Whether any message has a part with this id."""
+    return bool(await reader.fetch(sql.PART_ID_EXISTS, {"id": part_id}))
+
+
+async def message_seq(reader: Reader, session_id: str, message_id: str) -> int | None:
+    """The position at which the message entered the session's history."""
+    rows = await reader.fetch(sql.MESSAGE_SEQ, {"id": message_id, "session_id": session_id})
+    return int(rows[0][0]) if rows else None
+
+
+async def message_ids_from_seq(reader: Reader, session_id: str, seq: int) -> list[str]:
+    """The messages that entered the session at or after ``seq``, in entry order."""
+    return [row[0] for row in await reader.fetch(sql.MESSAGES_FROM_SEQ, {"session_id": session_id, "seq": seq})]
+
+
+async def part_ids_from(reader: Reader, message_id: str, part_id: str) -> list[str]:
+    """The message's parts from ``part_id`` on, in order."""
+    return [row[0] for row in await reader.fetch(sql.PART_IDS_FROM, {"message_id": message_id, "part_id": part_id})]

@@ -22,7 +22,7 @@ from app.jsonutil import dumps
 from app.providers.base import ModelInfo
 from app.runtime.errors import Conflict
 from app.runtime.history._context import tool_result
-from app.store import sql
+from app.store import snapshots
 from app.store.queries import MessageWithParts, Queries
 
 SUMMARY_SYSTEM = (
@@ -115,20 +115,17 @@ class Snapshots:
         first (checked inside the write transaction, so exactly one of two racing writers wins)."""
         snapshot = Snapshot(session_id, replaces + 1, through_seq, message_id, reason, summary, now_ms())
         async with self.log.db.write() as scope:
-            rows = await scope.fetch(sql.LATEST_SNAPSHOT, {"session_id": session_id})
-            current = rows[0][1] if rows else 0
+            current = await snapshots.latest_version(scope, session_id)
             if current != replaces:
                 raise Conflict(f"Snapshot of {session_id} is at version {current}, not {replaces}", session_id)
-            scope.execute(
-                sql.INSERT_SNAPSHOT,
-                {
-                    "session_id": snapshot.session_id,
-                    "version": snapshot.version,
-                    "through_seq": snapshot.through_seq,
-                    "message_id": snapshot.message_id,
-                    "reason": snapshot.reason,
-                    "summary": snapshot.summary,
-                    "time_created": snapshot.time_created,
-                },
+            snapshots.insert(
+                scope,
+                session_id=snapshot.session_id,
+                version=snapshot.version,
+                through_seq=snapshot.through_seq,
+                message_id=snapshot.message_id,
+                reason=snapshot.reason,
+                summary=snapshot.summary,
+                time_created=snapshot.time_created,
             )
         return snapshot

@@ -23,7 +23,7 @@ size).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Annotated, Any, Literal
 
@@ -37,8 +37,8 @@ from app.runtime.errors import Conflict, InvalidInput
 from app.runtime.history._export_file import Elements, ExportSyntax, members
 from app.runtime.history._service import COPIED_OPEN, COPY_BATCH, History
 from app.runtime.sessions import SessionService, closed_part, closed_reply, open_reply, project_id
-from app.store import sql
-from app.store.statement import Statement
+from app.store.database import Reader
+from app.store.queries import message_id_taken, part_id_taken, session_exists
 
 SessionID = Annotated[str, StringConstraints(pattern=r"^ses_[0-9A-Za-z]{1,64}$")]
 MessageID = Annotated[str, StringConstraints(pattern=r"^msg_[0-9A-Za-z]{1,64}$")]
@@ -175,13 +175,13 @@ class Importer:
         now = now_ms()
         info["time"] = {**source["time"], **{k: min(source["time"][k], now) for k in ("created", "updated")}}
         async with self.log.transaction() as tx:
-            if await tx.fetch(sql.SESSION_INFO, {"id": info["id"]}):
+            if await session_exists(tx.scope, info["id"]):
                 raise Conflict(f"Session {info['id']} already exists (imported before?): nothing imported", info["id"])
             parent = source.get("parentID")
-            if isinstance(parent, str) and await tx.fetch(sql.SESSION_INFO, {"id": parent}):
+            if isinstance(parent, str) and await session_exists(tx.scope, parent):
                 info["parentID"] = parent  # a child keeps its parent only when the parent is here
-            messages = await self._renamed(tx, checked.messages, sql.MESSAGE_ID_EXISTS, "message")
-            parts = await self._renamed(tx, checked.parts, sql.PART_ID_EXISTS, "part")
+            messages = await self._renamed(tx, checked.messages, message_id_taken, "message")
+            parts = await self._renamed(tx, checked.parts, part_id_taken, "part")
             revert = source.get("revert")
             if isinstance(revert, dict) and revert.get("messageID") in messages:
                 info["revert"] = {"messageID": messages[revert["messageID"]]}
@@ -202,9 +202,11 @@ class Importer:
         return info
 
     @staticmethod
-    async def _renamed(tx: Transaction, old: list[str], exists: Statement, kind: str) -> dict[str, str]:
+    async def _renamed(
+        tx: Transaction, old: list[str], taken: Callable[[Reader, str], Awaitable[bool]], kind: str
+    ) -> dict[str, str]:
         """Old id -> id to store: the same ids when all are free, otherwise new ones for all."""
         for item in old:
-            if await tx.fetch(exists, {"id": item}):
+            if await taken(tx.scope, item):
                 return {item: ids.new_id(kind) for item in old}
         return {item: item for item in old}

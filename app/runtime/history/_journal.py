@@ -10,15 +10,12 @@ restore, leaves the same files and marker.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from app.jsonutil import dumps, loads
-from app.store import sql
-from app.store.statement import Statement
-
-Fetch = Callable[[Statement, dict[str, Any]], Awaitable[Any]]  # a database's or a transaction's fetch
+from app.store import reverts
+from app.store.database import Reader, WriteScope
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +30,21 @@ class Journal:
         return dumps({"restore": self.restore, "marker": self.marker})
 
 
-async def pending(fetch: Fetch, session_id: str) -> Journal | None:
+async def pending(reader: Reader, session_id: str) -> Journal | None:
     """The session's journal, if a revert or unrevert is under way."""
-    rows = await fetch(sql.REVERT, {"session_id": session_id})
-    if not rows:
+    text = await reverts.journal(reader, session_id)
+    if text is None:
         return None
-    data = loads(rows[0][0])
+    data = loads(text)
     return Journal(data["restore"], data["marker"])
 
 
-async def under_way(fetch: Fetch) -> list[str]:
-    """The sessions with a journal."""
-    return [row[0] for row in await fetch(sql.REVERTS_UNDER_WAY, {})]
+def record(scope: WriteScope, session_id: str, journal: Journal) -> None:
+    reverts.save(scope, session_id, journal.encode())
+
+
+def finished(scope: WriteScope, session_id: str) -> None:
+    reverts.drop(scope, session_id)
+
+
+under_way = reverts.under_way  # the sessions with a journal

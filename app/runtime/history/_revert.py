@@ -37,10 +37,10 @@ from typing import Any
 from app.events.log import EventLog, Transaction
 from app.runtime.errors import MessageNotFound, RevertFailed, SessionBusy, SessionNotFound
 from app.runtime.history._diffs import SessionDiffs, plan_revert
-from app.runtime.history._journal import Journal, pending, under_way
+from app.runtime.history._journal import Journal, finished, pending, record, under_way
 from app.runtime.history._service import History
 from app.runtime.payloads import next_event
-from app.store import inputs, sql
+from app.store import inputs
 
 log = logging.getLogger("opensession.revert")
 
@@ -50,7 +50,7 @@ async def commit_staged(tx: Transaction, history: History, session: dict[str, An
     removed message ids. A marker whose message is already gone is simply cleared. SessionBusy
     while a revert or unrevert is under way: its files are moving, and a prompt admitted now
     would land between the two halves of it."""
-    if await pending(tx.fetch, session["id"]) is not None:
+    if await pending(tx.scope, session["id"]) is not None:
         raise SessionBusy(session["id"])
     revert = session.get("revert")
     if not revert:
@@ -138,7 +138,7 @@ class Reverts:
         """At start: finish every revert and unrevert a stop interrupted. One that another live
         process holds is its own (or, once that process is dead, its taker's: see
         ``finish_taken_over``); one whose files cannot be restored now stays, and says why."""
-        for session_id in await under_way(self.log.db.fetch):
+        for session_id in await under_way(self.log.db):
             try:
                 async with self.history.still(session_id) as session:
                     await self._finish_interrupted(session)
@@ -158,7 +158,7 @@ class Reverts:
     async def _finish_interrupted(self, session: dict[str, Any]) -> dict[str, Any]:
         """``session`` (held still) once the revert or unrevert a stop left under way in it,
         if any, is finished."""
-        journal = await pending(self.log.db.fetch, session["id"])
+        journal = await pending(self.log.db, session["id"])
         return session if journal is None else await self._finish(session, journal)
 
     async def _run(self, session: dict[str, Any], journal: Journal) -> dict[str, Any]:
@@ -173,7 +173,7 @@ class Reverts:
             current = await self.sessions.current(tx, session_id)
             if current.get("revert") != session.get("revert") or await inputs.any_unsettled(tx.scope, session_id):
                 raise SessionBusy(session_id)
-            tx.execute(sql.SAVE_REVERT, {"session_id": session_id, "journal": journal.encode()})
+            record(tx.scope, session_id, journal)
         return await self._finish(session, journal)
 
     async def _finish(self, session: dict[str, Any], journal: Journal) -> dict[str, Any]:
@@ -205,5 +205,5 @@ class Reverts:
             info = await self.sessions.mutate(tx, session_id, record)
             await tx.emit(event, props, session_id=session_id, directory=directory)
             await self.diffs.publish(tx, info, diffs)
-            tx.execute(sql.DELETE_SESSION_ROWS["reverts"], {"session_id": session_id})
+            finished(tx.scope, session_id)
         return await self.sessions.get(session_id)  # a copy: the one in the events stays as sent

@@ -28,10 +28,9 @@ from app.runtime.sessions import (
     open_reply,
     zero_tokens,
 )
-from app.store import inputs, sql
-from app.store.database import Params
-from app.store.queries import MessageWithParts, Queries, RawMessage
-from app.store.statement import Statement
+from app.store import inputs
+from app.store.projectors import Projection, message_projection, part_projection
+from app.store.queries import MessageWithParts, Queries, RawMessage, message_ids_from_seq, message_seq, part_ids_from
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
 MAX_SEQ = 2**63 - 1
@@ -47,9 +46,7 @@ def _swap(text: str, pairs: list[tuple[str, str]]) -> str:
     return text
 
 
-async def _emit_text(
-    tx: Transaction, session: dict[str, Any], event_type: str, payload: str, row: tuple[Statement, Params]
-) -> None:
+async def _emit_text(tx: Transaction, session: dict[str, Any], event_type: str, payload: str, row: Projection) -> None:
     """A message event of ``session`` whose payload members (after ``sessionID``) are JSON text
     already, with its projection ``row``."""
     await tx.emit_encoded(
@@ -64,15 +61,15 @@ async def _emit_text(
 async def _emit_message_text(
     tx: Transaction, session: dict[str, Any], message_id: str, role: str, created: int, info: str
 ) -> None:
-    row = {"id": message_id, "session_id": session["id"], "role": role, "time_created": created, "info": info, "seq": 0}
-    await _emit_text(tx, session, "message.updated", f'"info":{info}', (sql.UPSERT_MESSAGE, row))
+    row = message_projection(message_id, session["id"], role, created, info)
+    await _emit_text(tx, session, "message.updated", f'"info":{info}', row)
 
 
 async def _emit_part_text(
     tx: Transaction, session: dict[str, Any], message_id: str, part_id: str, part: str, time: int
 ) -> None:
-    row = {"id": part_id, "message_id": message_id, "session_id": session["id"], "data": part}
-    await _emit_text(tx, session, "message.part.updated", f'"part":{part},"time":{time}', (sql.UPSERT_PART, row))
+    row = part_projection(part_id, message_id, session["id"], part)
+    await _emit_text(tx, session, "message.part.updated", f'"part":{part},"time":{time}', row)
 
 
 class History:
@@ -230,12 +227,12 @@ class History:
         """Remove ``up_to`` (or, with ``part_id``, that part and the later parts of it) and every
         message that entered the session after it; returns the removed message ids."""
         session_id, directory = session["id"], session["directory"]
-        rows = await tx.fetch(sql.MESSAGE_SEQ, {"id": up_to, "session_id": session_id})
-        if not rows:
+        seq = await message_seq(tx.scope, session_id, up_to)
+        if seq is None:
             raise MessageNotFound(session_id, up_to)
-        later = [row[0] for row in await tx.fetch(sql.MESSAGES_FROM_SEQ, {"session_id": session_id, "seq": rows[0][0]})]
+        later = await message_ids_from_seq(tx.scope, session_id, seq)
         if part_id is not None:
-            for (doomed_part,) in await tx.fetch(sql.PART_IDS_FROM, {"message_id": up_to, "part_id": part_id}):
+            for doomed_part in await part_ids_from(tx.scope, up_to, part_id):
                 props = {"sessionID": session_id, "messageID": up_to, "partID": doomed_part}
                 await tx.emit("message.part.removed", props, session_id=session_id, directory=directory)
             later.remove(up_to)

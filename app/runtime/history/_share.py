@@ -14,7 +14,7 @@ from app.events.log import EventLog
 from app.events.model import Event
 from app.runtime.errors import ShareNotFound
 from app.runtime.history._service import History
-from app.store import sql
+from app.store import shares
 from app.store.queries import MessageWithParts
 
 
@@ -34,13 +34,13 @@ class Shares:
             session = await self.sessions.current(tx, session_id)
             if session.get("share"):
                 return session
-            tx.execute(sql.INSERT_SHARE, {"token": token, "session_id": session_id, "time_created": now_ms()})
+            shares.insert(tx.scope, token, session_id, now_ms())
             return await self.sessions.mutate(tx, session_id, lambda info: info.__setitem__("share", {"url": url}))
 
     async def unshare(self, session_id: str) -> dict[str, Any]:
         await self.sessions.get(session_id)
         async with self.log.transaction() as tx:
-            tx.execute(sql.DELETE_SESSION_ROWS["shares"], {"session_id": session_id})
+            shares.revoke(tx.scope, session_id)
             return await self.sessions.mutate(tx, session_id, lambda info: info.pop("share", None))
 
     @staticmethod

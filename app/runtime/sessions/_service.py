@@ -16,8 +16,8 @@ from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.runtime.errors import Conflict, ProjectNotFound, SessionNotFound
 from app.runtime.sessions._project import forget, init_repository, project_id, project_info, projects, with_settings
-from app.store import project_settings, sql
-from app.store.queries import Queries
+from app.store import project_settings
+from app.store.queries import Queries, session_exists, session_info
 
 # Sessions a long list reads per query (``SessionService.walk``): what it holds in memory at once.
 LIST_PAGE = 500
@@ -219,7 +219,7 @@ class SessionService:
             info["model"] = model
         async with self.log.transaction() as tx:
             # Checked inside the write transaction: two racing creates with one id cannot both pass.
-            if session_id is not None and await tx.fetch(sql.SESSION_INFO, {"id": session_id}):
+            if session_id is not None and await session_exists(tx.scope, session_id):
                 raise Conflict(f"Session already exists: {session_id}", session_id)
             await self.emit_created(tx, info)
         return info
@@ -252,10 +252,9 @@ class SessionService:
         """The session info as it stands inside ``tx`` (its own earlier changes included)."""
         info = tx.overlay.get(session_id) or self._cache.get(session_id)
         if info is None:
-            rows = await tx.fetch(sql.SESSION_INFO, {"id": session_id})
-            if not rows:
+            info = await session_info(tx.scope, session_id)
+            if info is None:
                 raise SessionNotFound(session_id)
-            info = loads(rows[0][0])
         return info
 
     async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> dict[str, Any]:

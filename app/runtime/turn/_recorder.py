@@ -23,8 +23,8 @@ from app.jsonutil import readable
 from app.providers.base import Finish, ModelInfo, Usage
 from app.providers.models import step_cost
 from app.runtime.payloads import next_event
-from app.store import inputs, sql
-from app.store.projectors import part_row
+from app.store import inputs
+from app.store.projectors import checkpoint_part
 
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
 INTERRUPTED_STEP = "Provider turn interrupted"
@@ -180,7 +180,7 @@ class AssistantRecorder:
         """Persist the partial text without an event: a crash then loses at most one interval."""
         stream.last_flush = time.monotonic()
         async with self.log.db.write() as scope:
-            scope.execute(sql.UPSERT_PART, part_row(stream.snapshot(final=False)))
+            checkpoint_part(scope, stream.snapshot(final=False))
 
     async def end_part(self, tx: Transaction) -> None:
         """End the text or reasoning part being streamed (a failed call's partial text stays as it
