@@ -1,11 +1,8 @@
 """OpenCode-style configuration (``opencode.json``), merged from the user's config directory and
 then the project directory, so a project can override what the user set globally.
 
-``model`` and ``provider`` are read here, into ``OpenCodeConfig``; the domains read the other keys
-they act on from ``raw`` (``small_model``, ``agent``, ``command``, ``permission``, ``mcp``,
-``compaction``, ``snapshot``, ``watcher``, ``skills``, ``references``, ``experimental``), and
-``plugin`` entries are named at start as ignored. Everything is kept, so ``GET /config`` echoes
-the file back to clients as written.
+``OpenCodeConfig`` is the typed view of the keys opensession acts on, built once per change of
+the files; ``raw`` keeps everything as written, only so ``GET /config`` can echo it back.
 """
 
 from __future__ import annotations
@@ -150,6 +147,8 @@ class ProviderConfig:
     api_key: str | None
     models: dict[str, dict[str, Any]]
     headers: dict[str, str] = field(default_factory=dict)
+    # ``provider.<id>.env``: the variables its API key may come from, before the catalog's.
+    env: tuple[str, ...] = ()
     # ``provider.<id>.options`` as written (validated where a model needs it, so a malformed value
     # fails that request with a clear error instead of every read of the configuration).
     options: Any = None
@@ -157,14 +156,75 @@ class ProviderConfig:
 
 @dataclass(frozen=True)
 class OpenCodeConfig:
+    """The keys the server reads, each checked for its shape when the files are read: a section
+    of the wrong shape declares nothing (as it did for the readers that used to pick ``raw``
+    apart), while a value the server must refuse is refused where it is used, with a
+    ``ConfigError`` naming the key (``agent.<name>.temperature``, ``provider.<id>.options``...),
+    so one bad entry fails the request that needs it, not every read of the configuration."""
+
     raw: dict[str, Any]
     providers: dict[str, ProviderConfig]
-    model: str | None
+    model: str | None = None
+    small_model: str | None = None
+    # ``agent.<name>`` as written (an entry that is not an object is an agent with no settings).
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ``permission``: an action for everything (``"allow"``) or rules by permission, as written.
+    permission: str | dict[str, Any] | None = None
+    # ``command.<name>``: only the entries that are objects.
+    commands: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ``mcp.<name>`` as written: each server's spec is parsed (and its error reported) on its own.
+    mcp: dict[str, Any] = field(default_factory=dict)
+    # ``experimental.mcp_timeout`` (milliseconds in the file) when it is a positive integer.
+    mcp_timeout_seconds: float | None = None
+    snapshot: bool = True
+    auto_compaction: bool = True
+    watcher_ignore: tuple[str, ...] = ()
+    skill_paths: tuple[str, ...] = ()
+    # ``references.<name>`` as written (a path, a repository, or an object naming one).
+    references: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> OpenCodeConfig:
+        """The typed view of ``raw`` (a merged configuration, as written)."""
+        agents = _section(raw, "agent")
+        permission = raw.get("permission")
+        timeout = _section(raw, "experimental").get("mcp_timeout")
+        return cls(
+            raw=raw,
+            providers=_providers(raw),
+            model=_text(raw.get("model")),
+            small_model=_text(raw.get("small_model")),
+            agents={name: spec if isinstance(spec, dict) else {} for name, spec in agents.items()},
+            permission=permission if isinstance(permission, str | dict) else None,
+            commands={name: spec for name, spec in _section(raw, "command").items() if isinstance(spec, dict)},
+            mcp=_section(raw, "mcp"),
+            mcp_timeout_seconds=timeout / 1000 if isinstance(timeout, int) and timeout > 0 else None,
+            snapshot=raw.get("snapshot") is not False,
+            auto_compaction=_section(raw, "compaction").get("auto", True) is not False,
+            watcher_ignore=_texts(_section(raw, "watcher").get("ignore")),
+            skill_paths=_texts(_section(raw, "skills").get("paths")),
+            references=_section(raw, "references"),
+        )
+
+
+def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    """``raw[key]`` when it is an object, else an empty one."""
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    """The strings of a list (anything else in it, or a value that is not a list, is ignored)."""
+    return tuple(item for item in value if isinstance(item, str)) if isinstance(value, list) else ()
 
 
 def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
     result: dict[str, ProviderConfig] = {}
-    for provider_id, spec in (raw.get("provider") or {}).items():
+    for provider_id, spec in _section(raw, "provider").items():
         if not isinstance(spec, dict):
             continue
         raw_options = spec.get("options")
@@ -179,6 +239,7 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             api_key=options.get("apiKey"),
             headers={k: str(v) for k, v in headers.items()} if isinstance(headers, dict) else {},
             models=models,
+            env=_texts(spec.get("env")),
             options=raw_options,
         )
     return result
@@ -274,7 +335,7 @@ class ConfigLoader:
         if cached and cached[0] == stamp:
             return cached[1]
         raw = _merged(stamp)
-        config = OpenCodeConfig(raw=raw, providers=_providers(raw), model=raw.get("model"))
+        config = OpenCodeConfig.of(raw)
         self._warn_plugins(directory, raw)
         self._cache[directory] = (stamp, config)
         return config

@@ -1,6 +1,7 @@
 """Configuration look-ups inside a ``reading`` block (a prompt's admission, a turn step) check the
 files once; an edit takes effect from the next block, and a task started in a block does not keep
-its view after the block ends. Ids keep their format and order while drawing pooled randomness."""
+its view after the block ends. The typed view reads each key once, a malformed section declaring
+nothing. Ids keep their format and order while drawing pooled randomness."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 from pathlib import Path
 
 from app import ids
-from app.config import ConfigLoader, memoized, reading
+from app.config import ConfigLoader, OpenCodeConfig, memoized, reading
 
 
 def _loader(tmp_path: Path, model: str) -> tuple[ConfigLoader, Path]:
@@ -65,6 +66,28 @@ async def test_a_task_started_in_a_block_reads_afresh_once_it_ended(tmp_path: Pa
         _write(project, "b/second")
     go_on.set()
     assert await task == "b/second"
+
+
+def test_the_typed_view_reads_each_key_and_ignores_malformed_sections() -> None:
+    config = OpenCodeConfig.of(
+        {
+            "model": "a/b",
+            "agent": {"plan": {"model": "x/y"}, "odd": "text"},
+            "command": {"hi": {"template": "t"}, "bad": 3},
+            "experimental": {"mcp_timeout": 2500},
+            "watcher": {"ignore": ["dist/**", 7]},
+            "provider": {"p": {"env": ["P_KEY", 1]}, "q": "not an object"},
+            "snapshot": False,
+            "compaction": "yes",
+            "skills": ["not", "an object"],
+            "mcp": [],
+        }
+    )
+    assert (config.model, config.small_model, config.snapshot, config.auto_compaction) == ("a/b", None, False, True)
+    assert config.agents == {"plan": {"model": "x/y"}, "odd": {}}
+    assert list(config.commands) == ["hi"] and config.mcp == {} and config.skill_paths == ()
+    assert config.mcp_timeout_seconds == 2.5 and config.watcher_ignore == ("dist/**",)
+    assert list(config.providers) == ["p"] and config.providers["p"].env == ("P_KEY",)
 
 
 def test_ids_keep_their_format_and_order() -> None:

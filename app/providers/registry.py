@@ -233,9 +233,8 @@ def _catalog_env_names() -> tuple[str, ...]:
 def _env_stamp(config: OpenCodeConfig) -> tuple[str | None, ...]:
     """The values of every variable a provider key may come from: connections change with them."""
     names = list(_catalog_env_names())
-    for spec in (config.raw.get("provider") or {}).values():
-        env = spec.get("env") if isinstance(spec, dict) else None
-        names += [name for name in env if isinstance(name, str)] if isinstance(env, list) else []
+    for provider in config.providers.values():
+        names += provider.env
     return tuple(os.environ.get(name) for name in names)
 
 
@@ -442,8 +441,8 @@ class ProviderRegistry:
         return self.resolve(directory, ref)
 
     def _pick_small(self, view: _View, provider_id: str) -> ModelRef | None:
-        configured = view.config.raw.get("small_model")
-        if isinstance(configured, str) and "/" in configured:
+        configured = view.config.small_model
+        if configured and "/" in configured:
             return ModelRef(*configured.split("/", 1))
         connected = view.connected.get(provider_id)
         if connected is None or provider_id in NO_SMALL_MODEL:
@@ -471,9 +470,8 @@ class ProviderRegistry:
     def _env_vars(self, directory: str, provider_id: str) -> list[str]:
         """The environment variables a provider's key may come from: ``provider.<id>.env`` in
         opencode.json (as in OpenCode's provider schema), then the catalog's for that provider."""
-        spec = (self._config.load(directory).raw.get("provider") or {}).get(provider_id) or {}
-        env = spec.get("env") if isinstance(spec, dict) else None
-        configured = [name for name in env if isinstance(name, str)] if isinstance(env, list) else []
+        provider = self._config.load(directory).providers.get(provider_id)
+        configured = list(provider.env) if provider is not None else []
         known = (catalog.providers().get(provider_id) or {}).get("env", [])
         return configured + [name for name in known if isinstance(name, str) and name not in configured]
 

@@ -44,7 +44,7 @@ async def provider(providers: ProvidersDep, directory: LocationDep, providerID: 
 
 @router.get("/reference", operation_id="v2.reference.list", summary="List references")
 async def references(config: ConfigDep, directory: LocationDep) -> Response:
-    return await located(directory, views.references(config.load(directory).raw.get("references"), directory))
+    return await located(directory, views.references(config.load(directory).references, directory))
 
 
 @router.get("/skill", operation_id="v2.skill.list", summary="List skills")

@@ -192,13 +192,11 @@ class Agents:
 
     @staticmethod
     def _build(loaded: OpenCodeConfig) -> dict[str, Agent]:
-        raw = loaded.raw.get("agent")
-        declared: dict[str, Any] = raw if isinstance(raw, dict) else {}  # a malformed section declares nothing
+        declared = loaded.agents
         names = list(BUILT_IN) + [n for n in declared if n not in BUILT_IN]
         agents = {}
         for name in names:
-            entry = declared.get(name)
-            spec: dict[str, Any] = entry if isinstance(entry, dict) else {}
+            spec = declared.get(name, {})
             if spec.get("disable"):
                 continue
             base = BUILT_IN.get(name, {"description": "", "mode": "all", "rules": BASE_RULES})

@@ -117,7 +117,7 @@ class Permissions(PendingRequests[Pending]):
     async def rules_for(self, session: dict[str, Any], agent: str | None = None) -> list[Rule]:
         return [
             *self.agents.get(session["directory"], agent).rules,
-            *config_rules(self.config.load(session["directory"]).raw.get("permission")),
+            *config_rules(self.config.load(session["directory"]).permission),
             *(session.get("permission") or []),
             *await self._saved_rules(session["projectID"]),
         ]

@@ -37,10 +37,10 @@ class Extensions:
         """The directory's servers, starting any configured one not seen yet (without waiting)."""
         servers = self._servers.setdefault(directory, {})
         try:
-            section = self.config.load(directory).raw.get("mcp")
+            section = self.config.load(directory).mcp
         except ConfigError:  # reported by whatever reads the configuration for the turn
             return servers
-        for name, raw in (section if isinstance(section, dict) else {}).items():
+        for name, raw in section.items():
             if name not in servers:
                 servers[name] = self._connection(directory, name, raw)
         return servers
@@ -56,9 +56,7 @@ class Extensions:
         return connection
 
     def _call_seconds(self, directory: str) -> float:
-        experimental = self.config.load(directory).raw.get("experimental")
-        configured = experimental.get("mcp_timeout") if isinstance(experimental, dict) else None
-        return configured / 1000 if isinstance(configured, int) and configured > 0 else CALL_SECONDS
+        return self.config.load(directory).mcp_timeout_seconds or CALL_SECONDS
 
     async def _settled(self, directory: str) -> dict[str, Connection]:
         servers = self.warm(directory)

@@ -45,7 +45,7 @@ class FileSnapshots:
         self._diffs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
 
     def enabled(self, directory: str) -> bool:
-        return not self._git_missing and self.config.load(directory).raw.get("snapshot") is not False
+        return not self._git_missing and self.config.load(directory).snapshot
 
     async def _repository(self, directory: str) -> ShadowRepository | None:
         if not self.enabled(directory):

@@ -90,10 +90,8 @@ class Skills:
         files += _found(os.path.join(directory, ".agents"), ("skills",))
         for config_dir in (str(self.config.user_dir), os.path.join(directory, ".opencode")):
             files += _found(config_dir, ("skill", "skills"))
-        paths = (self.config.load(directory).raw.get("skills") or {}).get("paths") or []
-        for item in paths if isinstance(paths, list) else []:
-            if isinstance(item, str):
-                files += _found(os.path.join(directory, os.path.expanduser(item)), ("",))
+        for item in self.config.load(directory).skill_paths:
+            files += _found(os.path.join(directory, os.path.expanduser(item)), ("",))
         skills: dict[str, Skill] = {}
         for path in files:
             skill = parse(path)

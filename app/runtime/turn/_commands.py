@@ -61,11 +61,10 @@ BUILT_IN_COMMANDS = [
 def command_list(config: ConfigLoader, directory: str) -> list[dict[str, Any]]:
     """The built-in commands, then the project's (``command.<name>`` in opencode.json; a project
     command replaces a built-in of the same name), as ``GET /command`` lists them."""
-    commands = config.load(directory).raw.get("command") or {}
     project = [
         {"name": name, **{k: spec[k] for k in ("description", "template", "agent", "model", "subtask") if k in spec}}
-        for name, spec in commands.items()
-        if isinstance(spec, dict) and isinstance(spec.get("template"), str)
+        for name, spec in config.load(directory).commands.items()
+        if isinstance(spec.get("template"), str)
     ]
     names = {c["name"] for c in project}
     return [c for c in BUILT_IN_COMMANDS if c["name"] not in names] + project

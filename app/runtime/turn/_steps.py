@@ -145,7 +145,7 @@ class ModelStep:
             await self.inputs.admission.admit(plan.session_id, compaction_request("auto", plan.ref, plan.variant))
 
     def _auto_compaction(self, directory: str) -> bool:
-        return (self.config.load(directory).raw.get("compaction") or {}).get("auto", True) is not False
+        return self.config.load(directory).auto_compaction
 
     async def _offered(
         self, session: dict[str, Any], agent: str, model: ModelInfo

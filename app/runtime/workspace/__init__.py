@@ -59,11 +59,9 @@ class Workspace:
         """The project's ``watcher.ignore`` globs (none when its configuration cannot be read:
         that error is reported by the routes that need the configuration)."""
         try:
-            watcher = self._config.load(directory).raw.get("watcher")
+            return list(self._config.load(directory).watcher_ignore)
         except ConfigError:
             return []
-        patterns = watcher.get("ignore") if isinstance(watcher, dict) else None
-        return [p for p in patterns if isinstance(p, str)] if isinstance(patterns, list) else []
 
     def _exclusions(self, directory: str) -> list[str]:
         return _ripgrep.exclusions(self.ignore_patterns(directory))
