@@ -75,7 +75,8 @@ def memoized(key: Hashable, compute: Callable[[], T]) -> T:
     if current is None or not current.open:
         return compute()
     if key in current.memo:
-        return current.memo[key]
+        found: T = current.memo[key]
+        return found
     value = current.memo[key] = compute()
     return value
 

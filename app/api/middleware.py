@@ -8,6 +8,7 @@ import base64
 import binascii
 import re
 import secrets
+from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,13 +20,15 @@ def _json_headers(payload: bytes, extra: list[tuple[bytes, bytes]] | None) -> li
     return [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *(extra or [])]
 
 
-async def _reply(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _reply(
+    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     payload = dumpb(body)
     await send({"type": "http.response.start", "status": status, "headers": _json_headers(payload, headers)})
     await send({"type": "http.response.body", "body": payload})
 
 
-def too_large(limit: int) -> dict:
+def too_large(limit: int) -> dict[str, Any]:
     return {"name": "BadRequest", "data": {"message": f"Request body exceeds {limit} bytes", "kind": "Payload"}}
 
 
@@ -131,7 +134,7 @@ _UNAUTHORIZED = {"name": "UnauthorizedError", "data": {"message": "Unauthorized"
 
 
 async def refuse(
-    scope: Scope, send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None
+    scope: Scope, send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     """An error answer to an HTTP request or a WebSocket handshake (a bare close where the server
     cannot answer a handshake with a status)."""

@@ -43,7 +43,8 @@ def _markdown() -> MarkdownIt:
 
 
 def markdown(text: str) -> str:
-    return _markdown().render(text)
+    html: str = _markdown().render(text)
+    return html
 
 
 def _tool(part: dict[str, Any]) -> str:
@@ -102,7 +103,7 @@ def transcript(messages: list[dict[str, Any]]) -> str:
 
 @cache
 def _style() -> str:
-    code = HtmlFormatter(style=_CODE_STYLE).get_style_defs("pre code")
+    code: str = HtmlFormatter(style=_CODE_STYLE).get_style_defs("pre code")
     return (
         "body{font-family:system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;color:#222}"
         ".msg{border-left:3px solid #ccc;padding:.25rem .75rem;margin:1rem 0}"

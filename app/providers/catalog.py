@@ -62,4 +62,5 @@ def warm() -> None:
 
 def model(provider_id: str, model_id: str) -> dict[str, Any] | None:
     """The catalog's entry for ``provider_id/model_id``, if it has one."""
-    return (providers().get(provider_id) or {}).get("models", {}).get(model_id)
+    entry: dict[str, Any] | None = (providers().get(provider_id) or {}).get("models", {}).get(model_id)
+    return entry

@@ -237,7 +237,7 @@ def step_cost(model: ModelInfo, usage: Any) -> float:
     prices = model.prices
     if model.cost_over_200k is not None and usage.input + usage.cache_read > LONG_CONTEXT:
         prices = model.cost_over_200k
-    total = (
+    total: float = (
         usage.input * prices.input
         + (usage.output + usage.reasoning) * prices.output
         + usage.cache_read * prices.cache_read

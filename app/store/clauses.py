@@ -87,10 +87,11 @@ def _upsert_clause(insert: Insert, table: Table, keep: tuple[str, ...]) -> Claus
     columns = [c.name for c in table.columns]
     key = [c.name for c in table.primary_key.columns]
     statement = insert(table).values({name: bindparam(name) for name in columns})
-    return statement.on_conflict_do_update(
+    upsert: ClauseElement = statement.on_conflict_do_update(
         index_elements=key,
         set_={name: statement.excluded[name] for name in columns if name not in key and name not in keep},
     )
+    return upsert
 
 
 def _postgres_insert(table: Table) -> Any:
@@ -185,7 +186,7 @@ def _lease_acquire(insert: Insert) -> ClauseElement:
         token=literal_column("1"),
         expires_at=bindparam("expires_at"),
     )
-    return statement.on_conflict_do_update(
+    acquire: ClauseElement = statement.on_conflict_do_update(
         index_elements=["session_id"],
         set_={
             "owner": statement.excluded.owner,
@@ -194,6 +195,7 @@ def _lease_acquire(insert: Insert) -> ClauseElement:
         },
         where=(leases.c.owner == bindparam("owner")) | (leases.c.expires_at < bindparam("now")),
     ).returning(leases.c.token)
+    return acquire
 
 
 LEASE_ACQUIRE = dialect_insert(_lease_acquire)
@@ -209,7 +211,8 @@ def _lease_reserve(insert: Insert) -> ClauseElement:
         token=literal_column("1"),
         expires_at=bindparam("expires_at"),
     )
-    return statement.on_conflict_do_nothing(index_elements=["session_id"])
+    reserve: ClauseElement = statement.on_conflict_do_nothing(index_elements=["session_id"])
+    return reserve
 
 
 LEASE_RESERVE = dialect_insert(_lease_reserve)

@@ -225,7 +225,18 @@ class Node:
                 "the turn may still run: see get_session_status"
             )
         timed_out = not following.done.is_set()
-        result: Reply = {"node": self.name, "sessionID": session.id, "timedOut": timed_out, **following.turn.reply()}
+        reply = following.turn.reply()
+        result: Reply = {
+            "node": self.name,
+            "sessionID": session.id,
+            "timedOut": timed_out,
+            "text": reply["text"],
+            "tools": reply["tools"],
+        }
+        if "error" in reply:
+            result["error"] = reply["error"]
+        if "waitingFor" in reply:
+            result["waitingFor"] = reply["waitingFor"]
         if timed_out:
             running = [tool["tool"] for tool in result["tools"] if tool["status"] in ("pending", "running")]
             doing = f"running {', '.join(running)}" if running else "still working"

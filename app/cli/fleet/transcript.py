@@ -40,10 +40,12 @@ def compact_message(message: dict[str, Any]) -> Message:
     """One ``{info, parts}`` entry of ``/session/:id/message`` as ``{id, role, text, tools}`` (and
     ``error`` when the message ended in one)."""
     info = message.get("info") or {}
+    said = compact_parts(message.get("parts", []))
     entry: Message = {
         "id": str(info.get("id")),
         "role": str(info.get("role")),
-        **compact_parts(message.get("parts", [])),
+        "text": said["text"],
+        "tools": said["tools"],
     }
     if isinstance(info.get("error"), dict):
         entry["error"] = error_text(info["error"])
@@ -98,7 +100,8 @@ class Turn:
         """The assistant's parts seen so far as ``{text, tools}`` (``error`` if the turn failed,
         ``waitingFor`` the permissions it asked that nobody answered yet)."""
         assistant = [part for part in self.parts.values() if self.roles.get(part.get("messageID", "")) == "assistant"]
-        reply: ReplySoFar = {**compact_parts(assistant)}
+        said = compact_parts(assistant)
+        reply: ReplySoFar = {"text": said["text"], "tools": said["tools"]}
         if self.errors:
             reply["error"] = "; ".join(self.errors)
         if self.asking:

@@ -268,6 +268,7 @@ class History:
 
     async def _part(self, session_id: str, message_id: str, part_id: str) -> dict[str, Any]:
         message = await self.get_message(session_id, message_id)
+        part: dict[str, Any]
         for part in message["parts"]:
             if part["id"] == part_id:
                 return part

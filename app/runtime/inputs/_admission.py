@@ -56,7 +56,7 @@ class PromptRequest:
 
     def canonical(self) -> dict[str, Any]:
         """The request as compared on retry (everything the client chose, nothing we generated)."""
-        return loads(
+        compared: dict[str, Any] = loads(
             dumps(
                 {
                     "parts": self.parts,
@@ -72,6 +72,7 @@ class PromptRequest:
                 }
             )
         )
+        return compared
 
     def prompt_view(self) -> dict[str, Any]:
         if self.view is not None:

@@ -137,7 +137,8 @@ class DrainCoordinator:
             raise outcome["error"]
         if "value" not in outcome:  # another process holds the session
             raise SessionBusy(session_id)
-        return outcome["value"]
+        value: T = outcome["value"]
+        return value
 
     @asynccontextmanager
     async def hold(self, session_id: str) -> AsyncIterator[None]:

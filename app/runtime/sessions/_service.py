@@ -92,7 +92,8 @@ class _InfoCache:
         if entry is None:
             return None
         self._entries.move_to_end(session_id)
-        return loads(entry)  # a fresh copy: callers may change it
+        session: dict[str, Any] = loads(entry)  # a fresh copy: callers may change it
+        return session
 
     def directory(self, session_id: str) -> str | None:
         """A session's directory (it never changes), without decoding its info."""

@@ -91,7 +91,8 @@ class Terminal:
 
     @property
     def running(self) -> bool:
-        return self.info["status"] == "running"
+        status: str = self.info["status"]
+        return status == "running"
 
     # -- output --------------------------------------------------------------------------------
 

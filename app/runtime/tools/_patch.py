@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,15 +176,19 @@ def _chunks(lines: list[str], i: int, end: int, section: Section) -> int:
     return i
 
 
+# How a hunk's lines may match the file's, tried in order: exactly, then ever more leniently.
+_LOOSER_AND_LOOSER: tuple[Callable[[str, str], bool], ...] = (
+    lambda a, b: a == b,
+    lambda a, b: a.rstrip() == b.rstrip(),
+    lambda a, b: a.strip() == b.strip(),
+    lambda a, b: a.strip().translate(_PUNCTUATION) == b.strip().translate(_PUNCTUATION),
+)
+
+
 def _seek(lines: list[str], pattern: list[str], start: int, end_of_file: bool) -> int:
     if not pattern:
         return -1
-    for same in (
-        lambda a, b: a == b,
-        lambda a, b: a.rstrip() == b.rstrip(),
-        lambda a, b: a.strip() == b.strip(),
-        lambda a, b: a.strip().translate(_PUNCTUATION) == b.strip().translate(_PUNCTUATION),
-    ):
+    for same in _LOOSER_AND_LOOSER:
         starts = list(range(start, len(lines) - len(pattern) + 1))
         if end_of_file and len(lines) - len(pattern) >= start:
             starts.insert(0, len(lines) - len(pattern))

@@ -53,7 +53,7 @@ def retry_delay_ms(error: ProviderError, attempt: int) -> int:
                 )
             except (TypeError, ValueError):
                 pass
-    base = 2000 * 2 ** (attempt - 1)
+    base: int = 2000 * 2 ** (attempt - 1)
     delay = math.ceil(base + base * 0.25 * random.random())
     return min(delay, _NO_HEADER_CAP_MS if not headers else _ABSOLUTE_CAP_MS)
 
