@@ -93,5 +93,5 @@ async def tools(tmp_path: Path, database_url: str) -> AsyncIterator[Harness]:
     await db.open()
     log = EventLog(db, EventBus(64))
     await log.start()
-    yield Harness(root, ToolServices(todos=TodoStore(log), files=FileEdits(log), tasks=None))
+    yield Harness(root, ToolServices(todos=TodoStore(log), files=FileEdits(log), tasks=None))  # type: ignore[arg-type]  # runs no subagent
     await db.close()

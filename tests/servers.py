@@ -115,7 +115,7 @@ def start_in_thread(
         # their own loggers ("opensession.*"), so real failures stay visible.
         log_level="critical",
         lifespan=lifespan,
-        timeout_graceful_shutdown=0.2,
+        timeout_graceful_shutdown=0.2,  # type: ignore[arg-type]  # uvicorn annotates int, waits any float
     )
     server = uvicorn.Server(config) if runtime is None else Server(config, runtime)
     thread = threading.Thread(target=server.run, name="opensession-test-server", daemon=True)

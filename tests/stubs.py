@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +23,7 @@ class Answer:
     error ``status`` with a JSON ``body``. ``cut`` drops the connection after the events, as a
     server or proxy going away mid-stream does."""
 
-    events: list[SSE] = field(default_factory=list)
+    events: Sequence[SSE] = field(default_factory=list)
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)

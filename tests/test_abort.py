@@ -91,7 +91,7 @@ def test_a_prompt_admitted_while_an_abort_settles_is_answered(server: ThreadServ
         for _ in range(25):
             sid = create_session(client)["id"]
             client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 first"))
-            events.wait_for(lambda f, sid=sid: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
+            events.wait_for(lambda f, sid=sid: f.type == "message.part.delta" and f.properties["sessionID"] == sid)  # type: ignore[misc]
 
             async def race(sid: str = sid) -> None:
                 async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:

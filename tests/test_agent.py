@@ -211,7 +211,7 @@ def test_always_racing_an_abort_saves_only_what_was_answered(server: ThreadServe
             answer = asyncio.run(race())
             events.wait_idle(sid)
             replied = events.wait_for(
-                lambda f, rid=asked["id"]: f.type == "permission.replied" and f.properties["requestID"] == rid
+                lambda f, rid=asked["id"]: f.type == "permission.replied" and f.properties["requestID"] == rid  # type: ignore[misc]
             )
             saved = client.get("/api/permission/saved").json()["data"]
             outcomes.add((answer.status_code, replied.properties["reply"]))

@@ -200,7 +200,7 @@ def test_chat_messages_become_content_blocks(database_url: str) -> None:
     from app.providers.anthropic import anthropic_messages
 
     png = "data:image/png;base64,iVBORw0KGgo="
-    messages = [
+    messages: list[dict[str, Any]] = [
         {
             "role": "user",
             "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": png}}],

@@ -1,6 +1,6 @@
 """The architecture is checked, not just drawn: the import layers and domain boundaries declared
-in pyproject.toml (``[tool.importlinter]``) and the type hints (``[tool.mypy]``) hold for the
-whole of ``app/``. See docs/architecture.md."""
+in pyproject.toml (``[tool.importlinter]``) and the type hints (``[tool.mypy]``: strict for
+``app/``, a relaxed profile for ``tests/``) hold. See docs/architecture.md."""
 
 from __future__ import annotations
 

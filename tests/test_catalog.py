@@ -165,7 +165,7 @@ def test_turn_cost_uses_catalog_prices(stub: OpenAIStub, client: httpx.Client) -
     assert reply["info"]["providerID"] == "openrouter" and reply["info"]["modelID"] == "anthropic/claude-sonnet-4"
     # The catalog's prices (USD per million). The 120 completion tokens include the 20 reasoning
     # ones: 100 output + 20 reasoning, each priced once.
-    price = catalog.model("openrouter", "anthropic/claude-sonnet-4")["cost"]
+    price = (catalog.model("openrouter", "anthropic/claude-sonnet-4") or {})["cost"]
     expected = (1_000 * price["input"] + (100 + 20) * price["output"] + 400 * price["cache_read"]) / 1_000_000
     tokens = reply["parts"][-1]["tokens"]
     assert (tokens["input"], tokens["output"], tokens["reasoning"], tokens["cache"]["read"]) == (1_000, 100, 20, 400)

@@ -64,7 +64,7 @@ def test_events_cross_processes_in_order(two: tuple[ProcessServer, ProcessServer
         for text in ("first", "second"):
             assert httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(text)).status_code == 204
             on_b.wait_for(
-                lambda f, t=text: f.type == "message.part.updated" and f.properties["part"].get("text") == f"Echo: {t}",
+                lambda f, t=text: f.type == "message.part.updated" and f.properties["part"].get("text") == f"Echo: {t}",  # type: ignore[misc]
                 timeout=15,
             )
         on_a.wait_idle(sid, timeout=15)

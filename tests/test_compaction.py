@@ -57,7 +57,7 @@ def _turn_requests(stub: OpenAIStub) -> list[dict]:
     ]
 
 
-def test_summarize_keeps_the_listing_and_shrinks_the_context(stub: OpenAIStub, server, client: httpx.Client) -> None:  # type: ignore[no-untyped-def]
+def test_summarize_keeps_the_listing_and_shrinks_the_context(stub: OpenAIStub, server, client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     for text in ("first question", "second question"):
         client.post(f"/session/{sid}/message", json=text_prompt(text, model=MODEL))
@@ -128,7 +128,7 @@ def test_concurrent_snapshot_writers_one_wins(database_url: str) -> None:
                 snapshots.write("ses_x", replaces=0, through_seq=5, message_id="msg_a", reason="manual", summary=text)
                 for text in ("from writer A", "from writer B")
             ]
-            results = await asyncio.gather(*writes, return_exceptions=True)
+            results: list[object] = [*await asyncio.gather(*writes, return_exceptions=True)]
             results.append(await snapshots.latest("ses_x"))
             return results
         finally:
@@ -139,4 +139,4 @@ def test_concurrent_snapshot_writers_one_wins(database_url: str) -> None:
     winners = [r for r in outcomes if not isinstance(r, Exception)]
     losers = [r for r in outcomes if isinstance(r, Conflict)]
     assert len(winners) == 1 and len(losers) == 1
-    assert latest == winners[0] and latest.version == 1  # type: ignore[union-attr]
+    assert latest == winners[0] and latest.version == 1  # type: ignore[attr-defined]

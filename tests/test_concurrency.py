@@ -146,7 +146,7 @@ def test_a_huge_reply_starves_neither_admissions_nor_other_sessions(
                 assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("a short one")).status_code == 204
             assert client.post(f"/session/{huge}/prompt_async", json=text_prompt("and then")).status_code == 204
             for sid in others:
-                events.wait_for(lambda f, sid=sid: f.type == "session.idle" and f.properties["sessionID"] == sid)
+                events.wait_for(lambda f, sid=sid: f.type == "session.idle" and f.properties["sessionID"] == sid)  # type: ignore[misc]
             assert client.get("/session/status").json().get(huge) == {"type": "busy"}, "the huge reply ended first"
             events.wait_for(lambda f: f.type == "session.idle" and f.properties["sessionID"] == huge, timeout=120)
     replies = [m for m in client.get(f"/session/{huge}/message").json() if m["info"]["role"] == "assistant"]

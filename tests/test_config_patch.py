@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -136,7 +137,11 @@ def test_bodies_and_files_that_cannot_be_merged_are_400s(client: httpx.Client, p
     deep: object = 1
     for _ in range(200):
         deep = [deep]
-    for body in ({"agent": {"a": {"x": deep}}}, {"provider": {"p": {"options": {"o": {"x": deep}}}}}):
+    bodies: tuple[dict[str, Any], ...] = (
+        {"agent": {"a": {"x": deep}}},
+        {"provider": {"p": {"options": {"o": {"x": deep}}}}},
+    )
+    for body in bodies:
         too_deep = client.patch("/config", json=body)  # not a RecursionError's 500
         assert too_deep.status_code == 400 and "levels deep" in too_deep.json()["data"]["message"]
     for raw in (b'{"experimental": {"x": 1e400}}', b'{"experimental": {"x": 123456789012345678901234567890}}'):

@@ -117,7 +117,7 @@ def _tool_status(frame: Frame, tool: str, status: str) -> bool:
 class Phase:
     prompt: str
     permission: dict[str, str]
-    reached: Callable[[EventCollector], None]  # blocks until the turn is in the phase
+    reached: Callable[[EventCollector], object]  # blocks until the turn is in the phase
 
 
 def _step_two_streaming(events: EventCollector) -> None:

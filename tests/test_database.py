@@ -349,7 +349,7 @@ async def test_a_failing_transaction_that_held_up_a_group_commit_still_lets_it_c
 def _quick_statements() -> dict[str, Statement]:
     from app.store import sql
 
-    return {name: value for name, value in vars(sql).items() if isinstance(value, sql.Statement) and value.quick}
+    return {name: value for name, value in vars(sql).items() if isinstance(value, Statement) and value.quick}
 
 
 async def test_quick_reads_run_inline_and_see_only_committed_writes(tmp_path: Path) -> None:

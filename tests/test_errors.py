@@ -65,14 +65,14 @@ def test_unknown_ids_are_404_with_named_error(client: httpx.Client) -> None:
     assert response.json()["data"]["message"] == f"Message not found: {missing_message}"
 
 
-def test_oversize_body_is_413_and_stores_nothing(client: httpx.Client, server) -> None:  # type: ignore[no-untyped-def]
+def test_oversize_body_is_413_and_stores_nothing(client: httpx.Client, server) -> None:
     sid = create_session(client)["id"]
     huge = text_prompt("x" * (server.settings.max_body_bytes + 10))
     response = client.post(f"/session/{sid}/prompt_async", json=huge)
     assert response.status_code == 413
     assert response.json()["name"] == "BadRequest"
 
-    def chunks():  # type: ignore[no-untyped-def]
+    def chunks():
         yield b'{"parts": [{"type": "text", "text": "'
         for _ in range(server.settings.max_body_bytes // 65536 + 2):
             yield b"y" * 65536

@@ -86,7 +86,7 @@ def test_reconnect_with_last_event_id_receives_what_was_missed(server: ThreadSer
     texts = [f.properties["part"].get("text") for f in durable if f.type == "message.part.updated"]
     assert "second while away" in texts and "Echo: second while away" in texts
     assert "first" not in texts  # nothing from before the cursor is replayed
-    ids = [int(f.id) for f in durable]
+    ids = [int(str(f.id)) for f in durable]
     assert ids == sorted(set(ids))
 
 

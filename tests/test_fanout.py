@@ -278,7 +278,8 @@ def test_a_session_is_watched_by_subscribers_of_everything_its_directory_or_itse
     streamed delta opens is committed at once, app/runtime/turn/_recorder.py)."""
     bus = bus_of(settings)
     assert not bus.watched(session="s", directory="/d")
-    for on in ({"session": "s"}, {"directory": "/d"}, {}):
+    scopes: tuple[dict[str, Any], ...] = ({"session": "s"}, {"directory": "/d"}, {})
+    for on in scopes:
         subscription = bus.subscribe(**on)
         assert bus.watched(session="s", directory="/d"), on
         assert bus.watched(session="other", directory="/elsewhere") == (on == {})

@@ -165,7 +165,7 @@ def test_unknown_paths_and_bad_queries(client: httpx.Client) -> None:
     assert client.get("/file", params={"path": "nope"}).status_code == 404
     assert client.get("/api/fs/read/nope.txt").json()["_tag"] == "NotFoundError"
     assert client.get("/file/content", params={"path": "src"}).status_code == 400
-    for route, params, field in (
+    refused: tuple[tuple[str, dict[str, Any], str], ...] = (
         ("/file", {}, "path"),
         ("/find", {}, "pattern"),
         ("/find/file", {"query": "a", "limit": 0}, "limit"),
@@ -174,7 +174,8 @@ def test_unknown_paths_and_bad_queries(client: httpx.Client) -> None:
         ("/find/symbol", {}, "query"),
         ("/vcs/diff", {}, "mode"),
         ("/vcs/diff", {"mode": "svn"}, "mode"),
-    ):
+    )
+    for route, params, field in refused:
         response = client.get(route, params=params)
         assert response.status_code == 400 and response.json()["name"] == "BadRequest", (route, response.text)
         assert field in response.json()["data"]["message"]

@@ -47,7 +47,7 @@ def _load(browser: Any, url: str, **context: Any) -> tuple[Any, Any, list[str]]:
     opened = browser.new_context(**context)
     page = opened.new_page()
     noticed: list[str] = []
-    page.on("dialog", lambda dialog: (noticed.append(f"dialog {dialog.message}"), dialog.dismiss()))
+    page.on("dialog", lambda dialog: (noticed.append(f"dialog {dialog.message}"), dialog.dismiss()))  # type: ignore[func-returns-value]
     page.on("console", lambda message: noticed.append(f"console {message.text}"))
     response = page.goto(url)
     return opened, response, noticed

@@ -118,7 +118,7 @@ def test_credentials_are_renamed_and_removed_by_id_and_every_change_is_announced
         events.wait_for(nth("integration.updated", 5))
         v2_events.wait_for(nth("integration.updated", 5))
     changed = ("integration.connection.updated", {"integrationID": "anthropic"})
-    updated = ("integration.updated", {})
+    updated: tuple[str, dict[str, Any]] = ("integration.updated", {})
     expected = [changed, updated, changed, updated, updated, updated, changed, updated]
     assert [(f.type, f.properties) for f in integration_frames(events)] == expected
     assert [(f.type, f.data["data"]) for f in integration_frames(v2_events)] == expected

@@ -62,7 +62,7 @@ def test_the_configured_keep_alive_is_what_the_server_keeps(settings: Settings) 
 
 
 def test_opensession_serve_keeps_the_configured_keep_alive(tmp_path: Path, project_dir: Path, config_dir: Path) -> None:
-    server = process_server(tmp_path / "serve.db", project_dir, config_dir)
+    server = process_server(str(tmp_path / "serve.db"), project_dir, config_dir)
     server.env["OPENSESSION_KEEP_ALIVE_SECONDS"] = "1"
     server.start()
     try:

@@ -79,7 +79,7 @@ def test_history_is_sent_on_the_next_turn(stub: OpenAIStub, client: httpx.Client
     ]
 
 
-def test_title_comes_from_the_model(stub: OpenAIStub, client: httpx.Client, server) -> None:  # type: ignore[no-untyped-def]
+def test_title_comes_from_the_model(stub: OpenAIStub, client: httpx.Client, server) -> None:
     stub.reply = lambda body: (
         StubReply(content=["Greeting", " chat"]) if "title generator" in body["messages"][0]["content"] else StubReply()
     )

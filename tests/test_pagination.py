@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.helpers import create_session, text_prompt
@@ -43,7 +45,12 @@ def test_pages_walk_back_through_history(client: httpx.Client) -> None:
 def test_bad_cursors_are_rejected(client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     message_id = client.post(f"/session/{sid}/message", json=text_prompt("x")).json()["info"]["id"]
-    for params in ({"limit": 2, "before": message_id}, {"limit": 2, "before": "!!!"}, {"before": "abc"}):
+    cursors: tuple[dict[str, Any], ...] = (
+        {"limit": 2, "before": message_id},
+        {"limit": 2, "before": "!!!"},
+        {"before": "abc"},
+    )
+    for params in cursors:
         response = client.get(f"/session/{sid}/message", params=params)
         assert response.status_code == 400, params
         assert response.json()["name"] == "BadRequest"

@@ -11,6 +11,7 @@ announces the project on ``/global/event``; an unknown project is a 404
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -89,6 +90,7 @@ def test_unknown_projects_and_bad_bodies(client: httpx.Client, tmp_path: Path) -
         "message": "Project not found: 0123abc",
     }
     assert client.patch("/project/global", json={"name": "Scratch"}).json()["name"] == "Scratch"
+    body: Any
     for body in ([], {"name": 5}, {"icon": "red"}, {"icon": {"color": 1}}, {"commands": []}, "x"):
         response = client.patch("/project/global", json=body)
         assert response.status_code == 400, (body, response.text)

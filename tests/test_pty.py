@@ -336,7 +336,7 @@ async def test_a_password_guards_the_socket_too(project_dir: Path, config_dir: P
         directory=str(project_dir),
         config_dir=str(config_dir),
         port=free_port(),
-        OPENSESSION_PASSWORD="secret",  # the field is read under its environment names only
+        OPENSESSION_PASSWORD="secret",  # type: ignore[call-arg]  # the field is read under its environment names only
     )
     auth = httpx.BasicAuth("opencode", "secret")
     with thread_server(settings) as server, httpx.Client(base_url=server.url, auth=auth, timeout=10.0) as http:

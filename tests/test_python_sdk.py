@@ -26,7 +26,7 @@ from tests.servers import ThreadServer
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
-ECHO = {"provider_id": "opensession", "model_id": "echo"}
+ECHO: dict[str, Any] = {"provider_id": "opensession", "model_id": "echo"}
 
 
 def valid(call: Callable[[], Any], model: Any) -> Any:

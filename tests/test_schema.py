@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_write_batches_regroup_only_commuting_statements() -> None:
     from app.store.database import _commuting_segments
 
     message, part, event = sql.UPSERT_MESSAGE, sql.UPSERT_PART, sql.INSERT_EVENT
-    queued = [
+    queued: list[tuple[str, dict[str, Any]]] = [
         (message, {"n": 1}),
         (part, {"n": 1}),
         (message, {"n": 2}),

@@ -68,7 +68,7 @@ def run_flow(flow: Path, url: str, expected: list[str]) -> tuple[dict[str, dict[
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{flow.name} did not finish within {FLOW_TIMEOUT} s; stdout so far:\n{exc.stdout}")
+        pytest.fail(f"{flow.name} did not finish within {FLOW_TIMEOUT} s; stdout so far:\n{exc.stdout!r}")
     report = f"exit code {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert proc.returncode == 0, report
 
