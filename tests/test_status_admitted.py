@@ -21,6 +21,7 @@ import pytest
 from app.runtime.abort import AbortSignal
 from app.runtime.inputs import PromptRequest
 from app.runtime.sessions import ClusterTopology, DrainCoordinator, Lease
+from app.wire import SessionStatus
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
 from tests.servers import ProcessServer, ThreadServer, process_server
@@ -255,7 +256,7 @@ async def test_a_prompt_admitted_as_the_drain_ends_gets_another_pass_of_the_same
             claims.seq += 1
             claims.waiting.append(claims.seq)  # admitted after the last read
 
-    def on_status(session_id: str, status: dict[str, Any]) -> None:
+    def on_status(session_id: str, status: SessionStatus) -> None:
         announced.append((status["type"], session_id in claims.leases))
 
     coordinator = DrainCoordinator(drain, on_status, claims)

@@ -30,6 +30,7 @@ from app.runtime.tools import Skills, ToolServices
 from app.runtime.turn import TurnDomain
 from app.runtime.workspace import Workspace
 from app.settings import Settings
+from app.wire import SessionStatus
 
 SETTLE_GRACE_SECONDS = 5.0
 INSTANCE_DISPOSED = "server.instance.disposed"
@@ -140,7 +141,7 @@ class Runtime:
         the TUIs attached to ``directory``, never stored."""
         self._publish_instance_event(event_type, properties, directory)
 
-    def _publish_status(self, session_id: str, status: dict[str, Any]) -> None:
+    def _publish_status(self, session_id: str, status: SessionStatus) -> None:
         """Announce a status change at once (synchronously, so announcements keep their order)."""
         directory = self.sessions.cached_directory(session_id)
         self.log.publish(Event("session.status", {"sessionID": session_id, "status": status}, session_id, directory))
@@ -203,7 +204,7 @@ class Runtime:
             with suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(waiter), patience.seconds)
 
-    async def statuses(self) -> dict[str, dict[str, Any]]:
+    async def statuses(self) -> dict[str, SessionStatus]:
         """Every session not idle, wherever in the cluster it runs."""
         return await self._sessions.statuses()
 

@@ -30,16 +30,17 @@ from typing import Any, Protocol, TypeVar
 from app.events.topology import LeaseLost
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import DatabaseUnavailable, SessionBusy
+from app.wire import BusyStatus, IdleStatus, SessionStatus
 
 log = logging.getLogger("opensession.coordinator")
 
 Drain = Callable[[str, AbortSignal], Awaitable[None]]
 T = TypeVar("T")
-StatusListener = Callable[[str, dict[str, Any]], None]
+StatusListener = Callable[[str, SessionStatus], None]
 
 RETRY_UNAVAILABLE_SECONDS = 1.0
-BUSY = {"type": "busy"}
-IDLE = {"type": "idle"}
+BUSY: BusyStatus = {"type": "busy"}
+IDLE: IdleStatus = {"type": "idle"}
 
 
 @dataclass
@@ -90,7 +91,7 @@ class DrainCoordinator:
         self._on_status = on_status
         self._claims = claims
         self._entries: dict[str, _Entry] = {}
-        self._status: dict[str, dict[str, Any]] = {}
+        self._status: dict[str, SessionStatus] = {}
         self._held: set[str] = set()
         self._deferred: set[str] = set()  # held sessions woken meanwhile: they drain on release
         self.drains_started = 0  # observable for tests: how many drain loops ever ran
@@ -292,13 +293,13 @@ class DrainCoordinator:
         """Sessions draining here (a drain still claiming its lease is not yet active)."""
         return list(self._status)
 
-    def status(self, session_id: str) -> dict[str, Any]:
+    def status(self, session_id: str) -> SessionStatus:
         return self._status.get(session_id, IDLE)
 
-    def statuses(self) -> dict[str, dict[str, Any]]:
+    def statuses(self) -> dict[str, SessionStatus]:
         return dict(self._status)
 
-    def set_status(self, session_id: str, status: dict[str, Any]) -> None:
+    def set_status(self, session_id: str, status: SessionStatus) -> None:
         if status["type"] == "idle":
             self._status.pop(session_id, None)
         else:

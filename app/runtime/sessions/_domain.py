@@ -7,10 +7,11 @@ from typing import Any
 
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions._cluster import ClusterTopology
-from app.runtime.sessions._coordinator import BUSY, Drain, DrainCoordinator, StatusListener
+from app.runtime.sessions._coordinator import Drain, DrainCoordinator, StatusListener
 from app.runtime.sessions._recovery import StepChanges, close_session, recover
 from app.runtime.sessions._service import SessionService
 from app.runtime.sessions._topology import LocalTopology, Topology
+from app.wire import SessionStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +50,11 @@ class SessionsDomain:
         await self.coordinator.shutdown()
         await self.topology.stop()
 
-    async def statuses(self) -> dict[str, dict[str, object]]:
+    async def statuses(self) -> dict[str, SessionStatus]:
         """Every non-idle session: this process's statuses and busy for every session the
         topology reads busy by its lease (on a shared database, from the admission's commit on)."""
-        statuses: dict[str, dict[str, object]] = {
-            sid: dict(BUSY) for sid in await self.topology.reserved(self.coordinator.is_held)
+        statuses: dict[str, SessionStatus] = {
+            sid: {"type": "busy"} for sid in await self.topology.reserved(self.coordinator.is_held)
         }
         statuses.update(self.coordinator.statuses())
         return statuses
