@@ -44,9 +44,10 @@ def test_fresh_schema_matches_migrations(tmp_path: Path) -> None:
 def test_write_batches_regroup_only_commuting_statements() -> None:
     from app.store import sql
     from app.store.database import _commuting_segments
+    from app.store.statement import Statement
 
     message, part, event = sql.UPSERT_MESSAGE, sql.UPSERT_PART, sql.INSERT_EVENT
-    queued: list[tuple[str, dict[str, Any]]] = [
+    queued: list[tuple[Statement, dict[str, Any]]] = [
         (message, {"n": 1}),
         (part, {"n": 1}),
         (message, {"n": 2}),

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from app.events.topology import ClusterLogTopology, LocalLogTopology
 from app.runtime.abort import AbortSignal
 from app.runtime.infrastructure import Infrastructure
-from app.runtime.sessions import BUSY, ClusterTopology, DrainCoordinator, LocalTopology, SessionsDomain
+from app.runtime.sessions import BUSY, ClusterTopology, DrainCoordinator, LocalTopology, Memo, SessionsDomain
 from app.settings import Settings
+from app.wire import SessionStatus
 
 
 async def _no_drain(session_id: str, signal: AbortSignal) -> None:
     return None
 
 
-def _ignore(session_id: str, status: dict[str, Any]) -> None:
+def _ignore(session_id: str, status: SessionStatus) -> None:
     return None
 
 
@@ -56,7 +56,7 @@ async def test_one_process_owns_every_session_and_announces_busy_with_the_wake()
 
     async with coordinator.hold("ses_2"):  # granted at once, nothing announced
         assert coordinator.is_held("ses_2") and len(announced) == 2
-    memo = topology.memo()
+    memo: Memo[str, list[str]] = topology.memo()
     memo["project"] = ["rule"]
     assert memo.get("project") == ["rule"]  # the only writer keeps what it reads
     await topology.stop()
@@ -109,6 +109,6 @@ async def test_a_cluster_hold_takes_the_lease_but_is_no_work(
         assert await sessions.topology.leased("ses_2")  # no other process may drain it meanwhile
         assert await sessions.statuses() == {}  # but this process's own hold reads idle, as on SQLite
     assert not await sessions.topology.leased("ses_2") and announced == []
-    memo = sessions.topology.memo()
+    memo: Memo[str, list[str]] = sessions.topology.memo()
     memo["project"] = ["rule"]
     assert memo.get("project") is None  # other processes write too: nothing read is kept
