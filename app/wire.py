@@ -1,7 +1,7 @@
 """The OpenCode SDK's wire shapes the server reasons about, as ``TypedDict``s (they cost nothing
 at run time: the values stay the plain dicts the store, the events and the routes pass on).
 
-They mirror the SDK's types (``/work/shared/reference/opencode-openapi.json``: ``Session``,
+They mirror the SDK's types (OpenCode's OpenAPI document: ``Session``, ``GlobalSession``,
 ``UserMessage``, ``AssistantMessage``, the ``Part`` kinds, ``ToolState``, ``SessionStatus``),
 with the keys OpenCode requires as required keys. A key the server adds or reads beyond the SDK's
 stays reachable only through the dict it is part of, never by widening these types.
@@ -43,6 +43,18 @@ class Session(TypedDict):
     metadata: NotRequired[dict[str, Any]]
     permission: NotRequired[list[dict[str, Any]]]
     revert: NotRequired[dict[str, Any]]
+
+
+class ProjectSummary(TypedDict):
+    id: str
+    worktree: str
+    name: NotRequired[str]
+
+
+class GlobalSession(Session):
+    """A session listed across projects (``GET /experimental/session``), with its project."""
+
+    project: ProjectSummary | None
 
 
 class IdleStatus(TypedDict):

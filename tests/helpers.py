@@ -12,11 +12,26 @@ from typing import Any
 
 import httpx
 
+from app.wire import Session
+
 
 def create_session(client: httpx.Client, **body: Any) -> dict[str, Any]:
     response = client.post("/session", json=body)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def session_info(directory: str, session_id: str = "ses_test", project_id: str = "global") -> Session:
+    """A session info as the server stores one, for calling a tool or a domain directly."""
+    return {
+        "id": session_id,
+        "slug": "test-session",
+        "projectID": project_id,
+        "directory": directory,
+        "title": "Test session",
+        "version": "test",
+        "time": {"created": 0, "updated": 0},
+    }
 
 
 def text_prompt(text: str, **extra: Any) -> dict[str, Any]:

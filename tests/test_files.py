@@ -21,6 +21,7 @@ from app.runtime.abort import AbortSignal
 from app.runtime.tools import TOOLS, ToolContext, ToolServices
 from app.runtime.workspace import Workspace
 from app.settings import Settings
+from tests.helpers import session_info
 from tests.servers import free_port, thread_server
 
 SECRET = "top-secret-outside"
@@ -319,7 +320,7 @@ async def test_the_tools_ignore_what_the_routes_ignore(project: Path, tmp_path: 
     async def allow(*_: Any) -> None:
         return None
 
-    session = {"id": "ses_test", "directory": str(project)}
+    session = session_info(str(project))
     ctx = ToolContext(session, "msg_test", "call_test", AbortSignal(), allow, allow, services)
     grep = (await TOOLS["grep"].run(ctx, {"pattern": "hello"})).output
     assert grep.startswith("Found 2 matches") and "build" not in grep and "docs" not in grep and SECRET not in grep

@@ -10,6 +10,7 @@ from typing import Any
 from app.runtime.abort import AbortSignal
 from app.runtime.agents import Denied, Permissions, Rule
 from app.runtime.tools import TOOLS, ToolContext, ToolServices
+from tests.helpers import session_info
 
 
 class Harness:
@@ -31,7 +32,7 @@ class Harness:
         async def progress(metadata: dict[str, Any]) -> None:
             self.progress.append(metadata)
 
-        session = {"id": "ses_test", "directory": str(self.root), "projectID": "global"}
+        session = session_info(str(self.root))
         return ToolContext(session, "msg_test", "call_test", self.signal, ask, progress, self.services)
 
     async def run(self, name: str, **args: Any) -> Any:

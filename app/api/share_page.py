@@ -22,6 +22,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from app.jsonutil import dumps
+from app.wire import Session
 
 _CODE_STYLE = "friendly"
 
@@ -145,7 +146,7 @@ _SCRIPT = """
 """
 
 
-def page(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
+def page(session: Session, messages: list[dict[str, Any]]) -> str:
     title = escape(str(session.get("title", "")))
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'

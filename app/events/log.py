@@ -26,6 +26,7 @@ from app.jsonutil import dumps
 from app.store import events
 from app.store.database import Database, Row, WriteScope
 from app.store.projectors import Projection, project
+from app.wire import Session
 
 
 class Transaction:
@@ -39,7 +40,7 @@ class Transaction:
         self.events: list[Event] = []
         self.next_seq: dict[str, int] = {}
         # Objects changed in this transaction (by id), for read-your-writes before commit.
-        self.overlay: dict[str, dict[str, Any]] = {}
+        self.overlay: dict[str, Session] = {}  # session infos changed in this transaction
 
     async def _allocate_seq(self, session_id: str) -> int:
         seq = self.next_seq.get(session_id)

@@ -30,7 +30,7 @@ from app.runtime.tools import Skills, ToolServices
 from app.runtime.turn import TurnDomain
 from app.runtime.workspace import Workspace
 from app.settings import Settings
-from app.wire import SessionStatus
+from app.wire import Session, SessionStatus
 
 SETTLE_GRACE_SECONDS = 5.0
 INSTANCE_DISPOSED = "server.instance.disposed"
@@ -238,8 +238,8 @@ class Runtime:
         return await self.compactions.window(session_id)
 
     async def run(
-        self, parent: dict[str, Any], description: str, prompt: str, agent: str, signal: AbortSignal
-    ) -> tuple[dict[str, Any], str]:
+        self, parent: Session, description: str, prompt: str, agent: str, signal: AbortSignal
+    ) -> tuple[Session, str]:
         """The ``task`` tool: run ``prompt`` in a new child session and return its final answer.
         Aborting the parent's turn interrupts the child too."""
         child = await self.sessions.create(
@@ -329,7 +329,7 @@ class Runtime:
             self.admission.model_for(session, model)  # unknown models are refused here
         async with self.log.transaction() as tx:
 
-            def change(info: dict[str, Any]) -> None:
+            def change(info: Session) -> None:
                 if agent is not None:
                     info["agent"] = agent
                 if model is not None:

@@ -9,6 +9,7 @@ from typing import Any
 from app.jsonutil import loads
 from app.store import sql
 from app.store.database import Database, Reader, Row
+from app.wire import Session
 
 MessageWithParts = dict[str, Any]
 
@@ -63,7 +64,7 @@ class Queries:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def session(self, session_id: str) -> dict[str, Any] | None:
+    async def session(self, session_id: str) -> Session | None:
         return await session_info(self.db, session_id)
 
     async def sessions(
@@ -75,7 +76,7 @@ class Queries:
         search: str | None = None,
         limit: int | None = None,
         parent_id: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Session]:
         statement = sql.session_list(
             directory=directory is not None,
             roots=roots,
@@ -164,7 +165,7 @@ class Queries:
         roots: bool = False,
         start: int | None = None,
         before: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Session]:
         """Keyset page of sessions by time updated (newest first among equal times), strictly
         after ``anchor``; only root sessions with ``roots``, only those updated at or after
         ``start`` and before ``before`` with them."""
@@ -292,7 +293,7 @@ class Queries:
 # -- reads inside a write transaction (``Reader``: they see its queued writes) -------------------
 
 
-async def session_info(reader: Reader, session_id: str) -> dict[str, Any] | None:
+async def session_info(reader: Reader, session_id: str) -> Session | None:
     rows = await reader.fetch(sql.SESSION_INFO, {"id": session_id})
     return loads(rows[0][0]) if rows else None
 

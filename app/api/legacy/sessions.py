@@ -41,6 +41,7 @@ from app.jsonutil import dumpb, loads
 from app.providers.registry import ModelRef
 from app.runtime.errors import InvalidInput, MessageNotFound
 from app.runtime.inputs import PromptRequest
+from app.wire import Session
 
 router = APIRouter(tags=["session"])
 
@@ -145,7 +146,7 @@ async def get_session(sessions: SessionsDep, sessionID: SessionIDPath) -> Respon
 
 @router.patch("/session/{sessionID}", operation_id="session.update", responses=_SESSION_DOC)
 async def update_session(sessions: SessionsDep, sessionID: SessionIDPath, body: SessionUpdate) -> Response:
-    def change(info: dict[str, Any]) -> None:
+    def change(info: Session) -> None:
         if body.title is not None:
             info["title"] = body.title
         if body.metadata is not None:

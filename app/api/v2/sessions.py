@@ -41,6 +41,7 @@ from app.jsonutil import dumpb
 from app.providers.registry import ModelRef
 from app.runtime.errors import InvalidInput
 from app.runtime.inputs import PromptRequest
+from app.wire import Session
 
 router = APIRouter(prefix="/api", tags=["v2"])
 
@@ -90,7 +91,7 @@ async def list_sessions(
         order, search, directory, anchor = page.order, page.search, page.directory, page.anchor
     order = order or "desc"
     listed = 0
-    last: dict[str, Any] | None = None
+    last: Session | None = None
     more = False
 
     async def pages() -> AsyncIterator[bytes]:

@@ -10,6 +10,7 @@ from typing import Any
 from app.events.model import Event
 from app.jsonutil import dumpb
 from app.runtime.history import MessageWithParts, Snapshot
+from app.wire import Session
 
 
 def _str(value: Any) -> str:
@@ -27,7 +28,7 @@ def _tokens(tokens: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def session(info: dict[str, Any]) -> dict[str, Any]:
+def session(info: Session) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": info["id"],
         "projectID": info["projectID"],

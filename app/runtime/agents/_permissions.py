@@ -33,6 +33,7 @@ from app.runtime.payloads import next_event
 from app.runtime.sessions import Memo
 from app.store import saved_permissions
 from app.store.saved_permissions import SavedPermission
+from app.wire import Session
 
 REPLIES = ("once", "always", "reject")
 PERMISSION_OF = {"write": "edit", "apply_patch": "edit"}  # tools checked under another tool's permission
@@ -114,7 +115,7 @@ class Permissions(PendingRequests[Pending]):
     def not_found(self, request_id: str) -> Exception:
         return PermissionNotFound(request_id)
 
-    async def rules_for(self, session: dict[str, Any], agent: str | None = None) -> list[Rule]:
+    async def rules_for(self, session: Session, agent: str | None = None) -> list[Rule]:
         return [
             *self.agents.get(session["directory"], agent).rules,
             *config_rules(self.config.load(session["directory"]).permission),
@@ -153,7 +154,7 @@ class Permissions(PendingRequests[Pending]):
 
     async def ask(
         self,
-        session: dict[str, Any],
+        session: Session,
         permission: str,
         patterns: list[str],
         *,

@@ -19,6 +19,7 @@ from app.events.model import Event
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents._requests import PendingRequests
 from app.runtime.errors import QuestionNotFound
+from app.wire import Session
 
 Answers = list[list[str]]
 
@@ -50,7 +51,7 @@ class Questions(PendingRequests[_Pending]):
 
     async def ask(
         self,
-        session: dict[str, Any],
+        session: Session,
         questions: list[dict[str, Any]],
         *,
         tool: dict[str, str] | None,

@@ -25,6 +25,7 @@ from app.events.model import Event
 from app.runtime.errors import RevertFailed
 from app.runtime.history._service import History
 from app.runtime.snapshots import FileSnapshots
+from app.wire import Session
 
 Message = dict[str, Any]
 
@@ -125,31 +126,31 @@ class SessionDiffs:
         first, last = span(messages)
         return await self.files.diff(directory, first, last) if first and last else []
 
-    def active(self, session: dict[str, Any], messages: list[Message]) -> list[Message]:
+    def active(self, session: Session, messages: list[Message]) -> list[Message]:
         """The messages before the session's revert point (all of them without one)."""
         revert = session.get("revert")
         if not revert:
             return messages
         return plan_revert(messages, revert["messageID"], revert.get("partID")).kept
 
-    async def of_session(self, session: dict[str, Any]) -> list[dict[str, Any]]:
+    async def of_session(self, session: Session) -> list[dict[str, Any]]:
         messages = await self.history.get_messages(session["id"], by_seq=True)
         return await self.between(session["directory"], self.active(session, messages))
 
-    async def of_message(self, session: dict[str, Any], message_id: str) -> list[dict[str, Any]]:
+    async def of_message(self, session: Session, message_id: str) -> list[dict[str, Any]]:
         """The stored diffs of a user message; none for any other id (as OpenCode answers)."""
         message = await self.history.queries.message(session["id"], message_id)
         summary = message["info"].get("summary") if message else None
         return list(summary.get("diffs") or []) if isinstance(summary, dict) else []
 
-    async def publish(self, tx: Transaction, session: dict[str, Any], diffs: list[dict[str, Any]]) -> None:
+    async def publish(self, tx: Transaction, session: Session, diffs: list[dict[str, Any]]) -> None:
         """Store the session's counts and announce its diff, inside ``tx``."""
         await self.history.sessions.mutate(tx, session["id"], lambda s: s.__setitem__("summary", totals(diffs)))
         tx.publish(
             Event("session.diff", {"sessionID": session["id"], "diff": diffs}, session["id"], session["directory"])
         )
 
-    async def baseline(self, session: dict[str, Any]) -> str | None:
+    async def baseline(self, session: Session) -> str | None:
         """The session's first snapshot (its first step-start before any revert point), kept per
         session and re-read only once the message holding it is gone (a committed revert)."""
         session_id = session["id"]
@@ -164,7 +165,7 @@ class SessionDiffs:
                 return first
         return None
 
-    async def after_step(self, session: dict[str, Any], user_message_id: str, first: str | None, end: str) -> None:
+    async def after_step(self, session: Session, user_message_id: str, first: str | None, end: str) -> None:
         """A step changed files: refresh the prompt's diffs (``first``: the snapshot its turn
         started from), the session's counts and its diff."""
         directory = session["directory"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -39,6 +39,7 @@ from app.runtime.history._service import COPIED_OPEN, COPY_BATCH, History
 from app.runtime.sessions import SessionService, closed_part, closed_reply, open_reply, project_id
 from app.store.database import Reader
 from app.store.queries import message_id_taken, part_id_taken, session_exists
+from app.wire import Session
 
 SessionID = Annotated[str, StringConstraints(pattern=r"^ses_[0-9A-Za-z]{1,64}$")]
 MessageID = Annotated[str, StringConstraints(pattern=r"^msg_[0-9A-Za-z]{1,64}$")]
@@ -164,16 +165,21 @@ class Importer:
         self.sessions = sessions
         self.history = history
 
-    async def import_session(self, file: IO[bytes], directory: str) -> dict[str, Any]:
+    async def import_session(self, file: IO[bytes], directory: str) -> Session:
         """Write the session exported in ``file`` into ``directory`` (as OpenCode's import, the
         importing project owns it) and return its info. A reply the file holds open (exported
         while a turn ran) is closed as a fork closes one: nothing here will ever finish it."""
         checked = await asyncio.to_thread(check_export, file)  # parsing megabytes: off the loop
         source = checked.info
-        info = {k: v for k, v in source.items() if k not in ("share", "parentID", "revert")}
-        info |= {"directory": directory, "projectID": await project_id(directory), "path": ""}
+        kept = {k: v for k, v in source.items() if k not in ("share", "parentID", "revert")}
         now = now_ms()
-        info["time"] = {**source["time"], **{k: min(source["time"][k], now) for k in ("created", "updated")}}
+        here = {
+            "directory": directory,
+            "projectID": await project_id(directory),
+            "path": "",
+            "time": {**source["time"], **{k: min(source["time"][k], now) for k in ("created", "updated")}},
+        }
+        info = cast(Session, kept | here)  # a session info: check_export checked its keys
         async with self.log.transaction() as tx:
             if await session_exists(tx.scope, info["id"]):
                 raise Conflict(f"Session {info['id']} already exists (imported before?): nothing imported", info["id"])

@@ -32,7 +32,6 @@ start, by whoever takes the session over from a dead process, or by the next ``s
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from app.events.log import EventLog, Transaction
 from app.runtime.errors import MessageNotFound, RevertFailed, SessionBusy, SessionNotFound
@@ -41,11 +40,12 @@ from app.runtime.history._journal import Journal, finished, pending, record, und
 from app.runtime.history._service import History
 from app.runtime.payloads import next_event
 from app.store import inputs
+from app.wire import Session
 
 log = logging.getLogger("opensession.revert")
 
 
-async def commit_staged(tx: Transaction, history: History, session: dict[str, Any]) -> list[str]:
+async def commit_staged(tx: Transaction, history: History, session: Session) -> list[str]:
     """Apply ``session.revert`` (``session`` as current in ``tx``) inside ``tx``; returns the
     removed message ids. A marker whose message is already gone is simply cleared. SessionBusy
     while a revert or unrevert is under way: its files are moving, and a prompt admitted now
@@ -79,7 +79,7 @@ class Reverts:
 
     async def stage(
         self, session_id: str, message_id: str, part_id: str | None = None, *, with_files: bool = False
-    ) -> dict[str, Any]:
+    ) -> Session:
         """Mark the point to go back to and put the files the later steps changed back as they
         were; returns the session info (with ``with_files``, its revert also lists the diffs it
         undid). Raises MessageNotFound for a message outside the session."""
@@ -106,7 +106,7 @@ class Reverts:
             info["revert"] = {**info["revert"], "files": undone}
         return info
 
-    async def clear(self, session_id: str) -> dict[str, Any]:
+    async def clear(self, session_id: str) -> Session:
         """Forget the revert point and put back the files it had reverted (OpenCode's unrevert)."""
         async with self.history.still(session_id) as held:
             session = await self._finish_interrupted(held)
@@ -155,13 +155,13 @@ class Reverts:
         except RevertFailed as exc:
             log.warning("the revert under way in %s cannot be finished yet: %s", session_id, exc.message)
 
-    async def _finish_interrupted(self, session: dict[str, Any]) -> dict[str, Any]:
+    async def _finish_interrupted(self, session: Session) -> Session:
         """``session`` (held still) once the revert or unrevert a stop left under way in it,
         if any, is finished."""
         journal = await pending(self.log.db, session["id"])
         return session if journal is None else await self._finish(session, journal)
 
-    async def _run(self, session: dict[str, Any], journal: Journal) -> dict[str, Any]:
+    async def _run(self, session: Session, journal: Journal) -> Session:
         """Record ``journal`` and carry it out; returns the session info. Refused (SessionBusy)
         when a prompt was admitted or the marker moved since ``session`` was read, in the same
         transaction that records the journal: from there on no prompt is admitted (see
@@ -176,7 +176,7 @@ class Reverts:
             record(tx.scope, session_id, journal)
         return await self._finish(session, journal)
 
-    async def _finish(self, session: dict[str, Any], journal: Journal) -> dict[str, Any]:
+    async def _finish(self, session: Session, journal: Journal) -> Session:
         """Restore the journal's files, then record the outcome (the marker, its event, the
         session's diff) and drop the journal in one transaction; returns the session info. A
         failed restore leaves the journal for the next try."""
@@ -195,7 +195,7 @@ class Reverts:
             kept = plan_revert(messages, marker["messageID"], marker.get("partID")).kept
         diffs = await self.diffs.between(directory, kept)
 
-        def record(info: dict[str, Any]) -> None:
+        def record(info: Session) -> None:
             if marker is None:
                 info.pop("revert", None)
             else:

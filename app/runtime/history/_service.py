@@ -31,6 +31,7 @@ from app.runtime.sessions import (
 from app.store import inputs
 from app.store.projectors import Projection, message_projection, part_projection
 from app.store.queries import MessageWithParts, Queries, RawMessage, message_ids_from_seq, message_seq, part_ids_from
+from app.wire import Message, Session
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
 MAX_SEQ = 2**63 - 1
@@ -46,7 +47,7 @@ def _swap(text: str, pairs: list[tuple[str, str]]) -> str:
     return text
 
 
-async def _emit_text(tx: Transaction, session: dict[str, Any], event_type: str, payload: str, row: Projection) -> None:
+async def _emit_text(tx: Transaction, session: Session, event_type: str, payload: str, row: Projection) -> None:
     """A message event of ``session`` whose payload members (after ``sessionID``) are JSON text
     already, with its projection ``row``."""
     await tx.emit_encoded(
@@ -59,14 +60,14 @@ async def _emit_text(tx: Transaction, session: dict[str, Any], event_type: str, 
 
 
 async def _emit_message_text(
-    tx: Transaction, session: dict[str, Any], message_id: str, role: str, created: int, info: str
+    tx: Transaction, session: Session, message_id: str, role: str, created: int, info: str
 ) -> None:
     row = message_projection(message_id, session["id"], role, created, info)
     await _emit_text(tx, session, "message.updated", f'"info":{info}', row)
 
 
 async def _emit_part_text(
-    tx: Transaction, session: dict[str, Any], message_id: str, part_id: str, part: str, time: int
+    tx: Transaction, session: Session, message_id: str, part_id: str, part: str, time: int
 ) -> None:
     row = part_projection(part_id, message_id, session["id"], part)
     await _emit_text(tx, session, "message.part.updated", f'"part":{part},"time":{time}', row)
@@ -128,7 +129,7 @@ class History:
     # -- writes ------------------------------------------------------------------------------
 
     async def append_message(
-        self, tx: Transaction, session: dict[str, Any], info: dict[str, Any], parts: list[dict[str, Any]]
+        self, tx: Transaction, session: Session, info: Message, parts: list[dict[str, Any]]
     ) -> None:
         """Add a message and its parts (ids assigned where missing) inside ``tx``."""
         session_id, directory = session["id"], session["directory"]
@@ -144,7 +145,7 @@ class History:
                 directory=directory,
             )
 
-    async def copy_messages(self, tx: Transaction, source_id: str, target: dict[str, Any], up_to: str | None) -> int:
+    async def copy_messages(self, tx: Transaction, source_id: str, target: Session, up_to: str | None) -> int:
         """Copy the messages of ``source_id`` that entered it strictly before ``up_to`` (all when
         None) into ``target`` with new ids, keeping each reply linked to its copied prompt.
 
@@ -186,7 +187,7 @@ class History:
         return len(originals)
 
     async def append_encoded(
-        self, tx: Transaction, session: dict[str, Any], info: dict[str, Any], parts: list[dict[str, Any]]
+        self, tx: Transaction, session: Session, info: dict[str, Any], parts: list[dict[str, Any]]
     ) -> None:
         """``append_message`` for bulk writes (an import): the events keep their JSON text only,
         not the decoded payload as well, so a transaction of thousands of messages holds about
@@ -197,19 +198,15 @@ class History:
             row = part | {"sessionID": session["id"], "messageID": info["id"]}
             await _emit_part_text(tx, session, info["id"], part["id"], dumps(row), at)
 
-    async def fork(self, source_id: str, up_to: str | None) -> dict[str, Any]:
+    async def fork(self, source_id: str, up_to: str | None) -> Session:
         """A new session holding copies of the messages before ``up_to`` (all when None), titled
         ``<title> (fork #N)``, with no parent: a fork is a sibling, not a child."""
         source = await self.sessions.get(source_id)
         created = now_ms()
         forks = await self.queries.fork_count(source["title"])
-        info = {
-            **{
-                k: v
-                for k, v in source.items()
-                if k
-                in ("slug", "projectID", "directory", "path", "version", "workspaceID", "agent", "model", "permission")
-            },
+        kept = ("slug", "projectID", "directory", "path", "version", "workspaceID", "agent", "model", "permission")
+        info: Session = {
+            **{k: v for k, v in source.items() if k in kept},  # type: ignore[typeddict-item]
             "id": ids.session_id(),
             "title": f"{source['title']} (fork #{forks + 1})",
             "cost": 0,
@@ -222,7 +219,7 @@ class History:
         return info
 
     async def truncate_messages(
-        self, tx: Transaction, session: dict[str, Any], up_to: str, part_id: str | None = None
+        self, tx: Transaction, session: Session, up_to: str, part_id: str | None = None
     ) -> list[str]:
         """Remove ``up_to`` (or, with ``part_id``, that part and the later parts of it) and every
         message that entered the session after it; returns the removed message ids."""
@@ -247,7 +244,7 @@ class History:
         return later
 
     @asynccontextmanager
-    async def still(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def still(self, session_id: str) -> AsyncIterator[Session]:
         """The session, held still for an operation that moves its history: refused with
         SessionBusy while a turn runs, and no turn starts until the operation is done (history
         must not move under a running turn)."""

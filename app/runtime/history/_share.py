@@ -7,7 +7,6 @@ that revives no old reader."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 from app.clock import now_ms
 from app.events.log import EventLog
@@ -16,6 +15,7 @@ from app.runtime.errors import ShareNotFound
 from app.runtime.history._service import History
 from app.store import shares
 from app.store.queries import MessageWithParts
+from app.wire import Session
 
 
 class Shares:
@@ -24,7 +24,7 @@ class Shares:
         self.history = history
         self.sessions = history.sessions
 
-    async def share(self, session_id: str, base_url: str) -> dict[str, Any]:
+    async def share(self, session_id: str, base_url: str) -> Session:
         """Share the session (idempotent: an already shared session keeps its url). Looked at
         inside the write transaction, so concurrent shares make one token, the one every answer
         names: no token the owner was never shown stays readable after an unshare."""
@@ -37,7 +37,7 @@ class Shares:
             shares.insert(tx.scope, token, session_id, now_ms())
             return await self.sessions.mutate(tx, session_id, lambda info: info.__setitem__("share", {"url": url}))
 
-    async def unshare(self, session_id: str) -> dict[str, Any]:
+    async def unshare(self, session_id: str) -> Session:
         await self.sessions.get(session_id)
         async with self.log.transaction() as tx:
             shares.revoke(tx.scope, session_id)
@@ -56,7 +56,7 @@ class Shares:
         """Whether ``token`` still shares ``session_id``."""
         return await self.history.queries.shared_session(token) == session_id
 
-    async def shared(self, token: str) -> tuple[dict[str, Any], list[MessageWithParts]]:
+    async def shared(self, token: str) -> tuple[Session, list[MessageWithParts]]:
         """The session and transcript a token serves; ShareNotFound once revoked."""
         session_id = await self.history.queries.shared_session(token)
         if session_id is None:

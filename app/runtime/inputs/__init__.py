@@ -19,12 +19,14 @@ from app.runtime.inputs._admission import (
     user_message_info,
 )
 from app.runtime.inputs._domain import InputsDomain
+from app.runtime.inputs._stored import StoredPrompt
 
 __all__ = [
     "DEFAULT_AGENT",
     "Admitted",
     "InputsDomain",
     "PromptRequest",
+    "StoredPrompt",
     "compaction_request",
     "is_compaction",
     "user_message_info",

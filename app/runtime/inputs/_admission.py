@@ -28,10 +28,12 @@ from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistr
 from app.runtime.agents import Agents, tools_rules
 from app.runtime.errors import InputConflict, InvalidInput
 from app.runtime.history import History, commit_staged
+from app.runtime.inputs._stored import StoredPrompt
 from app.runtime.payloads import next_event
 from app.runtime.sessions import SessionService, Topology
 from app.store import inputs
 from app.store.queries import InputRow, message_id_taken
+from app.wire import Session, UserMessage
 
 DEFAULT_AGENT = "build"
 DELIVERIES = ("steer", "queue")
@@ -94,18 +96,19 @@ class Admitted:
         return self.record.id
 
 
-def user_message_info(session_id: str, message_id: str, stored: dict[str, Any], created: int) -> dict[str, Any]:
-    info: dict[str, Any] = {
+def user_message_info(session_id: str, message_id: str, stored: StoredPrompt, created: int) -> UserMessage:
+    info: UserMessage = {
         "id": message_id,
         "sessionID": session_id,
         "role": "user",
         "time": {"created": created},
-        "agent": stored["agent"],
-        "model": dict(stored["model"]),
+        "agent": stored.agent,
+        "model": dict(stored.model),
     }
-    for key in ("system", "tools"):
-        if stored.get(key) is not None:
-            info[key] = stored[key]
+    if stored.system is not None:
+        info["system"] = stored.system
+    if stored.tools is not None:
+        info["tools"] = stored.tools
     return info
 
 
@@ -124,7 +127,7 @@ def compaction_request(reason: str, model: ModelRef | None, variant: str | None 
 
 
 def is_compaction(row: InputRow) -> bool:
-    return bool(loads(row.prompt).get("compaction"))
+    return StoredPrompt.from_json(row.prompt).compaction is not None
 
 
 class _Duplicate(Exception):
@@ -152,7 +155,7 @@ class Admission:
         self.agents = agents
         self.topology = topology
 
-    def model_for(self, session: dict[str, Any], requested: ModelRef | None, agent: str | None = None) -> ModelRef:
+    def model_for(self, session: Session, requested: ModelRef | None, agent: str | None = None) -> ModelRef:
         """The prompt's model, else the agent's (opencode.json), else the session's last, else the
         default. One no connected provider offers raises ``ModelNotFoundError`` (with suggestions)."""
         configured = self.agents.get(session["directory"], agent).model if agent else None
@@ -210,18 +213,17 @@ class Admission:
         directory = session["directory"]
         created = now_ms()
         view = request.prompt_view()
-        stored: dict[str, Any] = {
-            "request": canonical,
-            "agent": agent,
-            "system": request.system,
-            "tools": request.tools,
-            "model": {"providerID": ref.provider_id, "modelID": ref.model_id}
-            | ({"variant": variant} if variant else {}),
-            "prompt": view,
-            "parts": request.parts,
-            "deferred": request.deferred,
-            "compaction": request.compaction,
-        }
+        stored = StoredPrompt(
+            request=canonical,
+            agent=agent,
+            model={"providerID": ref.provider_id, "modelID": ref.model_id} | ({"variant": variant} if variant else {}),
+            prompt=view,
+            parts=request.parts,
+            system=request.system,
+            tools=request.tools,
+            deferred=request.deferred,
+            compaction=request.compaction,
+        )
         async with self.log.transaction(urgent=True) as tx:
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
@@ -237,9 +239,9 @@ class Admission:
             )
             if not request.deferred:
                 info = user_message_info(session_id, message_id, stored, created)
-                await self.history.append_message(tx, session, info, stored["parts"])
+                await self.history.append_message(tx, session, info, stored.parts)
 
-            def remember_choice(s: dict[str, Any]) -> None:
+            def remember_choice(s: Session) -> None:
                 if request.tools:  # the deprecated tools map becomes session permission rules
                     replaced = set(request.tools)
                     kept = [r for r in s.get("permission") or [] if r["permission"] not in replaced]
@@ -255,7 +257,7 @@ class Admission:
             record = InputRow(
                 id=message_id,
                 session_id=session_id,
-                prompt=dumps(stored),
+                prompt=stored.to_json(),
                 delivery=request.delivery,
                 admitted_seq=admitted.seq or 0,
                 promoted_seq=None,
@@ -273,7 +275,7 @@ class Admission:
         reuse of the id is a conflict."""
         row = await inputs.by_id(tx.scope, message_id)
         if row is not None:
-            if row.session_id == session_id and loads(row.prompt)["request"] == canonical:
+            if row.session_id == session_id and StoredPrompt.from_json(row.prompt).request == canonical:
                 raise _Duplicate(row)
             raise InputConflict(message_id)
         if await message_id_taken(tx.scope, message_id):

@@ -30,6 +30,7 @@ from app.runtime.sessions._coordinator import DrainCoordinator
 from app.runtime.sessions._service import SessionService
 from app.store import inputs
 from app.store.queries import Queries
+from app.wire import Session
 
 log = logging.getLogger("opensession.recovery")
 
@@ -47,7 +48,7 @@ class _OpenWork:
         self.parts: list[dict[str, Any]] = []
         self.patches: dict[str, dict[str, Any]] = {}  # message id -> the patch part it lacks
 
-    async def find_patches(self, session: dict[str, Any], queries: Queries, changes: StepChanges | None) -> None:
+    async def find_patches(self, session: Session, queries: Queries, changes: StepChanges | None) -> None:
         """Before the closing transaction (git runs outside it): the patch of each open step."""
         if changes is None:
             return
@@ -70,7 +71,7 @@ class _OpenWork:
 
 
 async def _close(
-    tx: Transaction, session: dict[str, Any], work: _OpenWork, queries: Queries, at: int, error: dict[str, Any]
+    tx: Transaction, session: Session, work: _OpenWork, queries: Queries, at: int, error: dict[str, Any]
 ) -> None:
     session_id, directory = session["id"], session["directory"]
 
@@ -99,7 +100,7 @@ async def _close(
 async def close_session(
     log_: EventLog,
     queries: Queries,
-    session: dict[str, Any],
+    session: Session,
     changes: StepChanges | None = None,
     *,
     error: dict[str, Any] = INTERRUPTED,

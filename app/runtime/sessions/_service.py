@@ -18,6 +18,7 @@ from app.runtime.errors import Conflict, ProjectNotFound, SessionNotFound
 from app.runtime.sessions._project import forget, init_repository, project_id, project_info, projects, with_settings
 from app.store import project_settings
 from app.store.queries import Queries, session_exists, session_info
+from app.wire import GlobalSession, Session
 
 # Sessions a long list reads per query (``SessionService.walk``): what it holds in memory at once.
 LIST_PAGE = 500
@@ -59,7 +60,7 @@ _NOUNS = (
     "pebble",
 )
 
-Mutation = Callable[[dict[str, Any]], None]
+Mutation = Callable[[Session], object]  # what it returns is ignored (a lambda may pop a key)
 
 
 def zero_tokens() -> dict[str, Any]:
@@ -87,19 +88,19 @@ class _InfoCache:
         self._directories: OrderedDict[str, str] = OrderedDict()
         self.generation = 0  # changes with every put, drop and clear
 
-    def get(self, session_id: str) -> dict[str, Any] | None:
+    def get(self, session_id: str) -> Session | None:
         entry = self._entries.get(session_id)
         if entry is None:
             return None
         self._entries.move_to_end(session_id)
-        session: dict[str, Any] = loads(entry)  # a fresh copy: callers may change it
+        session: Session = loads(entry)  # a fresh copy: callers may change it
         return session
 
     def directory(self, session_id: str) -> str | None:
         """A session's directory (it never changes), without decoding its info."""
         return self._directories.get(session_id)
 
-    def put(self, info: dict[str, Any]) -> None:
+    def put(self, info: Session) -> None:
         self.generation += 1
         for entries, value in ((self._entries, dumps(info)), (self._directories, info["directory"])):
             entries[info["id"]] = value
@@ -107,7 +108,7 @@ class _InfoCache:
             if len(entries) > self._size:
                 entries.popitem(last=False)
 
-    def put_read(self, info: dict[str, Any], generation: int) -> None:
+    def put_read(self, info: Session, generation: int) -> None:
         """Keep ``info``, read when the cache was at ``generation``, unless it changed since."""
         if generation == self.generation:
             self.put(info)
@@ -189,12 +190,12 @@ class SessionService:
         agent: str | None = None,
         model: dict[str, Any] | None = None,
         session_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Session:
         if parent_id is not None:
             await self.get(parent_id)
         created = now_ms()
         prefix = "Child session - " if parent_id else "New session - "
-        info: dict[str, Any] = {
+        info: Session = {
             "id": session_id or ids.session_id(),
             "slug": f"{random.choice(_ADJECTIVES)}-{random.choice(_NOUNS)}",
             "projectID": await project_id(directory),
@@ -225,7 +226,7 @@ class SessionService:
             await self.emit_created(tx, info)
         return info
 
-    async def emit_created(self, tx: Transaction, info: dict[str, Any]) -> None:
+    async def emit_created(self, tx: Transaction, info: Session) -> None:
         """Record a new session (built by ``create``, or a copy for a fork) inside ``tx``."""
         await tx.emit(
             "session.created",
@@ -235,7 +236,7 @@ class SessionService:
         )
         tx.scope.after_commit(lambda: self._cache.put(info))
 
-    async def get(self, session_id: str) -> dict[str, Any]:
+    async def get(self, session_id: str) -> Session:
         info = self._cache.get(session_id)
         if info is None:
             generation = self._cache.generation
@@ -249,7 +250,7 @@ class SessionService:
         """The directory of a recently used session, without waiting (status announcements)."""
         return self._cache.directory(session_id)
 
-    async def current(self, tx: Transaction, session_id: str) -> dict[str, Any]:
+    async def current(self, tx: Transaction, session_id: str) -> Session:
         """The session info as it stands inside ``tx`` (its own earlier changes included)."""
         info = tx.overlay.get(session_id) or self._cache.get(session_id)
         if info is None:
@@ -258,7 +259,7 @@ class SessionService:
                 raise SessionNotFound(session_id)
         return info
 
-    async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> dict[str, Any]:
+    async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> Session:
         """Read-modify-write of the session info inside ``tx``: concurrent writers (the turn, the
         title generator, an HTTP PATCH) are serialised by the write lock, so none loses another's
         change."""
@@ -276,7 +277,7 @@ class SessionService:
         tx.scope.after_commit(lambda: self._cache.put(info))
         return info
 
-    async def update(self, session_id: str, change: Mutation) -> dict[str, Any]:
+    async def update(self, session_id: str, change: Mutation) -> Session:
         async with self.log.transaction() as tx:
             return await self.mutate(tx, session_id, change)
 
@@ -288,7 +289,7 @@ class SessionService:
         start: int | None = None,
         search: str | None = None,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Session]:
         """Sessions most recently updated first (the legacy list)."""
         return await self.queries.sessions(directory=directory, roots=roots, start=start, search=search, limit=limit)
 
@@ -303,7 +304,7 @@ class SessionService:
         roots: bool = False,
         start: int | None = None,
         page_size: int | None = None,
-    ) -> AsyncIterator[list[dict[str, Any]]]:
+    ) -> AsyncIterator[list[Session]]:
         """Up to ``limit`` sessions, as ``page`` orders them after ``anchor``, read ``page_size``
         at a time (non-empty pages): a list of any length holds one page in memory, never all.
 
@@ -329,13 +330,13 @@ class SessionService:
             remaining -= size
             anchor = (page[-1]["time"]["updated"], page[-1]["id"])
 
-    async def children(self, session_id: str) -> list[dict[str, Any]]:
+    async def children(self, session_id: str) -> list[Session]:
         await self.get(session_id)
         return await self.queries.sessions(directory=None, parent_id=session_id)
 
     async def page(
         self, *, descending: bool, directory: str | None, search: str | None, anchor: tuple[int, str] | None, limit: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[Session]:
         """A keyset page by time updated (newest first among equal times), strictly after
         ``anchor`` (the V2 list)."""
         return await self.queries.session_page(
@@ -352,7 +353,7 @@ class SessionService:
         search: str | None,
         archived: bool,
         limit: int,
-    ) -> tuple[list[dict[str, Any]], int | None]:
+    ) -> tuple[list[GlobalSession], int | None]:
         """Sessions of every project, most recently updated first, each with its project (OpenCode's
         ``GET /experimental/session``): ``limit`` of them updated before ``before``, archived ones
         only with ``archived``, and the ``before`` of the next page (None: this is the last).
@@ -361,7 +362,7 @@ class SessionService:
         millisecond all go in this page (it may then hold a few more than ``limit``): none is
         skipped, none repeated. An archived session is known from its info alone, so pages are
         read until enough unarchived ones are found."""
-        found: list[dict[str, Any]] = []
+        found: list[Session] = []
         anchor: tuple[int, str] | None = None
         exhausted = False
 
@@ -386,15 +387,16 @@ class SessionService:
         cut = min(limit, len(found))
         while 0 < cut < len(found) and found[cut]["time"]["updated"] == found[cut - 1]["time"]["updated"]:
             cut += 1
-        listed = found[:cut]
-        for info in listed:
-            info["project"] = {"id": info["projectID"], "worktree": info["directory"]}
+        listed = [
+            GlobalSession(**info, project={"id": info["projectID"], "worktree": info["directory"]})
+            for info in found[:cut]
+        ]
         more = cut < len(found)
         return listed, listed[-1]["time"]["updated"] if more and listed else None
 
-    async def subtree(self, session_id: str) -> list[dict[str, Any]]:
+    async def subtree(self, session_id: str) -> list[Session]:
         """The session and all its descendants, parents before children."""
-        tree: list[dict[str, Any]] = []
+        tree: list[Session] = []
         frontier = [await self.get(session_id)]
         while frontier:
             current = frontier.pop()
@@ -402,7 +404,7 @@ class SessionService:
             frontier.extend(await self.queries.sessions(directory=None, parent_id=current["id"]))
         return tree
 
-    async def delete(self, tree: list[dict[str, Any]]) -> None:
+    async def delete(self, tree: list[Session]) -> None:
         """Delete the sessions of ``subtree()``, children first, in one transaction."""
         async with self.log.transaction() as tx:
             for info in reversed(tree):
@@ -414,6 +416,6 @@ class SessionService:
                 )
             tx.scope.after_commit(lambda: self._forget(tree))
 
-    def _forget(self, tree: list[dict[str, Any]]) -> None:
+    def _forget(self, tree: list[Session]) -> None:
         for info in tree:
             self._cache.drop(info["id"])

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from app.runtime.abort import AbortSignal
 from app.runtime.tools._state import ToolServices
+from app.wire import Session
 
 MAX_OUTPUT_CHARS = 30_000
 
@@ -45,7 +46,7 @@ async def _no_questions(_questions: list[dict[str, Any]]) -> list[list[str]]:
 
 @dataclass
 class ToolContext:
-    session: dict[str, Any]
+    session: Session
     message_id: str
     call_id: str
     signal: AbortSignal

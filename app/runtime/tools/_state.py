@@ -12,6 +12,7 @@ from app.runtime.abort import AbortSignal
 from app.runtime.tools._settings import ToolSettings
 from app.runtime.workspace import Workspace
 from app.store import todo_lists
+from app.wire import Session
 
 if TYPE_CHECKING:  # _skills needs _base, which needs this module
     from app.runtime.tools._skills import Skills
@@ -21,8 +22,8 @@ class Subagents(Protocol):
     """Runs a sub-agent in a child session of ``parent`` and returns the child and its answer."""
 
     async def run(
-        self, parent: dict[str, Any], description: str, prompt: str, agent: str, signal: AbortSignal
-    ) -> tuple[dict[str, Any], str]: ...
+        self, parent: Session, description: str, prompt: str, agent: str, signal: AbortSignal
+    ) -> tuple[Session, str]: ...
 
 
 @dataclass
@@ -49,7 +50,7 @@ class TodoStore:
     async def get(self, session_id: str) -> list[dict[str, Any]]:
         return await todo_lists.of_session(self.log.db, session_id)
 
-    async def replace(self, session: dict[str, Any], todos: list[dict[str, Any]]) -> None:
+    async def replace(self, session: Session, todos: list[dict[str, Any]]) -> None:
         async with self.log.db.write() as scope:
             todo_lists.replace(scope, session["id"], todos)
         self.log.publish(
@@ -64,5 +65,5 @@ class FileEdits:
     def __init__(self, log: EventLog) -> None:
         self.log = log
 
-    def edited(self, session: dict[str, Any], path: Path) -> None:
+    def edited(self, session: Session, path: Path) -> None:
         self.log.publish(Event("file.edited", {"file": str(path)}, None, session["directory"]))

@@ -18,10 +18,11 @@ from app.runtime.errors import CommandNotFound, InvalidInput
 from app.runtime.extensions import Extensions
 from app.runtime.history import HistoryDomain, MessageWithParts
 from app.runtime.infrastructure import Infrastructure
-from app.runtime.inputs import DEFAULT_AGENT, InputsDomain, PromptRequest, user_message_info
+from app.runtime.inputs import DEFAULT_AGENT, InputsDomain, PromptRequest
 from app.runtime.sessions import SessionsDomain, zero_tokens
 from app.runtime.tools import Bash, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
+from app.wire import AssistantMessage, Session, UserMessage
 
 SHELL_NOTICE = "The following tool was executed by the user"
 
@@ -101,7 +102,7 @@ class Commands:
 
     async def prompt_for(
         self,
-        session: dict[str, Any],
+        session: Session,
         name: str,
         arguments: str,
         *,
@@ -158,13 +159,22 @@ class Commands:
         return await self.sessions.coordinator.run_exclusive(session_id, work)
 
     async def _shell(
-        self, session: dict[str, Any], command: str, agent: str, ref: ModelRef, signal: AbortSignal
+        self, session: Session, command: str, agent: str, ref: ModelRef, signal: AbortSignal
     ) -> MessageWithParts:
         log = self.infra.log
         session_id, directory = session["id"], session["directory"]
         user_id = ids.message_id()
-        stored = {"agent": agent or DEFAULT_AGENT, "model": {"providerID": ref.provider_id, "modelID": ref.model_id}}
-        info = {
+        agent = agent or DEFAULT_AGENT
+        model = {"providerID": ref.provider_id, "modelID": ref.model_id}
+        question: UserMessage = {
+            "id": user_id,
+            "sessionID": session_id,
+            "role": "user",
+            "time": {"created": now_ms()},
+            "agent": agent,
+            "model": model,
+        }
+        info: AssistantMessage = {
             "id": ids.message_id(),
             "sessionID": session_id,
             "role": "assistant",
@@ -172,8 +182,8 @@ class Commands:
             "parentID": user_id,
             "modelID": ref.model_id,
             "providerID": ref.provider_id,
-            "mode": stored["agent"],
-            "agent": stored["agent"],
+            "mode": agent,
+            "agent": agent,
             "path": {"cwd": directory, "root": directory},
             "cost": 0,
             "tokens": zero_tokens(),
@@ -181,9 +191,7 @@ class Commands:
         recorder = AssistantRecorder(log, info, directory, self.infra.settings.part_flush_seconds)
         async with log.transaction() as tx:
             notice = {"type": "text", "text": SHELL_NOTICE, "synthetic": True}
-            await self.history.service.append_message(
-                tx, session, user_message_info(session_id, user_id, stored, now_ms()), [notice]
-            )
+            await self.history.service.append_message(tx, session, question, [notice])
             await recorder.begin(tx, None)  # a user command is not a model step: no snapshot
         part = await recorder.tool_pending(ids.new_id("part"), "bash")
         args = {"command": command, "description": "user command"}

@@ -25,6 +25,7 @@ from app.providers.models import step_cost
 from app.runtime.payloads import next_event
 from app.store import inputs
 from app.store.projectors import checkpoint_part
+from app.wire import AssistantMessage
 
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
 INTERRUPTED_STEP = "Provider turn interrupted"
@@ -72,7 +73,7 @@ class _StreamingPart:
 
 
 class AssistantRecorder:
-    def __init__(self, log: EventLog, info: dict[str, Any], directory: str, flush_seconds: float) -> None:
+    def __init__(self, log: EventLog, info: AssistantMessage, directory: str, flush_seconds: float) -> None:
         self.log = log
         self.info = info
         self.session_id: str = info["sessionID"]

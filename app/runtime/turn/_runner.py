@@ -33,7 +33,6 @@ from app.config import ConfigError, reading
 from app.events.log import Transaction
 from app.events.model import Event
 from app.events.topology import LeaseLost
-from app.jsonutil import loads
 from app.providers.base import (
     ChatRequest,
     Finish,
@@ -46,14 +45,14 @@ from app.providers.base import (
     ToolInputStart,
 )
 from app.providers.options import tune
-from app.providers.registry import ModelNotFoundError, ModelRef
+from app.providers.registry import ModelNotFoundError
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import Conflict, DatabaseUnavailable, SessionNotFound
 from app.runtime.history import (
     HistoryDomain,
 )
 from app.runtime.infrastructure import Infrastructure
-from app.runtime.inputs import InputsDomain, is_compaction, user_message_info
+from app.runtime.inputs import InputsDomain, StoredPrompt, is_compaction, user_message_info
 from app.runtime.payloads import next_event
 from app.runtime.sessions import BUSY, SessionsDomain, zero_tokens
 from app.runtime.snapshots import FileSnapshots
@@ -65,6 +64,7 @@ from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import inputs
 from app.store.queries import InputRow
+from app.wire import AssistantMessage, Session
 
 log = logging.getLogger("opensession.runner")
 
@@ -81,7 +81,7 @@ UNRECORDED = {
 }
 
 
-def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
+def _add_usage(totals: Session, step: dict[str, Any]) -> None:
     totals["cost"] = totals.get("cost", 0) + step["cost"]
     tokens = totals.setdefault("tokens", zero_tokens())
     for key in ("input", "output", "reasoning"):
@@ -92,7 +92,7 @@ def _add_usage(totals: dict[str, Any], step: dict[str, Any]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Finished:
-    session: dict[str, Any]  # as it stands after the step
+    session: Session  # as it stands after the step
     usage: dict[str, Any]  # the step's tokens and cost
 
 
@@ -206,20 +206,20 @@ class Runner:
             inputs.complete_through(scope, session_id, through_seq)
         self.inputs.waiters.settle_session(session_id)
 
-    async def _promote(self, tx: Transaction, session: dict[str, Any], batch: list[InputRow]) -> None:
+    async def _promote(self, tx: Transaction, session: Session, batch: list[InputRow]) -> None:
         for row in batch:
             if row.promoted_seq is not None:
                 continue
-            stored = loads(row.prompt)
+            stored = StoredPrompt.from_json(row.prompt)
             prompted = await tx.emit(
                 "session.next.prompted",
-                next_event(session["id"], messageID=row.id, prompt=stored["prompt"], delivery=row.delivery),
+                next_event(session["id"], messageID=row.id, prompt=stored.prompt, delivery=row.delivery),
                 session_id=session["id"],
                 directory=session["directory"],
             )
-            if stored.get("deferred"):
+            if stored.deferred:
                 info = user_message_info(session["id"], row.id, stored, now_ms())
-                await self.history.service.append_message(tx, session, info, stored["parts"])
+                await self.history.service.append_message(tx, session, info, stored.parts)
             assert prompted.seq is not None
             inputs.promote(tx.scope, row.id, prompted.seq)
 
@@ -304,13 +304,12 @@ class Runner:
     async def _plan(self, session_id: str, answered: InputRow) -> tuple[StepKind, StepPlan]:
         """Which kind of step answers ``answered``'s prompt, with which model, into which reply."""
         session = await self.sessions.service.get(session_id)
-        prompt = loads(answered.prompt)
-        kind: StepKind = self._compaction_step if prompt.get("compaction") else self._model_step
-        ref = ModelRef(prompt["model"]["providerID"], prompt["model"]["modelID"])
-        variant: str | None = prompt["model"].get("variant")
+        prompt = StoredPrompt.from_json(answered.prompt)
+        kind: StepKind = self._compaction_step if prompt.compaction is not None else self._model_step
+        ref, variant = prompt.model_ref, prompt.variant
         agent = kind.agent(prompt)
         directory = session["directory"]
-        info: dict[str, Any] = {
+        info: AssistantMessage = {
             "id": ids.message_id(),
             "sessionID": session_id,
             "role": "assistant",

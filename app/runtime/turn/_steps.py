@@ -30,26 +30,27 @@ from app.runtime.history import (
     system_prompts,
     transcript,
 )
-from app.runtime.inputs import InputsDomain, compaction_request
+from app.runtime.inputs import InputsDomain, StoredPrompt, compaction_request
 from app.runtime.payloads import next_event
 from app.runtime.tools import TOOLS, available_text, function_specs, offered_for
 from app.runtime.turn._recorder import AssistantRecorder
 from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls
 from app.store.queries import InputRow, Queries
+from app.wire import AssistantMessage, Session
 
 
 @dataclass(slots=True)
 class StepPlan:
     """What a step answers and with which model, decided before anything is written."""
 
-    session: dict[str, Any]
+    session: Session
     answered: InputRow  # the input whose prompt the step answers (a continuation: the turn's)
-    prompt: dict[str, Any]  # that input's stored prompt
+    prompt: StoredPrompt  # that input's stored prompt
     ref: ModelRef
     variant: str | None
     agent: str
-    info: dict[str, Any]  # the assistant message the step writes
+    info: AssistantMessage  # the assistant message the step writes
     window: Window | None = None  # a compaction's history, read before the step's reply exists
     summary: Snapshot | None = None  # the snapshot a compaction stored
 
@@ -71,7 +72,7 @@ def _first_user_text(request: ChatRequest) -> str:
 
 
 class StepKind(Protocol):
-    def agent(self, prompt: dict[str, Any]) -> str: ...
+    def agent(self, prompt: StoredPrompt) -> str: ...
 
     async def prepare(self, plan: StepPlan) -> None:
         """Before the step's reply is opened."""
@@ -90,7 +91,7 @@ class StepKind(Protocol):
         """In the transaction that finishes the step."""
 
     async def after(
-        self, plan: StepPlan, session: dict[str, Any], request: ChatRequest, usage: dict[str, Any], model: ModelInfo
+        self, plan: StepPlan, session: Session, request: ChatRequest, usage: dict[str, Any], model: ModelInfo
     ) -> None:
         """Once the step is committed."""
 
@@ -103,8 +104,8 @@ class ModelStep:
     titles: TitleGenerator
     config: ConfigLoader
 
-    def agent(self, prompt: dict[str, Any]) -> str:
-        return str(prompt.get("agent") or "build")
+    def agent(self, prompt: StoredPrompt) -> str:
+        return prompt.agent or "build"
 
     async def prepare(self, plan: StepPlan) -> None:
         return None
@@ -120,7 +121,7 @@ class ModelStep:
         summary = context.snapshot.summary if context.snapshot else None
         tools, skills = (None, []) if last_step else await self._offered(plan.session, plan.agent, model)
         agent_prompt = self.inputs.admission.agents.get(plan.directory, plan.agent).prompt
-        system = system_prompts(plan.directory, plan.prompt.get("system"), summary, agent_prompt)
+        system = system_prompts(plan.directory, plan.prompt.system, summary, agent_prompt)
         return ChatRequest(
             model=model,
             system=system + skills,
@@ -138,7 +139,7 @@ class ModelStep:
         return None
 
     async def after(
-        self, plan: StepPlan, session: dict[str, Any], request: ChatRequest, usage: dict[str, Any], model: ModelInfo
+        self, plan: StepPlan, session: Session, request: ChatRequest, usage: dict[str, Any], model: ModelInfo
     ) -> None:
         self.titles.schedule(session, _first_user_text(request), plan.ref)
         if self._auto_compaction(plan.directory) and overflows(usage["tokens"], model):
@@ -148,7 +149,7 @@ class ModelStep:
         return self.config.load(directory).auto_compaction
 
     async def _offered(
-        self, session: dict[str, Any], agent: str, model: ModelInfo
+        self, session: Session, agent: str, model: ModelInfo
     ) -> tuple[list[dict[str, Any]] | None, list[str]]:
         """The tools offered to ``model`` and the system prompt listing the skills, under the
         agent's permission rules (read once for both)."""
@@ -156,9 +157,7 @@ class ModelStep:
         tools = await self._tool_specs(session, rules, model)
         return tools, self._skills_prompt(session, rules, tools)
 
-    async def _tool_specs(
-        self, session: dict[str, Any], rules: list[Rule], model: ModelInfo
-    ) -> list[dict[str, Any]] | None:
+    async def _tool_specs(self, session: Session, rules: list[Rule], model: ModelInfo) -> list[dict[str, Any]] | None:
         """The built-in tools ``model`` is offered, then the MCP servers' (waiting for servers
         still connecting)."""
         offered = offered_for(model.model_id, model.provider_id, self.toolcalls.services.settings)
@@ -168,9 +167,7 @@ class ModelStep:
         specs = function_specs(names) + [tool.function_spec for name, tool in mcp.items() if name not in disabled]
         return specs or None
 
-    def _skills_prompt(
-        self, session: dict[str, Any], rules: list[Rule], tools: list[dict[str, Any]] | None
-    ) -> list[str]:
+    def _skills_prompt(self, session: Session, rules: list[Rule], tools: list[dict[str, Any]] | None) -> list[str]:
         """OpenCode lists the skills an agent may load in the system prompt, when it offers ``skill``
         (with none to load, nothing is added: the request stays as it was without skills)."""
         skills = self.toolcalls.services.skills
@@ -193,7 +190,7 @@ class CompactionStep:
     history: HistoryDomain
     queries: Queries
 
-    def agent(self, prompt: dict[str, Any]) -> str:
+    def agent(self, prompt: StoredPrompt) -> str:
         return "compaction"
 
     async def prepare(self, plan: StepPlan) -> None:
@@ -254,10 +251,11 @@ class CompactionStep:
         tx.publish(Event("session.compacted", {"sessionID": plan.session_id}, plan.session_id, plan.directory))
 
     async def after(
-        self, plan: StepPlan, session: dict[str, Any], request: ChatRequest, usage: dict[str, Any], model: ModelInfo
+        self, plan: StepPlan, session: Session, request: ChatRequest, usage: dict[str, Any], model: ModelInfo
     ) -> None:
         return None
 
     @staticmethod
     def _reason(plan: StepPlan) -> str:
-        return str(plan.prompt["compaction"])
+        assert plan.prompt.compaction is not None  # the runner plans this kind only for those
+        return plan.prompt.compaction

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from app.config import ConfigError
 from app.events.topology import FENCE
@@ -16,6 +15,7 @@ from app.providers.options import small_options
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.agents import Agents
 from app.runtime.sessions import SessionService, is_default_title
+from app.wire import Session
 
 log = logging.getLogger("opensession.title")
 
@@ -40,7 +40,7 @@ class TitleGenerator:
             return self._registry.resolve(directory, ModelRef(*agent.model.split("/", 1)))
         return self._registry.small_model(directory, turn_model)
 
-    def schedule(self, session: dict[str, Any], user_text: str, turn_model: ModelRef) -> None:
+    def schedule(self, session: Session, user_text: str, turn_model: ModelRef) -> None:
         """A title for a session still under its default one, written by the model OpenCode
         would pick for a turn on ``turn_model`` (chosen only when a title is wanted)."""
         if not is_default_title(session["title"]) or not user_text.strip() or session["id"] in self._tasks:
@@ -76,7 +76,7 @@ class TitleGenerator:
         if not title:
             return
 
-        def rename(info: dict[str, Any]) -> None:
+        def rename(info: Session) -> None:
             if is_default_title(info["title"]):
                 info["title"] = title
 

@@ -15,6 +15,7 @@ from app.runtime.agents import Denied, Permissions, QuestionRejected, Questions,
 from app.runtime.extensions import Extensions
 from app.runtime.tools import TOOLS, ToolContext, ToolError, ToolServices, repair
 from app.runtime.turn._recorder import AssistantRecorder
+from app.wire import Session
 
 log = logging.getLogger("opensession.tools")
 
@@ -45,7 +46,7 @@ class ToolCalls:
 
     async def run(
         self,
-        session: dict[str, Any],
+        session: Session,
         recorder: AssistantRecorder,
         calls: list[ToolCall],
         parts: dict[str, dict[str, Any]],
@@ -62,7 +63,7 @@ class ToolCalls:
 
     async def _one(
         self,
-        session: dict[str, Any],
+        session: Session,
         recorder: AssistantRecorder,
         call: ToolCall,
         part: dict[str, Any],
