@@ -194,7 +194,7 @@ def test_admission_reserves_the_lease_and_a_late_prompt_keeps_it(server: ThreadS
         seen["reserved"] = (await cluster.holders()).get(reserved) == cluster.origin
         seen["reserved busy"] = reserved in await runtime.statuses()
         runtime.coordinator.wake(reserved)
-        await runtime.wait_idle(reserved)
+        await runtime.prompting.wait_idle(reserved)
         seen["given up"] = reserved not in await cluster.holders()
 
         late = (await runtime.sessions.create(server.settings.directory))["id"]

@@ -3,7 +3,7 @@ uses, the instance directory a request is scoped to, and validated path identifi
 
 A route names the services it calls (``sessions: SessionsDep``), typed, rather than reaching
 through the whole runtime (``runtime.sessions.get``); ``RuntimeDep`` remains for the operations
-the runtime itself offers (``prompt``, ``abort``, ...), which span domains. A service dependency
+the runtime itself offers (``statuses``, ``switch``, ...), which span domains. A service dependency
 only reads the runtime, so naming two costs a route two cheap calls and nothing else."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from app.runtime.errors import InvalidInput
 from app.runtime.extensions import Extensions
 from app.runtime.history import History, Importer, Reverts, SessionDiffs, Shares
 from app.runtime.integrations import Integrations
+from app.runtime.prompting import Prompting
 from app.runtime.service import Runtime
 from app.runtime.sessions import SessionService
 from app.runtime.terminals import Terminals
@@ -120,6 +121,7 @@ EventSourcesDep = Annotated[
     _service(lambda runtime: EventSources(runtime.feeds, runtime.bus, runtime.settings.stream_send_timeout)),
 ]
 SessionsDep = Annotated[SessionService, _service(lambda runtime: runtime.sessions)]
+PromptingDep = Annotated[Prompting, _service(lambda runtime: runtime.prompting)]
 HistoryDep = Annotated[History, _service(lambda runtime: runtime.history)]
 DiffsDep = Annotated[SessionDiffs, _service(lambda runtime: runtime.diffs)]
 RevertsDep = Annotated[Reverts, _service(lambda runtime: runtime.reverts)]

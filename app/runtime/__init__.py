@@ -4,6 +4,8 @@ Domains, each a package whose private modules (``_name.py``) only it may import;
 its ``__init__`` exports. Higher domains may import lower ones, never the reverse:
 
     service.Runtime   the composition root: builds every domain and offers the operations routers call
+    prompting         prompt (and wait), sub-agents, abort, interrupt, summarize: built before the
+                      tools and the turn, which reach it through their own protocols
     turn              the drain loop, the recorder, tool calls, retry, titles, shell and commands
     inputs            durable admission and waiters
     history           messages, revert, share, import, file diffs, compaction snapshots, the model's context
@@ -11,7 +13,7 @@ its ``__init__`` exports. Higher domains may import lower ones, never the revers
     agents | tools | snapshots | terminals    (independent of each other) agent definitions, permissions
                       and questions | the tools and their state | per-step file snapshots in a shadow
                       git repository | the ptys behind /pty
-    sessions          the session service, the drain coordinator, recovery, the cluster's leases
+    sessions          the session service, the drain coordinator, recovery, the topology (one process or a cluster)
     workspace         the project's files, search and git status (the routers and the tools share it)
     infrastructure, errors, abort, payloads   the kernel every domain may use
 

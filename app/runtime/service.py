@@ -1,6 +1,7 @@
 """The runtime: the one object that wires the infrastructure and the domains together, and offers
-the operations every protocol translator (legacy, V2) calls. What differs between one process
-and a cluster is the sessions domain's ``Topology``; the operations here are written once."""
+the cross-domain operations protocol translators (legacy, V2) call beyond those of ``Prompting``.
+What differs between one process and a cluster is the sessions domain's ``Topology``; the
+operations here are written once. No domain is handed the runtime itself."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.config import ConfigError, reading
+from app.config import ConfigError
 from app.events.feed import Feeds
 from app.events.model import Event
 from app.providers.registry import ModelRef
-from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.abort import AbortSignal
 from app.runtime.agents import AgentsDomain
-from app.runtime.errors import PermissionNotFound, QuestionNotFound, SessionNotFound
+from app.runtime.errors import PermissionNotFound, QuestionNotFound
 from app.runtime.extensions import Extensions
-from app.runtime.history import HistoryDomain, MessageWithParts, Window
+from app.runtime.history import HistoryDomain, Window
 from app.runtime.infrastructure import Infrastructure
-from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
+from app.runtime.inputs import InputsDomain
 from app.runtime.integrations import Integrations
 from app.runtime.payloads import next_event
+from app.runtime.prompting import Prompting
 from app.runtime.sessions import SessionsDomain
 from app.runtime.snapshots import FileSnapshots
 from app.runtime.terminals import Terminals
@@ -32,7 +34,6 @@ from app.runtime.workspace import Workspace
 from app.settings import Settings
 from app.wire import Session, SessionStatus
 
-SETTLE_GRACE_SECONDS = 5.0
 INSTANCE_DISPOSED = "server.instance.disposed"
 
 
@@ -54,10 +55,20 @@ class Runtime:
             infra.config, self._publish_instance_event
         )  # files, search and VCS: the routes and the tools share it
         self.skills = Skills(infra.config)
-        self.tool_state = ToolServices.build(infra.log, tasks=self, workspace=self.workspace, skills=self.skills)
         self.extensions = Extensions(infra.config)  # MCP servers, per directory
+        self.prompting = prompting = Prompting(
+            infra.log,
+            infra.queries,
+            sessions,
+            inputs,
+            history.service,
+            self.workspace,
+            self.extensions,
+            self._publish_status,
+        )
+        self.tool_state = ToolServices.build(infra.log, tasks=prompting, workspace=self.workspace, skills=self.skills)
         self.turn = TurnDomain.build(
-            infra, sessions, inputs, history, agents, self.tool_state, self.extensions, prompter=self
+            infra, sessions, inputs, history, agents, self.tool_state, self.extensions, prompter=prompting
         )
         # What the translators call, by name (each owned by its domain).
         self.db, self.bus, self.log, self.queries = infra.db, infra.bus, infra.log, infra.queries
@@ -151,113 +162,14 @@ class Runtime:
 
     # -- operations ---------------------------------------------------------------------------
 
-    async def prompt(self, session_id: str, request: PromptRequest, *, resume: bool = True) -> Admitted:
-        """Admit, then wake the session's drain (unless ``resume`` is false: a running drain still
-        picks the prompt up). Returns once the prompt is durable. The configuration is read once
-        for all of it."""
-        with reading():
-            admitted = await self.admission.admit(session_id, request, reserve=resume)
-            directory = self.sessions.cached_directory(session_id)
-            if directory is not None:
-                self.workspace.watch(directory)
-                self.extensions.warm(directory)  # MCP servers connect meanwhile; admission never waits
-        if resume and not request.no_reply:
-            self.coordinator.wake(session_id)
-        return admitted
-
-    async def prompt_and_wait(self, session_id: str, request: PromptRequest) -> MessageWithParts:
-        """Admit, wait until this prompt's turn has settled, and return the message that answers
-        it (the user message itself for ``noReply``); an aborted turn returns its aborted reply."""
-        message_id = (await self.prompt(session_id, request)).message_id
-        if request.no_reply:
-            return await self.history.get_message(session_id, message_id)
-        await self._settled(session_id, message_id)
-        if not await self.queries.unsettled_inputs(session_id):
-            # The answer is complete; as in OpenCode the call returns once the busy period has
-            # ended too, so a follow-up (a shell command, a revert) does not find it busy.
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self.coordinator.await_idle(session_id), SETTLE_GRACE_SECONDS)
-        reply = await self.queries.last_assistant(session_id, parent_id=message_id)
-        if reply is None:
-            reply = await self.queries.last_assistant(session_id)
-        return reply if reply is not None else await self.history.get_message(session_id, message_id)
-
-    async def _settled(self, session_id: str, input_id: str) -> None:
-        """Return once input ``input_id`` is settled, or nothing is left to settle it.
-
-        Registered before the input is read: a settle in between still resolves the waiter. An
-        idle announcement releases every waiter of the session (an abort), so re-check then: a
-        prompt admitted during an abort's clean-up is answered by the drain that follows. Where
-        another process may drain the session the input is also re-read on a timer, for as long
-        as the topology's ``patience`` says."""
-        patience = self._topology.patience
-        unowned = 0
-        while True:
-            waiter = self.waiters.register(session_id, input_id)
-            row = await self.queries.input(input_id)
-            if row is None or row.completed:
-                return
-            drained = self.coordinator.is_active(session_id) or await self._topology.leased(session_id)
-            unowned = 0 if drained else unowned + 1
-            if unowned >= patience.rounds:  # nobody drains it: it will not be answered now
-                return
-            with suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(waiter), patience.seconds)
-
     async def statuses(self) -> dict[str, SessionStatus]:
         """Every session not idle, wherever in the cluster it runs."""
         return await self._sessions.statuses()
-
-    async def abort(self, session_id: str) -> None:
-        """Legacy abort: stop the turn and drop the prompts queued behind it (they stay in the
-        history unanswered). When nothing runs OpenCode still announces idle. In a cluster the
-        process draining the session does it."""
-        if await self._stop(session_id):
-            return
-        through = await self.log.committed_seq(session_id)
-        if await self._topology.forward(session_id, "abort", through=through):
-            return
-        with suppress(SessionNotFound):
-            await self.sessions.get(session_id)
-            self._publish_status(session_id, {"type": "idle"})
-
-    async def _stop(self, session_id: str) -> bool:
-        """Interrupt the session's drain and drop the prompts admitted so far that it has not
-        answered; a prompt admitted after this call is answered by a new drain."""
-        through = await self.log.committed_seq(session_id)
-        return await self.coordinator.interrupt(session_id, settle_through=through)
-
-    async def summarize(self, session_id: str, model: ModelRef | None = None) -> None:
-        """Compact the session's history now and return once the summary is stored (or failed)."""
-        admitted = await self.prompt(session_id, compaction_request("manual", model))
-        await self._settled(session_id, admitted.message_id)
 
     async def context(self, session_id: str) -> Window:
         """What the model sees next: the newest snapshot and the messages after it."""
         await self.sessions.get(session_id)
         return await self.compactions.window(session_id)
-
-    async def run(
-        self, parent: Session, description: str, prompt: str, agent: str, signal: AbortSignal
-    ) -> tuple[Session, str]:
-        """The ``task`` tool: run ``prompt`` in a new child session and return its final answer.
-        Aborting the parent's turn interrupts the child too."""
-        child = await self.sessions.create(
-            parent["directory"], parent_id=parent["id"], title=f"{description} (@{agent} subagent)"
-        )
-        model = parent.get("model")
-        request = PromptRequest(
-            parts=[{"type": "text", "text": prompt}],
-            agent=agent,
-            model=ModelRef(model["providerID"], model["id"]) if model else None,
-        )
-        try:
-            reply = await signal.race(self.prompt_and_wait(child["id"], request))
-        except Aborted:
-            await self._stop(child["id"])
-            raise
-        text = "".join(p.get("text", "") for p in reply["parts"] if p["type"] == "text")
-        return child, text or "(the sub-agent gave no answer)"
 
     async def reply_permission(
         self,
@@ -306,19 +218,6 @@ class Runtime:
         else:
             self.questions.reply(request_id, answers, directory=announced_in)
 
-    async def interrupt(self, session_id: str) -> None:
-        """V2 interrupt: stop the running step; prompts still waiting stay admitted and run at the
-        next wake."""
-        await self.sessions.get(session_id)
-        if not await self.coordinator.interrupt(session_id):
-            await self._topology.forward(session_id, "interrupt")
-
-    async def wait_idle(self, session_id: str) -> None:
-        """Return once the session is idle here and, in a cluster, on every process."""
-        await self.sessions.get(session_id)
-        await self.coordinator.await_idle(session_id)
-        await self._topology.await_idle(session_id)
-
     async def switch(
         self, session_id: str, *, agent: str | None = None, model: ModelRef | None = None, variant: str | None = None
     ) -> None:
@@ -358,5 +257,5 @@ class Runtime:
     async def delete_session(self, session_id: str) -> None:
         tree = await self.sessions.subtree(session_id)
         for info in tree:
-            await self._stop(info["id"])
+            await self.prompting.stop(info["id"])
         await self.sessions.delete(tree)

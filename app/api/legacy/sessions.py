@@ -17,6 +17,7 @@ from app.api.deps import (
     HistoryDep,
     MessageIDPath,
     PartIDPath,
+    PromptingDep,
     RevertsDep,
     RuntimeDep,
     SessionIDPath,
@@ -232,8 +233,8 @@ async def get_message(history: HistoryDep, sessionID: SessionIDPath, messageID: 
 @router.post(
     "/session/{sessionID}/message", operation_id="session.prompt", summary="Send a prompt and wait for the reply"
 )
-async def prompt(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
-    reply = await runtime.prompt_and_wait(sessionID, _prompt_request(body))
+async def prompt(request: Request, prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
+    reply = await prompting.prompt_and_wait(sessionID, _prompt_request(body))
     if stainless.speaks(request):  # 0.x answered the assistant message's info alone
         return JSONBody(stainless.message_info(reply["info"]))
     return JSONBody(reply)
@@ -245,14 +246,14 @@ async def prompt(request: Request, runtime: RuntimeDep, sessionID: SessionIDPath
     status_code=204,
     summary="Admit a prompt and return at once",
 )
-async def prompt_async(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
-    await runtime.prompt(sessionID, _prompt_request(body))
+async def prompt_async(prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
+    await prompting.prompt(sessionID, _prompt_request(body))
     return Response(status_code=204)
 
 
 @router.post("/session/{sessionID}/abort", operation_id="session.abort")
-async def abort(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.abort(sessionID)
+async def abort(prompting: PromptingDep, sessionID: SessionIDPath) -> Response:
+    await prompting.abort(sessionID)
     return JSONBody(True)
 
 
@@ -337,8 +338,8 @@ async def unshare(shares: SharesDep, sessionID: SessionIDPath) -> Response:
     operation_id="session.summarize",
     summary="Compact the history into a summary the model continues from; answers once done",
 )
-async def summarize(runtime: RuntimeDep, sessionID: SessionIDPath, body: SummarizeBody) -> Response:
-    await runtime.summarize(sessionID, ModelRef(body.providerID, body.modelID))
+async def summarize(prompting: PromptingDep, sessionID: SessionIDPath, body: SummarizeBody) -> Response:
+    await prompting.summarize(sessionID, ModelRef(body.providerID, body.modelID))
     return JSONBody(True)
 
 

@@ -18,6 +18,7 @@ from app.api.deps import (
     EventSourcesDep,
     HistoryDep,
     MessageIDPath,
+    PromptingDep,
     RevertsDep,
     RuntimeDep,
     SessionIDPath,
@@ -158,14 +159,14 @@ async def switch_model(runtime: RuntimeDep, sessionID: SessionIDPath, body: Mode
     operation_id="v2.session.prompt",
     summary="Admit a prompt (steer or queue); idempotent for a client-chosen id",
 )
-async def prompt(runtime: RuntimeDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
-    admitted = await runtime.prompt(sessionID, _prompt_request(body), resume=body.resume)
+async def prompt(prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
+    admitted = await prompting.prompt(sessionID, _prompt_request(body), resume=body.resume)
     return JSONBody({"data": admitted.record.admitted_record()})
 
 
 @router.post("/session/{sessionID}/interrupt", operation_id="v2.session.interrupt", status_code=204)
-async def interrupt(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.interrupt(sessionID)
+async def interrupt(prompting: PromptingDep, sessionID: SessionIDPath) -> Response:
+    await prompting.interrupt(sessionID)
     return Response(status_code=204)
 
 
@@ -175,14 +176,14 @@ async def interrupt(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     status_code=204,
     summary="Answer once the session is idle",
 )
-async def wait(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.wait_idle(sessionID)
+async def wait(prompting: PromptingDep, sessionID: SessionIDPath) -> Response:
+    await prompting.wait_idle(sessionID)
     return Response(status_code=204)
 
 
 @router.post("/session/{sessionID}/compact", operation_id="v2.session.compact", status_code=204)
-async def compact(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
-    await runtime.summarize(sessionID)
+async def compact(prompting: PromptingDep, sessionID: SessionIDPath) -> Response:
+    await prompting.summarize(sessionID)
     return Response(status_code=204)
 
 
