@@ -1,4 +1,4 @@
-"""Compaction: the summary becomes the model's context while every message stays listed; snapshot
+"""Compaction: the summary becomes the model's context while every message stays listed; summary
 versions are checked optimistically; a small-context model compacts by itself."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.runtime.errors import Conflict
-from app.runtime.history import Snapshots
+from app.runtime.history import Summaries
 from app.store.database import open_database
 from app.store.queries import Queries
 from tests.helpers import create_session, text_prompt
@@ -116,20 +116,20 @@ def test_a_small_context_model_compacts_by_itself(project_dir: Path, client: htt
         assert [m["role"] for m in _turn_requests(stub)[-1]["messages"]] == ["system", "system", "user"]
 
 
-def test_concurrent_snapshot_writers_one_wins(database_url: str) -> None:
+def test_concurrent_summary_writers_one_wins(database_url: str) -> None:
     async def scenario() -> list[object]:
         db = open_database(database_url)
         await db.open()
         log = EventLog(db, EventBus(16))
         await log.start()
-        snapshots = Snapshots(log, Queries(db))
+        summaries = Summaries(log, Queries(db))
         try:
             writes = [
-                snapshots.write("ses_x", replaces=0, through_seq=5, message_id="msg_a", reason="manual", summary=text)
+                summaries.write("ses_x", replaces=0, through_seq=5, message_id="msg_a", reason="manual", summary=text)
                 for text in ("from writer A", "from writer B")
             ]
             results: list[object] = [*await asyncio.gather(*writes, return_exceptions=True)]
-            results.append(await snapshots.latest("ses_x"))
+            results.append(await summaries.latest("ses_x"))
             return results
         finally:
             await db.close()

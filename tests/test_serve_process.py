@@ -62,7 +62,8 @@ async def main():
     async with app.router.lifespan_context(app):
         runtime = app.state.runtime
         session = await runtime.sessions.create(directory=where)
-        await runtime.prompting.prompt(session["id"], PromptRequest(parts=[{{"type": "text", "text": "hi"}}], no_reply=True))
+        hello = PromptRequest(parts=[{{"type": "text", "text": "hi"}}], no_reply=True)
+        await runtime.prompting.prompt(session["id"], hello)
         watcher = runtime.workspace._watchers[where]  # its task ends once it finds no repository
         await asyncio.wait_for(watcher.task, 30)
 asyncio.run(main())

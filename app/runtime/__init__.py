@@ -8,7 +8,7 @@ its ``__init__`` exports. Higher domains may import lower ones, never the revers
                       tools and the turn, which reach it through their own protocols
     turn              the drain loop, the recorder, tool calls, retry, titles, shell and commands
     inputs            durable admission and waiters
-    history           messages, revert, share, import, file diffs, compaction snapshots, the model's context
+    history           messages, revert, share, import, file diffs, compaction summaries, the model's context
     extensions        MCP servers per directory and their tools
     agents | tools | snapshots | terminals    (independent of each other) agent definitions, permissions
                       and questions | the tools and their state | per-step file snapshots in a shadow

@@ -75,7 +75,7 @@ class Runtime:
         self.feeds = Feeds(infra.bus, settings.heartbeat_seconds)  # the event streams' share of the bus
         self.config, self.registry = infra.config, infra.registry
         self.sessions, self.coordinator = sessions.service, sessions.coordinator
-        self.history, self.compactions = history.service, history.snapshots
+        self.history, self.summaries = history.service, history.summaries
         self.diffs, self.reverts, self.shares = history.diffs, history.reverts, history.shares
         self.imports = history.imports
         self.agents, self.permissions, self.questions = agents.agents, agents.permissions, agents.questions
@@ -169,7 +169,7 @@ class Runtime:
     async def context(self, session_id: str) -> Window:
         """What the model sees next: the newest snapshot and the messages after it."""
         await self.sessions.get(session_id)
-        return await self.compactions.window(session_id)
+        return await self.summaries.window(session_id)
 
     async def reply_permission(
         self,

@@ -152,8 +152,8 @@ PROJECT = Clause(select(projects.c.info, projects.c.time_updated).where(projects
 ALL_PROJECTS = Clause(select(projects.c.id, projects.c.info, projects.c.time_updated))
 
 
-INSERT_SNAPSHOT = Clause(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
-LATEST_SNAPSHOT = Clause(
+INSERT_SUMMARY = Clause(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))
+LATEST_SUMMARY = Clause(
     select(snapshots)
     .where(snapshots.c.session_id == bindparam("session_id"))
     .order_by(snapshots.c.version.desc())

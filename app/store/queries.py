@@ -221,8 +221,8 @@ class Queries:
         waiting = {row[0] for row in await self.db.fetch(sql.WAITING_INPUTS, params) if row[0] in found}
         return [m.decode() for m in found.values()], waiting
 
-    async def latest_snapshot(self, session_id: str) -> Row | None:
-        return await self.db.fetch_one(sql.LATEST_SNAPSHOT, {"session_id": session_id})
+    async def latest_summary(self, session_id: str) -> Row | None:
+        return await self.db.fetch_one(sql.LATEST_SUMMARY, {"session_id": session_id})
 
     async def copy_source(self, session_id: str, before_seq: int) -> list[tuple[str, str, int, str, list[str]]]:
         """Messages (id, role, created, info JSON, part JSONs) that entered before ``before_seq``,

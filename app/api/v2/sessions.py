@@ -308,7 +308,7 @@ async def message(history: HistoryDep, sessionID: SessionIDPath, messageID: Mess
 )
 async def context(runtime: RuntimeDep, sessionID: SessionIDPath) -> Response:
     window = await runtime.context(sessionID)
-    data = [views.snapshot(window.snapshot)] if window.snapshot else []
+    data = [views.summary(window.summary)] if window.summary else []
     return JSONBody({"data": data + [views.message(m) for m in window.tail]})
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.events.model import Event
 from app.jsonutil import dumpb
-from app.runtime.history import MessageWithParts, Snapshot
+from app.runtime.history import MessageWithParts, Summary
 from app.wire import Session
 
 
@@ -114,14 +114,14 @@ def event_json(event: Event, *, with_location: bool) -> bytes:
     return dumpb(head)[:-1] + b',"data":' + event.properties_json() + b"}"
 
 
-def snapshot(snapshot: Snapshot) -> dict[str, Any]:
-    """A compaction snapshot as the ``compaction`` message that opens the model's context."""
+def summary(summary: Summary) -> dict[str, Any]:
+    """A compaction summary as the ``compaction`` message that opens the model's context."""
     return {
-        "id": snapshot.message_id,
-        "time": {"created": snapshot.time_created},
+        "id": summary.message_id,
+        "time": {"created": summary.time_created},
         "type": "compaction",
-        "reason": snapshot.reason,
-        "summary": snapshot.summary,
+        "reason": summary.reason,
+        "summary": summary.text,
         "recent": "",
     }
 

@@ -1,10 +1,10 @@
 """Compaction: replace the model's view of a long history with a summary, without rewriting the
 history anyone lists.
 
-- A snapshot stores a summary covering every message that entered the session up to a log
+- A summary covers every message that entered the session up to a log
   position (``through_seq``) and a ``version``; writing one states the version it replaces, so a
   stale writer gets a Conflict instead of overwriting a newer summary.
-- The model's context ("window") is the newest snapshot's summary plus the messages after its
+- The model's context ("window") is the newest summary plus the messages after its
   position, minus compaction bookkeeping (the request and the summary reply). Reading it costs
   the tail, not the whole history.
 - Auto-compaction triggers when a step's tokens reach the model's usable context, as in OpenCode:
@@ -22,7 +22,7 @@ from app.jsonutil import dumps
 from app.providers.base import ModelInfo
 from app.runtime.errors import Conflict
 from app.runtime.history._context import tool_result
-from app.store import snapshots
+from app.store import summaries
 from app.store.queries import MessageWithParts, Queries
 
 SUMMARY_SYSTEM = (
@@ -36,13 +36,15 @@ TOOL_OUTPUT_LIMIT = 2_000  # per tool result in a summary transcript, as OpenCod
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class Summary:
+    """A compaction's summary of every message that entered the session up to ``through_seq``."""
+
     session_id: str
     version: int
     through_seq: int
     message_id: str
     reason: str
-    summary: str
+    text: str
     time_created: int
 
 
@@ -51,13 +53,13 @@ class Window:
     """What the model sees next: the newest summary (if any) and the messages after it, less the
     prompts admitted but not yet promoted into a step (``waiting``: their ids)."""
 
-    snapshot: Snapshot | None
+    summary: Summary | None
     tail: list[MessageWithParts]
     waiting: frozenset[str] = frozenset()
 
     @property
     def version(self) -> int:
-        return self.snapshot.version if self.snapshot else 0
+        return self.summary.version if self.summary else 0
 
 
 def is_bookkeeping(message: MessageWithParts) -> bool:
@@ -80,8 +82,8 @@ def overflows(tokens: dict[str, Any], model: ModelInfo) -> bool:
 def transcript(window: Window) -> str:
     """The window as plain text, for the summarizing model."""
     lines = []
-    if window.snapshot:
-        lines.append(f"[Summary of earlier conversation]\n{window.snapshot.summary}")
+    if window.summary:
+        lines.append(f"[Summary of earlier conversation]\n{window.summary.text}")
     for message in window.tail:
         role = "User" if message["info"]["role"] == "user" else "Assistant"
         text = "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
@@ -94,38 +96,38 @@ def transcript(window: Window) -> str:
     return "<conversation>\n" + "\n\n".join(lines) + "\n</conversation>"
 
 
-class Snapshots:
+class Summaries:
     def __init__(self, log: EventLog, queries: Queries) -> None:
         self.log = log
         self.queries = queries
 
-    async def latest(self, session_id: str) -> Snapshot | None:
-        row = await self.queries.latest_snapshot(session_id)
-        return Snapshot(*row) if row else None
+    async def latest(self, session_id: str) -> Summary | None:
+        row = await self.queries.latest_summary(session_id)
+        return Summary(*row) if row else None
 
     async def window(self, session_id: str) -> Window:
-        snapshot = await self.latest(session_id)
-        tail, waiting = await self.queries.messages_after_seq(session_id, snapshot.through_seq if snapshot else -1)
-        return Window(snapshot, [m for m in tail if not is_bookkeeping(m)], frozenset(waiting))
+        summary = await self.latest(session_id)
+        tail, waiting = await self.queries.messages_after_seq(session_id, summary.through_seq if summary else -1)
+        return Window(summary, [m for m in tail if not is_bookkeeping(m)], frozenset(waiting))
 
     async def write(
         self, session_id: str, *, replaces: int, through_seq: int, message_id: str, reason: str, summary: str
-    ) -> Snapshot:
-        """Store a new snapshot over version ``replaces``; Conflict if another writer got there
+    ) -> Summary:
+        """Store a new summary over version ``replaces``; Conflict if another writer got there
         first (checked inside the write transaction, so exactly one of two racing writers wins)."""
-        snapshot = Snapshot(session_id, replaces + 1, through_seq, message_id, reason, summary, now_ms())
+        written = Summary(session_id, replaces + 1, through_seq, message_id, reason, summary, now_ms())
         async with self.log.db.write() as scope:
-            current = await snapshots.latest_version(scope, session_id)
+            current = await summaries.latest_version(scope, session_id)
             if current != replaces:
-                raise Conflict(f"Snapshot of {session_id} is at version {current}, not {replaces}", session_id)
-            snapshots.insert(
+                raise Conflict(f"The summary of {session_id} is at version {current}, not {replaces}", session_id)
+            summaries.insert(
                 scope,
-                session_id=snapshot.session_id,
-                version=snapshot.version,
-                through_seq=snapshot.through_seq,
-                message_id=snapshot.message_id,
-                reason=snapshot.reason,
-                summary=snapshot.summary,
-                time_created=snapshot.time_created,
+                session_id=written.session_id,
+                version=written.version,
+                through_seq=written.through_seq,
+                message_id=written.message_id,
+                reason=written.reason,
+                summary=written.text,
+                time_created=written.time_created,
             )
-        return snapshot
+        return written

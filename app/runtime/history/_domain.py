@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.runtime.history._compaction import Snapshots
+from app.runtime.history._compaction import Summaries
 from app.runtime.history._diffs import SessionDiffs
 from app.runtime.history._import import Importer
 from app.runtime.history._revert import Reverts
@@ -18,7 +18,7 @@ from app.runtime.snapshots import FileSnapshots
 @dataclass(frozen=True, slots=True)
 class HistoryDomain:
     service: History
-    snapshots: Snapshots
+    summaries: Summaries
     diffs: SessionDiffs
     reverts: Reverts
     shares: Shares
@@ -32,7 +32,7 @@ class HistoryDomain:
         sessions.topology.on_takeover(reverts.finish_taken_over)  # a dead process's revert is finished by its successor
         return cls(
             history,
-            Snapshots(infra.log, infra.queries),
+            Summaries(infra.log, infra.queries),
             diffs,
             reverts,
             Shares(infra.log, history),

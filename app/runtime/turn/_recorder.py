@@ -46,9 +46,10 @@ def cost_of(model: ModelInfo, usage: Usage) -> float:
     return step_cost(model, usage)
 
 
-def _snapshot(snapshot: str | None) -> dict[str, str]:
-    """The ``snapshot`` field, absent where snapshots are off (as OpenCode omits it)."""
-    return {"snapshot": snapshot} if snapshot else {}
+def _tree_field(tree: str | None) -> dict[str, str]:
+    """The wire's ``snapshot`` field (a file snapshot's tree), absent where file snapshots are
+    off (as OpenCode omits it)."""
+    return {"snapshot": tree} if tree else {}
 
 
 def error_message(error: dict[str, Any]) -> str:
@@ -65,7 +66,8 @@ class _StreamingPart:
     def id_field(self) -> str:
         return "textID" if self.part["type"] == "text" else "reasoningID"
 
-    def snapshot(self, *, final: bool) -> dict[str, Any]:
+    def copy(self, *, final: bool) -> dict[str, Any]:
+        """The part as streamed so far (a copy: the stream goes on changing its own)."""
         self.part["text"] = "".join(self.chunks)
         if final:
             self.part["time"]["end"] = now_ms()
@@ -82,7 +84,7 @@ class AssistantRecorder:
         self._open: _StreamingPart | None = None
         self.parts: list[dict[str, Any]] = []
         self._started: dict[str, int] = {}  # tool call id -> when it started running
-        self.snapshot: str | None = None  # the tree the step started from
+        self.start_tree: str | None = None  # the file snapshot the step started from
 
     async def _emit(self, tx: Transaction, event_type: str, props: dict[str, Any]) -> None:
         await tx.emit(event_type, props, session_id=self.session_id, directory=self.directory)
@@ -117,17 +119,17 @@ class AssistantRecorder:
         self.parts.append(part)
         return part
 
-    async def begin(self, tx: Transaction, snapshot: str | None) -> None:
+    async def begin(self, tx: Transaction, start_tree: str | None) -> None:
         """Create the message and its step-start (carrying the tree the step starts from)."""
-        self.snapshot = snapshot
+        self.start_tree = start_tree
         await self.emit_info(tx)
-        await self.emit_part(tx, self._new_part("step-start", **_snapshot(snapshot)))
+        await self.emit_part(tx, self._new_part("step-start", **_tree_field(start_tree)))
         await self._emit_next(
             tx,
             "step.started",
             agent=self.info["agent"],
             model={"id": self.info["modelID"], "providerID": self.info["providerID"]},
-            **_snapshot(snapshot),
+            **_tree_field(start_tree),
         )
 
     def ran_tools(self) -> bool:
@@ -135,8 +137,8 @@ class AssistantRecorder:
 
     async def add_patch(self, tx: Transaction, files: list[str]) -> None:
         """Record the files this step changed (absolute paths), against the tree it started from."""
-        if self.snapshot and files:
-            await self.emit_part(tx, self._new_part("patch", hash=self.snapshot, files=files))
+        if self.start_tree and files:
+            await self.emit_part(tx, self._new_part("patch", hash=self.start_tree, files=files))
 
     async def delta(self, kind: str, text: str, new_part: bool = False) -> None:
         """Append streamed ``text`` to the open part of ``kind`` (``text`` or ``reasoning``), or
@@ -181,7 +183,7 @@ class AssistantRecorder:
         """Persist the partial text without an event: a crash then loses at most one interval."""
         stream.last_flush = time.monotonic()
         async with self.log.db.write() as scope:
-            checkpoint_part(scope, stream.snapshot(final=False))
+            checkpoint_part(scope, stream.copy(final=False))
 
     async def end_part(self, tx: Transaction) -> None:
         """End the text or reasoning part being streamed (a failed call's partial text stays as it
@@ -191,7 +193,7 @@ class AssistantRecorder:
     async def _close_open(self, tx: Transaction) -> None:
         stream, self._open = self._open, None
         if stream is not None:
-            final = stream.snapshot(final=True)
+            final = stream.copy(final=True)
             await self.emit_part(tx, final)
             kind = final["type"]
             await self._emit_next(tx, f"{kind}.ended", **{stream.id_field: final["id"]}, text=final["text"])
@@ -273,23 +275,22 @@ class AssistantRecorder:
         )
 
     async def finish_step(
-        self, tx: Transaction, finish: Finish, model: ModelInfo, snapshot: str | None, files: list[str]
+        self, tx: Transaction, finish: Finish, model: ModelInfo, end_tree: str | None, files: list[str]
     ) -> dict[str, Any]:
         """Close the step: final parts, step-finish with usage and the tree it ended with, the
         patch of the files it changed, the message's finish and tokens."""
         tokens = tokens_of(finish.usage)
         cost = cost_of(model, finish.usage)
         await self._close_open(tx)
-        finished = self._new_part("step-finish", reason=finish.reason, **_snapshot(snapshot), cost=cost, tokens=tokens)
+        tree = _tree_field(end_tree)
+        finished = self._new_part("step-finish", reason=finish.reason, **tree, cost=cost, tokens=tokens)
         await self.emit_part(tx, finished)
         await self.add_patch(tx, files)
         self.info["finish"] = finish.reason
         self.info["tokens"] = tokens
         self.info["cost"] = self.info.get("cost", 0) + cost
         v2_tokens = {k: v for k, v in tokens.items() if k != "total"}
-        await self._emit_next(
-            tx, "step.ended", finish=finish.reason, cost=cost, tokens=v2_tokens, **_snapshot(snapshot), files=files
-        )
+        await self._emit_next(tx, "step.ended", finish=finish.reason, cost=cost, tokens=v2_tokens, **tree, files=files)
         return {"cost": cost, "tokens": tokens}
 
     async def complete(self, tx: Transaction, input_ids: list[str], error: dict[str, Any] | None = None) -> None:

@@ -104,7 +104,7 @@ class Turn:
 
     inputs: list[str] = field(default_factory=list)
     tools: TurnTools = field(default_factory=TurnTools)
-    snapshot: str | None = None
+    last_tree: str | None = None  # the tree its last step ended with
     first: str | None = None  # the tree its first step started from
     recorder: AssistantRecorder | None = None  # the step's reply, once it has one
 
@@ -336,7 +336,7 @@ class Runner:
             self.infra.log, plan.info, plan.directory, self.infra.settings.part_flush_seconds
         )
         turn.inputs += [row.id for row in batch]
-        start = turn.snapshot or await self.snapshots.track(plan.directory)
+        start = turn.last_tree or await self.snapshots.track(plan.directory)
         turn.first = turn.first or start
         async with self.infra.log.transaction() as tx:
             await self._promote(tx, plan.session, batch)
@@ -359,7 +359,7 @@ class Runner:
         """Close the step in one transaction: its usage added to the session's, the turn's
         inputs settled when it is the last step."""
         end, changed = await self._step_changes(plan.directory, start, ran_tools)
-        turn.snapshot = end
+        turn.last_tree = end
         async with self.infra.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model, end, changed)
             await recorder.complete(tx, [] if more else turn.inputs)
@@ -455,7 +455,7 @@ class Runner:
         """End the step with ``error``, settling the turn's inputs; the files its tools changed
         before it ended are still recorded (an aborted bash may have written half its output),
         so undo reaches them."""
-        end, changed = await self._step_changes(recorder.directory, recorder.snapshot, recorder.ran_tools())
+        end, changed = await self._step_changes(recorder.directory, recorder.start_tree, recorder.ran_tools())
         async with self.infra.log.transaction() as tx:
             await recorder.add_patch(tx, changed)
             props = {"sessionID": recorder.session_id, "error": error}

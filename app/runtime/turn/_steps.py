@@ -23,7 +23,7 @@ from app.runtime.history import (
     SUMMARY_INSTRUCTION,
     SUMMARY_SYSTEM,
     HistoryDomain,
-    Snapshot,
+    Summary,
     Window,
     model_messages,
     overflows,
@@ -52,7 +52,7 @@ class StepPlan:
     agent: str
     info: AssistantMessage  # the assistant message the step writes
     window: Window | None = None  # a compaction's history, read before the step's reply exists
-    summary: Snapshot | None = None  # the snapshot a compaction stored
+    summary: Summary | None = None  # what a compaction stored
 
     @property
     def session_id(self) -> str:
@@ -116,9 +116,9 @@ class ModelStep:
     async def request(self, plan: StepPlan, model: ModelInfo, tuning: dict[str, Any], last_step: bool) -> ChatRequest:
         """The session's history after its newest snapshot's summary, with the agent's tools (none
         on a turn's last step, so a runaway tool loop ends)."""
-        context = await self.history.snapshots.window(plan.session_id)
+        context = await self.history.summaries.window(plan.session_id)
         tail = [m for m in context.tail if m["info"]["id"] != plan.info["id"]]
-        summary = context.snapshot.summary if context.snapshot else None
+        summary = context.summary.text if context.summary else None
         tools, skills = (None, []) if last_step else await self._offered(plan.session, plan.agent, model)
         agent_prompt = self.inputs.admission.agents.get(plan.directory, plan.agent).prompt
         system = system_prompts(plan.directory, plan.prompt.system, summary, agent_prompt)
@@ -196,7 +196,7 @@ class CompactionStep:
     async def prepare(self, plan: StepPlan) -> None:
         """Its window is what came before its request: read before its own reply exists."""
         plan.info["summary"] = True
-        plan.window = await self.history.snapshots.window(plan.session_id)
+        plan.window = await self.history.summaries.window(plan.session_id)
 
     async def opened(self, tx: Transaction, plan: StepPlan) -> None:
         await tx.emit(
@@ -223,8 +223,8 @@ class CompactionStep:
         covered = window.tail[-1]["info"]["id"] if window.tail else None
         through = await self.queries.message_seq(plan.session_id, covered) if covered else None
         if through is None:
-            through = window.snapshot.through_seq if window.snapshot else -1
-        plan.summary = await self.history.snapshots.write(
+            through = window.summary.through_seq if window.summary else -1
+        plan.summary = await self.history.summaries.write(
             plan.session_id,
             replaces=window.version,
             through_seq=through,
@@ -242,7 +242,7 @@ class CompactionStep:
                 plan.session_id,
                 messageID=plan.answered.id,
                 reason=self._reason(plan),
-                text=plan.summary.summary,
+                text=plan.summary.text,
                 recent="",
             ),
             session_id=plan.session_id,

@@ -1,5 +1,5 @@
-"""Writes to the ``snapshots`` table: a session's compaction snapshots, versioned (``Queries``
-reads the latest for everyone else).
+"""Writes to the ``snapshots`` table (named before the word meant only file snapshots): a
+session's compaction summaries, versioned (``Queries`` reads the latest for everyone else).
 
 Invariant: versions of a session grow by one; a writer checks the latest version in the
 transaction that inserts the next (optimistic concurrency)."""
@@ -11,8 +11,8 @@ from app.store.database import Reader, WriteScope
 
 
 async def latest_version(reader: Reader, session_id: str) -> int:
-    """The session's newest snapshot version (0 before its first)."""
-    rows = await reader.fetch(sql.LATEST_SNAPSHOT, {"session_id": session_id})
+    """The session's newest summary version (0 before its first)."""
+    rows = await reader.fetch(sql.LATEST_SUMMARY, {"session_id": session_id})
     return int(rows[0][1]) if rows else 0
 
 
@@ -28,7 +28,7 @@ def insert(
     time_created: int,
 ) -> None:
     scope.execute(
-        sql.INSERT_SNAPSHOT,
+        sql.INSERT_SUMMARY,
         {
             "session_id": session_id,
             "version": version,
