@@ -256,3 +256,14 @@ Part: TypeAlias = (
     | RetryPart
     | CompactionPart
 )
+
+
+# -- worktrees ------------------------------------------------------------------------------------
+
+
+class Worktree(TypedDict):
+    """``POST /experimental/worktree``'s answer."""
+
+    name: str
+    branch: str
+    directory: str

@@ -23,6 +23,7 @@ from app.api.legacy import project as legacy_project
 from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
 from app.api.legacy import tui as legacy_tui
+from app.api.legacy import worktree as legacy_worktree
 from app.api.middleware import BasicAuth, BodyLimit
 from app.api.v2 import fs as v2_fs
 from app.api.v2 import integrations as v2_integrations
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         legacy_events.router,
         legacy_files.router,
         legacy_tui.router,
+        legacy_worktree.router,
         v2_sessions.router,
         legacy_pty.router,
         v2_pty.router,

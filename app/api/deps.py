@@ -34,6 +34,7 @@ from app.runtime.terminals import Terminals
 from app.runtime.tools import Skills, TodoStore, ToolSettings
 from app.runtime.turn import Commands
 from app.runtime.workspace import Workspace
+from app.runtime.worktrees import Worktrees
 from app.settings import Settings
 
 ID_PATTERN = r"^{prefix}_[0-9A-Za-z]{{1,64}}$"
@@ -138,3 +139,4 @@ ExtensionsDep = Annotated[Extensions, _service(lambda runtime: runtime.extension
 IntegrationsDep = Annotated[Integrations, _service(lambda runtime: runtime.integrations)]
 TerminalsDep = Annotated[Terminals, _service(lambda runtime: runtime.terminals)]
 WorkspaceDep = Annotated[Workspace, _service(lambda runtime: runtime.workspace)]
+WorktreesDep = Annotated[Worktrees, _service(lambda runtime: runtime.worktrees)]

@@ -46,6 +46,7 @@ from app.runtime.errors import (
     ShareNotFound,
     TerminalForbidden,
     TerminalNotFound,
+    WorktreeFailed,
 )
 
 log = logging.getLogger("opensession.api")
@@ -239,6 +240,7 @@ ANSWERS: dict[type[Exception], Answer[Any]] = dict(
             logged=True,
         ),
         _answer(PatchNotApplied, 400, lambda e: named_body("VcsApplyError", e.message, reason=e.reason)),
+        _answer(WorktreeFailed, 400, lambda e: named_body(e.name, e.message)),  # named on both, as OpenCode
         _answer(
             RevertFailed,
             400,

@@ -154,3 +154,12 @@ class McpOAuthUnsupported(RuntimeFailure):
         super().__init__(
             f"OAuth for MCP server {name} is not supported here: put its credentials in the server's headers"
         )
+
+
+class WorktreeFailed(RuntimeFailure):
+    """A worktree operation refused or failed; ``name`` is OpenCode's error for it
+    (``WorktreeNotGitError``, ``WorktreeCreateFailedError``, ``WorktreeRemoveFailedError``...)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name

@@ -17,7 +17,7 @@ from app.events.model import Event
 from app.providers.registry import ModelRef
 from app.runtime.abort import AbortSignal
 from app.runtime.agents import AgentsDomain
-from app.runtime.errors import PermissionNotFound, QuestionNotFound
+from app.runtime.errors import PermissionNotFound, QuestionNotFound, TerminalNotFound
 from app.runtime.extensions import Extensions
 from app.runtime.history import HistoryDomain, Window
 from app.runtime.infrastructure import Infrastructure
@@ -31,6 +31,7 @@ from app.runtime.terminals import Terminals
 from app.runtime.tools import Skills, ToolServices
 from app.runtime.turn import TurnDomain
 from app.runtime.workspace import Workspace
+from app.runtime.worktrees import Worktrees
 from app.settings import Settings
 from app.wire import Session, SessionStatus
 
@@ -83,6 +84,7 @@ class Runtime:
         self.commands = self.turn.commands
         self.terminals = Terminals.build(infra)
         self.integrations = Integrations(self.registry.credentials, self.log)
+        self.worktrees = Worktrees(settings.data_path, self.sessions, self.log, self._dispose_worktree)
         self._background: list[asyncio.Task[None]] = []
         # Loading what the default model's first turn needs, on a thread, after start-up.
         self.warming: asyncio.Task[None] | None = None
@@ -119,6 +121,7 @@ class Runtime:
             await self.reply_question(message["id"], message.get("answers"))
 
     async def stop(self) -> None:
+        await self.worktrees.stop()
         await self.terminals.stop()
         for task in self._background:
             task.cancel()
@@ -142,6 +145,15 @@ class Runtime:
         ``server.instance.disposed``, after which the directory's ``/event`` streams end (a
         client reconnects and reads everything again). Turns in flight go on."""
         self._publish_instance_event(INSTANCE_DISPOSED, {"directory": directory}, directory)
+
+    async def _dispose_worktree(self, directory: str) -> None:
+        """A worktree is about to be removed: its terminals end, its watcher stops, and its
+        instance is disposed, as OpenCode disposes it."""
+        for terminal in self.terminals.in_directory(directory):
+            with suppress(TerminalNotFound):
+                await self.terminals.remove(directory, terminal["id"])
+        await self.workspace.unwatch(directory)
+        self.dispose_instance(directory)
 
     def dispose_all(self) -> None:
         """``POST /global/dispose``: ``global.disposed``, on the streams of every directory."""

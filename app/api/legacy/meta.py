@@ -174,6 +174,12 @@ async def console() -> Response:
     return JSONBody({"consoleManagedProviders": [], "switchableOrgCount": 0})
 
 
+@router.get("/experimental/workspace/adapter", include_in_schema=False)
+async def workspace_adapters() -> Response:
+    """The kinds of workspace the app offers to create: OpenCode lists its git worktree adapter."""
+    return JSONBody([{"type": "worktree", "name": "Worktree", "description": "Create a git worktree"}])
+
+
 _EMPTY_LISTS = (
     "/lsp",
     "/formatter",

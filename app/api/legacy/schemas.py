@@ -231,3 +231,24 @@ class PatchBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")  # as OpenCode's schema says
     patch: str
+
+
+class WorktreeCreateInput(_Body):
+    name: str | None = None
+    startCommand: str | None = Field(
+        default=None, description="Additional startup script to run after the project's start command"
+    )
+
+
+class WorktreeInput(_Body):
+    """The worktree a reset or removal is about: its absolute directory."""
+
+    directory: str
+
+
+class WorktreeResetInput(WorktreeInput):
+    pass
+
+
+class WorktreeRemoveInput(WorktreeInput):
+    pass

@@ -21,6 +21,7 @@ from app.processes import tied
 from app.runtime.errors import InvalidInput
 
 _cache: dict[str, str] = {}
+_mains: dict[str, str | None] = {}
 
 
 def _root_commit(directory: str) -> str:
@@ -37,6 +38,34 @@ def _root_commit(directory: str) -> str:
         return "global"
     roots = sorted(out.stdout.split()) if out.returncode == 0 else []
     return roots[0] if roots else "global"
+
+
+def _linked_main(directory: str) -> str | None:
+    """The main work tree when ``directory`` is in a linked worktree of a repository (``git
+    worktree add``), else None: OpenCode shows the main tree as such a project's worktree."""
+    try:
+        out = subprocess.run(
+            tied(["git", "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir"]),
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    found = out.stdout.split("\n") if out.returncode == 0 else []
+    if len(found) < 2 or found[0] == found[1] or os.path.basename(found[1]) != ".git":
+        return None
+    return os.path.dirname(found[1])
+
+
+async def main_worktree(directory: str) -> str:
+    """The project's worktree as shown for ``directory``: its main tree if it is a linked
+    worktree, else ``directory`` itself."""
+    if directory not in _mains:
+        _mains[directory] = await asyncio.to_thread(_linked_main, directory)
+    return _mains[directory] or directory
 
 
 async def project_id(directory: str) -> str:
@@ -71,6 +100,7 @@ async def init_repository(directory: str) -> None:
 def forget(directory: str) -> None:
     """Resolve ``directory``'s project again next time (its repository was just created)."""
     _cache.pop(directory, None)
+    _mains.pop(directory, None)
 
 
 def in_git_work_tree(directory: str) -> bool:
@@ -87,8 +117,9 @@ def in_git_work_tree(directory: str) -> bool:
 
 
 def with_settings(info: dict[str, Any], settings: dict[str, Any], updated: int) -> dict[str, Any]:
-    """A project's ``info`` with what clients set on it (``name``, ``icon``, ``commands``)."""
-    for key in ("name", "icon", "commands"):
+    """A project's ``info`` with what clients set on it (``name``, ``icon``, ``commands``) and
+    its worktrees (``sandboxes``)."""
+    for key in ("name", "icon", "commands", "sandboxes"):
         if key in settings:
             info[key] = settings[key]
     info["time"]["updated"] = max(info["time"]["updated"], updated)
@@ -110,7 +141,7 @@ async def project_info(directory: str, updated: int | None = None) -> dict[str, 
         created = 0
     return {
         "id": pid,
-        "worktree": directory,
+        "worktree": await main_worktree(directory) if pid != "global" else directory,
         "vcs": "git" if pid != "global" or in_git_work_tree(directory) else None,
         "time": {"created": created, "updated": max(created, updated or 0)},
         "sandboxes": [],

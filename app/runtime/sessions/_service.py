@@ -178,6 +178,25 @@ class SessionService:
         self.log.publish(Event("project.updated", info, None, None))
         return info
 
+    async def sandboxes(self, project_id: str) -> list[str]:
+        """The worktrees created for a project (``POST /experimental/worktree``), oldest first."""
+        stored = await project_settings.settings(self.log.db, project_id)
+        return list(stored[0].get("sandboxes", [])) if stored else []
+
+    async def change_sandboxes(self, directory: str, *, add: str | None = None, drop: str | None = None) -> None:
+        """Add or drop a worktree of ``directory``'s project, kept with what clients set on it,
+        and announce the project as ``project.updated`` (as OpenCode does)."""
+        pid = await project_id(directory)
+        async with self.log.db.write(urgent=True) as scope:
+            stored = await project_settings.settings(scope, pid)
+            settings: dict[str, Any] = stored[0] if stored else {}
+            listed = [d for d in settings.get("sandboxes", []) if d not in (add, drop)]
+            settings["sandboxes"] = listed + ([add] if add else [])
+            updated = max(now_ms(), stored[1] + 1 if stored else 0)
+            project_settings.save_settings(scope, pid, settings, updated)
+        info = with_settings(await project_info(directory), settings, updated)
+        self.log.publish(Event("project.updated", info, None, None))
+
     async def create(
         self,
         directory: str,

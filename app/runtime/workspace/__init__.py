@@ -25,9 +25,10 @@ from app.jsonutil import readable
 from app.runtime.workspace import _files, _find, _ripgrep, _vcs
 from app.runtime.workspace._paths import confine, real, refusals
 from app.runtime.workspace._ripgrep import Match
+from app.runtime.workspace._vcs import run as run_git
 from app.runtime.workspace._watcher import Publish, Watcher
 
-__all__ = ["Match", "Workspace", "confine", "real", "refusals"]
+__all__ = ["Match", "Workspace", "confine", "real", "refusals", "run_git"]
 
 FIND_TEXT_LIMIT = 10  # OpenCode's /find answers at most ten matches
 FIND_FILES_LIMIT = 10
@@ -54,6 +55,13 @@ class Workspace:
         watcher = Watcher(Path(directory).resolve(), self._publish, lambda: self.ignore_patterns(directory))
         self._watchers[directory] = watcher
         watcher.start()
+
+    async def unwatch(self, directory: str) -> None:
+        """Stop announcing the changes under ``directory`` (it is going away: a removed worktree)."""
+        watcher = self._watchers.pop(directory, None)
+        if watcher is not None:
+            await watcher.close()
+        self.forget(directory)
 
     def ignore_patterns(self, directory: str) -> list[str]:
         """The project's ``watcher.ignore`` globs (none when its configuration cannot be read:

@@ -36,6 +36,12 @@ async def git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S, stdin: byt
     return code, out
 
 
+async def run(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> tuple[int, bytes, bytes]:
+    """Run ``git -C root args``: its exit code, standard output and standard error (what went
+    wrong, for a caller that reports it)."""
+    return await _run(root, args, timeout, None, asyncio.subprocess.PIPE)
+
+
 async def _run(
     root: Path, args: tuple[str, ...], timeout: float, stdin: bytes | None, stderr: int
 ) -> tuple[int, bytes, bytes]:

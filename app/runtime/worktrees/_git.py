@@ -1,0 +1,96 @@
+"""The git commands worktrees need, through the workspace's bounded runner (``LC_ALL=C``, tied to
+the server): the worktrees a repository lists, the default branch to reset to, and failures as
+the text git wrote (what OpenCode shows a client)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.runtime.workspace import run_git
+
+QUICK_S = 60.0
+SLOW_S = 600.0  # filling or resetting a large tree
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One entry of ``git worktree list --porcelain``: its path and branch (``refs/heads/...``)."""
+
+    path: str
+    branch: str | None
+
+    @property
+    def real(self) -> str:
+        return os.path.realpath(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    def problem(self, fallback: str) -> str:
+        """What git said went wrong (standard error as written, else its output), or ``fallback``."""
+        return self.err or self.out.strip() or fallback
+
+
+async def git(root: Path | str, *args: str, timeout: float = QUICK_S) -> Ran:
+    code, out, err = await run_git(Path(root), *args, timeout=timeout)
+    return Ran(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+async def worktrees(directory: str) -> list[Listed] | None:
+    """The repository's worktrees, the main one first; None outside a git repository."""
+    ran = await git(directory, "worktree", "list", "--porcelain", "-z")
+    if not ran.ok:
+        return None
+    found: list[Listed] = []
+    path: str | None = None
+    branch: str | None = None
+    for field in [*ran.out.split("\0"), ""]:
+        if field.startswith("worktree "):
+            path, branch = field.removeprefix("worktree "), None
+        elif field.startswith("branch "):
+            branch = field.removeprefix("branch ")
+        elif not field and path is not None:
+            found.append(Listed(path, branch))
+            path = None
+    return found
+
+
+async def has_branch(main: str, branch: str) -> bool:
+    return (await git(main, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}")).ok
+
+
+async def _remote(main: str) -> str | None:
+    """``origin``, else the only remote, else ``upstream``: whose HEAD names the default branch."""
+    remotes = (await git(main, "remote")).out.split()
+    if "origin" in remotes:
+        return "origin"
+    if len(remotes) == 1:
+        return remotes[0]
+    return "upstream" if "upstream" in remotes else None
+
+
+async def default_target(main: str) -> tuple[str, str | None, str | None] | None:
+    """What a reset moves a worktree to: ``(ref, remote, branch)``, the remote and its branch
+    when the ref is a remote's HEAD (fetched first); else a local default branch
+    (``init.defaultBranch``, ``main``, ``master``); None without one."""
+    remote = await _remote(main)
+    if remote is not None:
+        head = await git(main, "symbolic-ref", f"refs/remotes/{remote}/HEAD")
+        target = head.out.strip().removeprefix("refs/remotes/")
+        if head.ok and target.startswith(f"{remote}/"):
+            return target, remote, target.removeprefix(f"{remote}/")
+    configured = (await git(main, "config", "--get", "init.defaultBranch")).out.strip()
+    for name in dict.fromkeys(n for n in (configured, "main", "master") if n):
+        if await has_branch(main, name):
+            return name, None, None
+    return None

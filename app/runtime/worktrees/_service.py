@@ -1,0 +1,267 @@
+"""Creating, listing, resetting and removing a project's worktrees, as OpenCode's server does,
+except that only this project's own worktree directories are ever removed or reset."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from app.events.log import EventLog
+from app.events.model import Event
+from app.processes import tied
+from app.runtime.errors import WorktreeFailed
+from app.runtime.sessions import SessionService, project_id
+from app.runtime.worktrees._git import SLOW_S, Listed, default_target, git, has_branch, worktrees
+from app.runtime.worktrees._names import candidates, slug
+from app.wire import Worktree
+
+log = logging.getLogger("opensession.worktrees")
+
+BRANCH_PREFIX = "opencode/"
+NOT_GIT = "Worktrees are only supported for git projects"
+
+Dispose = Callable[[str], Awaitable[None]]  # ends what the server runs in a directory going away
+
+
+def _failed(kind: str, message: str) -> WorktreeFailed:
+    return WorktreeFailed(f"Worktree{kind}Error", message)
+
+
+class Worktrees:
+    """One per runtime. ``data_dir`` holds the worktrees (``worktree/<project id>/<name>``);
+    ``dispose`` is called before a worktree is removed."""
+
+    def __init__(self, data_dir: Path, sessions: SessionService, log: EventLog, dispose: Dispose) -> None:
+        self._root = data_dir / "worktree"
+        self._sessions = sessions
+        self._log = log
+        self._dispose = dispose
+        self._project_locks: dict[str, asyncio.Lock] = {}
+        self._tree_locks: dict[str, asyncio.Lock] = {}
+        self._tasks: dict[str, set[asyncio.Task[None]]] = {}  # fills and start commands, per worktree
+
+    # -- what every operation checks --------------------------------------------------------------
+
+    async def _project(self, directory: str) -> tuple[str, list[Listed]]:
+        """``directory``'s project id and the worktrees git lists (the main tree first);
+        ``WorktreeNotGitError`` outside a git repository."""
+        listed = await worktrees(directory)
+        if not listed:
+            raise _failed("NotGit", NOT_GIT)
+        return await project_id(listed[0].path), listed
+
+    def _home(self, pid: str) -> Path:
+        return self._root / pid
+
+    def _owned(self, pid: str, entry: Listed) -> bool:
+        """Whether ``entry`` is one of the worktree directories this server makes for ``pid``."""
+        return Path(entry.real).parent == Path(os.path.realpath(self._home(pid)))
+
+    async def _entry(self, directory: str, pid: str, listed: list[Listed], kind: str) -> Listed | None:
+        """The listed linked worktree that ``directory`` is (by real path), refused unless it is
+        one of this project's own; None when git lists no such worktree."""
+        real = os.path.realpath(directory)
+        entry = next((e for e in listed if e.real == real), None)
+        if entry is None:
+            return None
+        if entry is listed[0]:
+            if kind == "ResetFailed":
+                raise _failed(kind, "Cannot reset the primary workspace")
+            raise _failed(kind, f"fatal: '{entry.path}' is a main working tree\n")  # git's refusal
+        if not self._owned(pid, entry):
+            raise _failed(kind, f"Not a worktree this server created: {entry.path} (git worktree remove it yourself)")
+        return entry
+
+    def _lock(self, locks: dict[str, asyncio.Lock], key: str) -> asyncio.Lock:
+        return locks.setdefault(key, asyncio.Lock())
+
+    # -- operations ---------------------------------------------------------------------------
+
+    async def list(self, directory: str) -> list[str]:
+        """The project's worktrees (its ``sandboxes``), as created; [] outside git."""
+        pid = await project_id(directory)
+        return [] if pid == "global" else await self._sessions.sandboxes(pid)
+
+    async def create(self, directory: str, name: str | None, start_command: str | None) -> Worktree:
+        """Add the worktree on a new branch at the main tree's HEAD and answer; it is filled in
+        the background (``worktree.ready``/``worktree.failed``), then the start commands run."""
+        pid, listed = await self._project(directory)
+        main = listed[0].path
+        home = self._home(pid)
+        async with self._lock(self._project_locks, pid):
+            await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
+            chosen = await self._free_name(home, main, slug(name or ""))
+            target, branch = home / chosen, BRANCH_PREFIX + chosen
+            added = await git(main, "worktree", "add", "--no-checkout", "-b", branch, str(target))
+            if not added.ok:
+                raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
+        info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
+        await self._sessions.change_sandboxes(main, add=info["directory"])
+        self._spawn(info["directory"], self._fill(info, main, (start_command or "").strip()))
+        return info
+
+    async def _free_name(self, home: Path, main: str, base: str) -> str:
+        for candidate in candidates(base):
+            if not os.path.lexists(home / candidate) and not await has_branch(main, BRANCH_PREFIX + candidate):
+                return candidate
+        raise _failed("NameGenerationFailed", "Failed to generate a unique worktree name")
+
+    async def _fill(self, info: Worktree, main: str, extra: str) -> None:
+        directory = info["directory"]
+        async with self._lock(self._tree_locks, directory):
+            filled = await git(directory, "reset", "--hard", timeout=SLOW_S)
+        if not filled.ok:
+            message = filled.problem("Failed to populate worktree")
+            log.warning("worktree %s could not be filled: %s", directory, message.strip())
+            self._announce(directory, "worktree.failed", {"message": message})
+            return
+        await project_id(directory)  # known before the announcement: its frame names the project
+        self._announce(directory, "worktree.ready", {"name": info["name"], "branch": info["branch"]})
+        await self._start_commands(directory, main, extra)
+
+    def _announce(self, directory: str, event_type: str, properties: dict[str, str]) -> None:
+        self._log.publish(Event(event_type, dict(properties), None, directory))
+
+    async def _start_commands(self, directory: str, main: str, extra: str) -> None:
+        """The project's ``commands.start``, then the request's, each ``bash -lc`` in the
+        worktree; a failure is logged (and skips the request's after the project's)."""
+        project = await self._sessions.current_project(main)
+        for kind, command in (("project", project.get("commands", {}).get("start", "")), ("worktree", extra)):
+            if command.strip() and not await _run_start(directory, command.strip(), kind):
+                return
+
+    def _spawn(self, directory: str, work: Awaitable[None]) -> None:
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception:  # a background step never fails a request; it is logged
+                log.exception("worktree task failed in %s", directory)
+
+        task = asyncio.create_task(guarded(), name=f"worktree:{directory}")
+        running = self._tasks.setdefault(directory, set())
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    async def _end_tasks(self, directory: str) -> None:
+        running = list(self._tasks.pop(directory, ()))
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    async def reset(self, instance: str, directory: str) -> bool:
+        """Move the worktree ``directory`` of ``instance``'s project (and its branch) to the
+        default branch and drop every local change, as OpenCode does; then the start commands
+        run again, in the background."""
+        pid, listed = await self._project(instance)
+        main = listed[0].path
+        entry = await self._entry(directory, pid, listed, "ResetFailed")
+        if entry is None:
+            raise _failed("ResetFailed", "Worktree not found")
+        target = await default_target(main)
+        if target is None:
+            raise _failed("ResetFailed", "Default branch not found")
+        ref, remote, branch = target
+        if remote is not None and branch is not None:
+            fetched = await git(main, "fetch", remote, branch, timeout=SLOW_S)
+            if not fetched.ok:
+                raise _failed("ResetFailed", fetched.problem(f"Failed to fetch {ref}"))
+        async with self._lock(self._tree_locks, entry.real):
+            await self._reset_tree(entry.path, ref)
+        self._spawn(entry.path, self._start_commands(entry.path, main, ""))
+        return True
+
+    async def _reset_tree(self, tree: str, ref: str) -> None:
+        steps = (
+            (("reset", "--hard", ref), "Failed to reset worktree to target"),
+            (("clean", "-ffdx"), "Failed to clean worktree"),
+            (("submodule", "update", "--init", "--recursive", "--force"), "Failed to update submodules"),
+            (("submodule", "foreach", "--recursive", "git reset --hard"), "Failed to reset submodules"),
+            (("submodule", "foreach", "--recursive", "git clean -fdx"), "Failed to clean submodules"),
+        )
+        for args, fallback in steps:
+            ran = await git(tree, *args, timeout=SLOW_S)
+            if not ran.ok:
+                raise _failed("ResetFailed", ran.problem(fallback))
+        status = await git(tree, "status", "--porcelain=v1")
+        if not status.ok:
+            raise _failed("ResetFailed", status.problem("Failed to read git status"))
+        if status.out.strip():
+            raise _failed("ResetFailed", f"Worktree reset left local changes:\n{status.out.strip()}")
+
+    async def remove(self, instance: str, directory: str) -> bool:
+        """End what runs in the worktree ``directory`` of ``instance``'s project, remove it and
+        its branch, and drop it from the project. A directory that does not exist is done
+        already; one that exists but is no worktree of this project is refused and left as it
+        is (OpenCode would delete it)."""
+        pid, listed = await self._project(instance)
+        main = listed[0].path
+        entry = await self._entry(directory, pid, listed, "RemoveFailed")
+        if entry is None:
+            if os.path.lexists(directory):
+                raise _failed("RemoveFailed", "Worktree not found")
+            if directory in await self._sessions.sandboxes(pid):
+                await self._sessions.change_sandboxes(main, drop=directory)
+            return True
+        async with self._lock(self._tree_locks, entry.real):
+            await self._end_tasks(entry.path)
+            await self._end_tasks(directory)
+            await self._dispose(entry.path)
+            async with self._lock(self._project_locks, pid):
+                removed = await git(main, "worktree", "remove", "--force", entry.path, timeout=SLOW_S)
+                if not removed.ok:
+                    raise _failed("RemoveFailed", removed.problem("Failed to remove git worktree"))
+                await asyncio.to_thread(_remove_leftovers, Path(entry.real), Path(os.path.realpath(self._home(pid))))
+                if entry.branch:
+                    name = entry.branch.removeprefix("refs/heads/")
+                    deleted = await git(main, "branch", "-D", name)
+                    if not deleted.ok:
+                        raise _failed("RemoveFailed", deleted.problem("Failed to delete worktree branch"))
+        await self._sessions.change_sandboxes(main, drop=entry.path)
+        if directory != entry.path:
+            await self._sessions.change_sandboxes(main, drop=directory)
+        return True
+
+    async def stop(self) -> None:
+        """Server shutdown: cancel fills and end start commands still running."""
+        for directory in list(self._tasks):
+            await self._end_tasks(directory)
+
+
+def _remove_leftovers(tree: Path, home: Path) -> None:
+    """What ``git worktree remove`` left of ``tree`` (a file it could not delete), checked once
+    more to be a real directory directly under ``home`` before anything is deleted."""
+    if tree.parent == home and tree.is_dir() and not tree.is_symlink():
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+async def _run_start(directory: str, command: str, kind: str) -> bool:
+    """Run one start command to its end; True when it succeeded."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *tied(["bash", "-lc", command]),
+            cwd=directory,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # its own process group: ending it ends what it started
+        )
+    except OSError as exc:
+        log.warning("worktree %s start command could not run in %s: %s", kind, directory, exc)
+        return False
+    try:
+        out, _ = await proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        log.warning("worktree %s start command failed in %s: %s", kind, directory, out.decode(errors="replace")[-2000:])
+        return False
+    return True

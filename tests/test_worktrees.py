@@ -1,0 +1,177 @@
+"""Git worktrees (``/experimental/worktree``) with real git, as OpenCode's server answers them: a
+worktree is created on ``opencode/<name>`` in the data directory and announced on
+``/global/event`` once filled, a session in it belongs to the main project and works there only,
+it is reset to the default branch and removed with its branch. Unlike OpenCode, a directory that
+is not one of the project's worktrees is never deleted (OpenCode deletes any directory it is
+given); the TUI's start-up calls around workspaces answer as OpenCode's do."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from tests.helpers import git_repository, text_prompt, wait_until
+from tests.servers import ThreadServer
+from tests.sse import EventCollector
+
+
+def _git(cwd: Path | str, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
+def _repository(project_dir: Path) -> str:
+    (project_dir / "committed.txt").write_text("from the main tree\n")
+    git_repository(project_dir)
+    (project_dir / "uncommitted.txt").write_text("only here\n")
+    return _git(project_dir, "rev-list", "--max-parents=0", "HEAD").strip()
+
+
+def test_a_worktree_is_created_worked_in_reset_and_removed(
+    server: ThreadServer,
+    client: httpx.Client,
+    project_dir: Path,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # start commands run in a login shell: not the user's profile
+    root = _repository(project_dir)
+    main_files = sorted(p.name for p in project_dir.iterdir())
+    client.patch(f"/project/{root}", json={"commands": {"start": "echo project > started-by-project"}})
+    with EventCollector(f"{server.url}/global/event") as events:
+        response = client.post("/experimental/worktree", json={"name": "Probe Tree!", "startCommand": "touch extra"})
+        assert response.status_code == 200, response.text
+        tree = response.json()
+        directory = str(settings.data_path / "worktree" / root / "probe-tree")
+        assert tree == {"name": "probe-tree", "branch": "opencode/probe-tree", "directory": directory}
+        ready = events.wait_for(lambda f: f.type == "worktree.ready")
+        assert ready.data["directory"] == directory and ready.data["project"] == root
+        assert ready.properties == {"name": "probe-tree", "branch": "opencode/probe-tree"}
+        updated = events.wait_for(lambda f: f.type == "project.updated")
+        assert updated.properties["id"] == root and updated.properties["sandboxes"] == [directory]
+        assert updated.properties["worktree"] == str(project_dir)
+    worktree = Path(directory)
+    assert (worktree / "committed.txt").read_text() == "from the main tree\n"
+    assert not (worktree / "uncommitted.txt").exists()  # only what is committed arrives
+    wait_until(lambda: (worktree / "extra").exists())  # the project's start command, then the request's
+    assert (worktree / "started-by-project").read_text() == "project\n"
+    assert client.get("/experimental/worktree").json() == [directory]
+    current = client.get("/project/current", params={"directory": directory}).json()
+    assert current["id"] == root and current["worktree"] == str(project_dir) and current["sandboxes"] == [directory]
+    assert client.get("/vcs", params={"directory": directory}).json()["branch"] == "opencode/probe-tree"
+
+    # A session in the worktree belongs to the main project and writes there only.
+    session = client.post("/session", params={"directory": directory}, json={}).json()
+    assert session["projectID"] == root and session["directory"] == directory
+    write = 'TOOL:write {"filePath": "agent.txt", "content": "by the agent\\n"}'
+    reply = client.post(f"/session/{session['id']}/message", json=text_prompt(write))
+    assert reply.status_code == 200, reply.text
+    assert (worktree / "agent.txt").read_text() == "by the agent\n"
+    assert sorted(p.name for p in project_dir.iterdir()) == main_files
+    assert session["id"] not in [s["id"] for s in client.get("/session").json()]  # listed per directory
+    assert client.get("/project").json()[0]["id"] == root and len(client.get("/project").json()) == 1
+
+    # Reset: local commits and every change gone, the branch back at the default branch.
+    _git(worktree, "add", "agent.txt")
+    _git(worktree, "commit", "-q", "-m", "local")
+    (worktree / "committed.txt").write_text("changed\n")
+    head = _git(project_dir, "rev-parse", "HEAD").strip()
+    response = client.post("/experimental/worktree/reset", json={"directory": directory})
+    assert response.status_code == 200 and response.json() is True, response.text
+    assert _git(worktree, "rev-parse", "HEAD").strip() == head
+    assert _git(project_dir, "rev-parse", "opencode/probe-tree").strip() == head
+    assert _git(worktree, "status", "--porcelain") == ""
+    assert not (worktree / "agent.txt").exists() and (worktree / "committed.txt").read_text() == "from the main tree\n"
+
+    # Remove: the instance is disposed, the directory and the branch are gone.
+    with EventCollector(f"{server.url}/global/event") as events:
+        response = client.request("DELETE", "/experimental/worktree", json={"directory": directory})
+        assert response.status_code == 200 and response.json() is True, response.text
+        disposed = events.wait_for(lambda f: f.type == "server.instance.disposed")
+        assert disposed.data["directory"] == directory
+        assert events.wait_for(lambda f: f.type == "project.updated").properties["sandboxes"] == []
+    assert not worktree.exists()
+    assert "opencode/probe-tree" not in _git(project_dir, "branch", "--list")
+    assert client.get("/experimental/worktree").json() == []
+    assert sorted(p.name for p in project_dir.iterdir()) == main_files
+
+
+def _refused(response: httpx.Response, name: str, message: str | None = None) -> None:
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["name"] == name, body
+    if message is not None:
+        assert body["data"]["message"] == message
+
+
+def test_refusals_leave_every_other_directory_alone(
+    client: httpx.Client, project_dir: Path, settings: Settings, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "not-git"
+    elsewhere.mkdir()
+    in_plain = {"directory": str(elsewhere)}
+    not_git = "Worktrees are only supported for git projects"
+    _refused(client.post("/experimental/worktree", params=in_plain), "WorktreeNotGitError", not_git)
+    assert client.get("/experimental/worktree", params=in_plain).json() == []
+    for method, path in (("POST", "/experimental/worktree/reset"), ("DELETE", "/experimental/worktree")):
+        answer = client.request(method, path, params=in_plain, json={"directory": str(elsewhere)})
+        _refused(answer, "WorktreeNotGitError", not_git)
+
+    root = _repository(project_dir)
+    reset, remove = "/experimental/worktree/reset", "/experimental/worktree"
+    _refused(client.post(reset, json={"directory": str(project_dir)}), "WorktreeResetFailedError")
+    main_tree = f"fatal: '{project_dir}' is a main working tree\n"
+    main, nowhere = {"directory": str(project_dir)}, {"directory": str(tmp_path / "nope")}
+    _refused(client.request("DELETE", remove, json=main), "WorktreeRemoveFailedError", main_tree)
+    _refused(client.post(reset, json=nowhere), "WorktreeResetFailedError", "Worktree not found")
+    assert client.request("DELETE", remove, json=nowhere).json() is True
+
+    # Directories that exist but are no worktree of this project's are refused and kept: one
+    # anywhere, one forged in the worktree directory, and a worktree the user made elsewhere.
+    victim = tmp_path / "victim"
+    forged = settings.data_path / "worktree" / root / "forged"
+    mine = tmp_path / "users-own"
+    for directory in (victim, forged):
+        directory.mkdir(parents=True)
+        (directory / "keep.txt").write_text("keep")
+    _git(project_dir, "worktree", "add", "-q", "-b", "users-own", str(mine))
+    for directory in (victim, forged, mine):
+        _refused(client.request("DELETE", remove, json={"directory": str(directory)}), "WorktreeRemoveFailedError")
+        _refused(client.post(reset, json={"directory": str(directory)}), "WorktreeResetFailedError")
+    assert (victim / "keep.txt").exists() and (forged / "keep.txt").exists() and (mine / "committed.txt").exists()
+    assert "users-own" in _git(project_dir, "branch", "--list")
+
+    # A taken name gets a random suffix; request bodies of the wrong shape are 400s.
+    first = client.post("/experimental/worktree", json={"name": "twin"}).json()
+    second = client.post("/experimental/worktree", json={"name": "twin"}).json()
+    assert first["name"] == "twin" and second["name"].startswith("twin-")
+    assert second["branch"] == f"opencode/{second['name']}"
+    assert client.post("/experimental/worktree").json()["branch"].startswith("opencode/")  # no body: a random name
+    _refused(client.post("/experimental/worktree", json={"name": 5}), "BadRequest")
+    _refused(client.post(reset, json={}), "BadRequest")
+    _refused(client.request("DELETE", remove), "BadRequest")
+    _refused(client.request("DELETE", remove, json={"directory": "relative/path"}), "BadRequest")
+    assert len(client.get("/experimental/worktree").json()) == 3
+
+
+def test_the_tuis_workspace_start_up_calls(client: httpx.Client) -> None:
+    for directory in (None, "relative"):
+        params = {"directory": directory} if directory else {}
+        assert client.get("/experimental/workspace", params=params).json() == []
+        assert client.get("/experimental/workspace/status", params=params).json() == []
+        assert client.get("/experimental/capabilities", params=params).json() == {"backgroundSubagents": False}
+        console = client.get("/experimental/console", params=params).json()
+        assert console == {"consoleManagedProviders": [], "switchableOrgCount": 0}
+        adapters = client.get("/experimental/workspace/adapter", params=params).json()
+        assert adapters == [{"type": "worktree", "name": "Worktree", "description": "Create a git worktree"}]
