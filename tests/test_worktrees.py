@@ -91,8 +91,10 @@ def test_a_worktree_is_created_worked_in_reset_and_removed(
     assert response.status_code == 200 and response.json() is True, response.text
     assert _git(worktree, "rev-parse", "HEAD").strip() == head
     assert _git(project_dir, "rev-parse", "opencode/probe-tree").strip() == head
-    assert _git(worktree, "status", "--porcelain") == ""
     assert not (worktree / "agent.txt").exists() and (worktree / "committed.txt").read_text() == "from the main tree\n"
+    assert not (worktree / "extra").exists()
+    wait_until(lambda: (worktree / "started-by-project").exists())  # the project's start command ran again
+    assert _git(worktree, "status", "--porcelain") == "?? started-by-project\n"
 
     # Remove: the instance is disposed, the directory and the branch are gone.
     with EventCollector(f"{server.url}/global/event") as events:
