@@ -15,7 +15,7 @@ import pytest
 
 from app.settings import Settings
 from tests.helpers import git_repository, text_prompt, wait_until
-from tests.servers import ThreadServer
+from tests.servers import ThreadServer, thread_server
 from tests.sse import EventCollector
 
 
@@ -118,7 +118,7 @@ def _refused(response: httpx.Response, name: str, message: str | None = None) ->
 
 
 def test_refusals_leave_every_other_directory_alone(
-    client: httpx.Client, project_dir: Path, settings: Settings, tmp_path: Path
+    server: ThreadServer, client: httpx.Client, project_dir: Path, settings: Settings, tmp_path: Path
 ) -> None:
     elsewhere = tmp_path / "not-git"
     elsewhere.mkdir()
@@ -164,7 +164,11 @@ def test_refusals_leave_every_other_directory_alone(
     _refused(client.post(reset, json={}), "BadRequest")
     _refused(client.request("DELETE", remove), "BadRequest")
     _refused(client.request("DELETE", remove, json={"directory": "relative/path"}), "BadRequest")
-    assert len(client.get("/experimental/worktree").json()) == 3
+    listed = client.get("/experimental/worktree").json()
+    assert len(listed) == 3
+    server.stop()
+    with thread_server(settings) as again, httpx.Client(base_url=again.url) as fresh:
+        assert fresh.get("/experimental/worktree").json() == listed  # kept with the project
 
 
 def test_the_tuis_workspace_start_up_calls(client: httpx.Client) -> None:
