@@ -117,7 +117,7 @@ class Worktrees:
 
     async def _fill(self, info: Worktree, main: str, extra: str) -> None:
         directory = info["directory"]
-        async with self._lock(self._tree_locks, directory):
+        async with self._lock(self._tree_locks, os.path.realpath(directory)):  # as reset and remove take it
             filled = await git(directory, *PARALLEL, "reset", "--hard", timeout=SLOW_S)
         if not filled.ok:
             message = filled.problem("Failed to populate worktree")
