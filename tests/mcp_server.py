@@ -1,4 +1,4 @@
-"""A small real MCP server for tests/test_mcp.py, written with the ``mcp`` SDK.
+"""A small real MCP server for tests/tools/test_mcp.py, written with the ``mcp`` SDK.
 
 Run as ``python tests/mcp_server.py stdio`` (over stdin/stdout) or ``... http PORT`` (streamable
 HTTP on loopback, ``/mcp``; SSE on ``/sse``). Its tools cover what the client must handle: plain

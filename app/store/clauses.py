@@ -4,7 +4,7 @@ definitions (app/store/schema.py).
 The server does not import this module to run on SQLite: ``python -m app.store.clauses`` compiles
 every definition here (each combination of a function's flags too) for both dialects and writes
 them, as ``Statement`` values, with the schema's DDL, to app/store/sql.py, which the server imports
-instead: importing SQLAlchemy was a large part of the server's start-up. tests/test_schema.py
+instead: importing SQLAlchemy was a large part of the server's start-up. tests/store/test_schema.py
 checks that app/store/sql.py is current: after changing a definition, run
 ``python -m app.store.clauses``.
 """

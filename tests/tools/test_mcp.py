@@ -27,7 +27,7 @@ from tests.sse import EventCollector
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
-SCRIPT = str(Path(__file__).with_name("mcp_server.py"))
+SCRIPT = str(Path(__file__).parent.parent / "mcp_server.py")
 
 
 def local(marker: Path, **extra: Any) -> dict[str, Any]:

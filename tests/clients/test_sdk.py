@@ -15,7 +15,7 @@ import pytest
 
 from tests.servers import ThreadServer
 
-SDK_DIR = Path(__file__).resolve().parent / "sdk"
+SDK_DIR = Path(__file__).resolve().parent.parent / "sdk"
 FLOW = SDK_DIR / "flow.mjs"
 FLOW_V2 = SDK_DIR / "flow_v2.mjs"
 EXPECTED_CHECKS = [

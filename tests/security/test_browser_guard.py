@@ -1,4 +1,4 @@
-"""The guard against web pages, request by request (tests/test_browser_attacks.py sends the same
+"""The guard against web pages, request by request (tests/security/test_browser_attacks.py sends the same
 attacks from a real Chromium): a rebinding ``Host`` is refused for HTTP and WebSocket alike unless
 a password is set or the name is allowed; a request a foreign page sent is refused whatever its
 method, and a body that is not JSON is refused; the clients OpenCode users run are unaffected."""

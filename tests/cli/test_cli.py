@@ -22,7 +22,7 @@ from tests.servers import ROOT, ThreadServer, free_port, thread_server
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
-OPENCODE_EXPORT = Path(__file__).parent / "data" / "opencode_export.json"
+OPENCODE_EXPORT = Path(__file__).parent.parent / "data" / "opencode_export.json"
 ASK_BASH = [{"permission": "bash", "pattern": "*", "action": "ask"}]
 
 

@@ -18,9 +18,9 @@ import pytest
 from app.providers import catalog
 from tests.anthropic_stub import message, text, thinking, tool_use
 from tests.helpers import create_session, text_prompt
+from tests.providers.test_openai_responses import Events
 from tests.sse import EventCollector
 from tests.stubs import Answer, Stub, sse_stub
-from tests.test_openai_responses import Events
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # no storage here
 

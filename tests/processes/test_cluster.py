@@ -22,11 +22,11 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
 from tests.servers import ROOT, ProcessServer, free_port, process_server, wait_healthy
 from tests.sse import EventCollector
-from tests.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
 from tests.servers import openai_stub
-from tests.test_websearch import serve
+from tests.tools.test_websearch import serve
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
