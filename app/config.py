@@ -183,6 +183,10 @@ class OpenCodeConfig:
     skill_paths: tuple[str, ...] = ()
     # ``references.<name>`` as written (a path, a repository, or an object naming one).
     references: dict[str, Any] = field(default_factory=dict)
+    # ``lsp`` and ``formatter``: off when omitted or false, the built-ins when true, the built-ins
+    # with the overrides of each entry when an object (parsed by the domains that use them).
+    lsp: bool | dict[str, Any] = False
+    formatter: bool | dict[str, Any] = False
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> OpenCodeConfig:
@@ -205,6 +209,8 @@ class OpenCodeConfig:
             watcher_ignore=_texts(_section(raw, "watcher").get("ignore")),
             skill_paths=_texts(_section(raw, "skills").get("paths")),
             references=_section(raw, "references"),
+            lsp=_switch(raw.get("lsp")),
+            formatter=_switch(raw.get("formatter")),
         )
 
 
@@ -212,6 +218,12 @@ def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
     """``raw[key]`` when it is an object, else an empty one."""
     value = raw.get(key)
     return value if isinstance(value, dict) else {}
+
+
+def _switch(value: Any) -> bool | dict[str, Any]:
+    """A key that is off, on, or on with overrides (``lsp``, ``formatter``): anything but true
+    or an object is off."""
+    return value if value is True or isinstance(value, dict) else False
 
 
 def _text(value: Any) -> str | None:

@@ -46,3 +46,17 @@ def tied(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv[0])
     setpriv = _setpriv(path)
     return [program, *argv[1:]] if setpriv is None else [setpriv, "--pdeathsig", "KILL", "--", program, *argv[1:]]
+
+
+@cache
+def _own_scripts() -> str:
+    """The directory of the server's own interpreter's scripts (its virtualenv's ``bin``)."""
+    return os.path.dirname(sys.executable)
+
+
+def find_program(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """``name`` on PATH, else beside the server's interpreter: a program installed with the
+    server (``pip install`` into its virtualenv: ruff, basedpyright) is found even where that
+    virtualenv is not activated."""
+    path = (os.environ if env is None else env).get("PATH", os.defpath)
+    return shutil.which(name, path=path) or shutil.which(name, path=_own_scripts())

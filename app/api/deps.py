@@ -25,8 +25,10 @@ from app.providers.registry import ProviderRegistry
 from app.runtime.agents import Agents, Permissions, Questions
 from app.runtime.errors import InvalidInput
 from app.runtime.extensions import Extensions
+from app.runtime.formatters import Formatters
 from app.runtime.history import History, Importer, Reverts, SessionDiffs, Shares
 from app.runtime.integrations import Integrations
+from app.runtime.lsp import LanguageServers
 from app.runtime.prompting import Prompting
 from app.runtime.service import Runtime
 from app.runtime.sessions import SessionService
@@ -140,3 +142,5 @@ IntegrationsDep = Annotated[Integrations, _service(lambda runtime: runtime.integ
 TerminalsDep = Annotated[Terminals, _service(lambda runtime: runtime.terminals)]
 WorkspaceDep = Annotated[Workspace, _service(lambda runtime: runtime.workspace)]
 WorktreesDep = Annotated[Worktrees, _service(lambda runtime: runtime.worktrees)]
+LanguageServersDep = Annotated[LanguageServers, _service(lambda runtime: runtime.lsp)]
+FormattersDep = Annotated[Formatters, _service(lambda runtime: runtime.formatters)]

@@ -19,10 +19,12 @@ from app.runtime.abort import AbortSignal
 from app.runtime.agents import AgentsDomain
 from app.runtime.errors import PermissionNotFound, QuestionNotFound, TerminalNotFound
 from app.runtime.extensions import Extensions
+from app.runtime.formatters import Formatters
 from app.runtime.history import HistoryDomain, Window
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import InputsDomain
 from app.runtime.integrations import Integrations
+from app.runtime.lsp import LanguageServers
 from app.runtime.payloads import next_event
 from app.runtime.prompting import Prompting
 from app.runtime.sessions import SessionsDomain
@@ -56,6 +58,9 @@ class Runtime:
             infra.config, self._publish_instance_event
         )  # files, search and VCS: the routes and the tools share it
         self.skills = Skills(infra.config)
+        # What runs after a tool writes a file: formatters, then language servers (per directory).
+        self.formatters = Formatters(infra.config)
+        self.lsp = LanguageServers(infra.config, self._publish_instance_event)
         self.extensions = Extensions(infra.config)  # MCP servers, per directory
         self.prompting = prompting = Prompting(
             infra.log,
@@ -67,7 +72,14 @@ class Runtime:
             self.extensions,
             self._publish_status,
         )
-        self.tool_state = ToolServices.build(infra.log, tasks=prompting, workspace=self.workspace, skills=self.skills)
+        self.tool_state = ToolServices.build(
+            infra.log,
+            tasks=prompting,
+            workspace=self.workspace,
+            skills=self.skills,
+            formatters=self.formatters,
+            lsp=self.lsp,
+        )
         self.turn = TurnDomain.build(
             infra, sessions, inputs, history, agents, self.tool_state, self.extensions, prompter=prompting
         )
@@ -128,6 +140,7 @@ class Runtime:
         await asyncio.gather(*self._background, return_exceptions=True)
         await self._sessions.stop()
         await self.extensions.stop()  # after the drains: a shutdown must not fail calls in flight
+        await self.lsp.stop()
         await self.turn.titles.stop()
         await self.turn.runner.pacer.stop()
         await self.workspace.close()
@@ -143,7 +156,11 @@ class Runtime:
         re-read what they showed; here configuration, credentials and MCP servers follow their
         files already, so nothing is rebuilt, but clients are told as OpenCode tells them:
         ``server.instance.disposed``, after which the directory's ``/event`` streams end (a
-        client reconnects and reads everything again). Turns in flight go on."""
+        client reconnects and reads everything again). Turns in flight go on. The directory's
+        language servers end (the next touch starts them again) and its formatters are looked up
+        anew."""
+        self.lsp.dispose(directory)
+        self.formatters.dispose(directory)
         self._publish_instance_event(INSTANCE_DISPOSED, {"directory": directory}, directory)
 
     async def _dispose_worktree(self, directory: str) -> None:

@@ -17,6 +17,8 @@ from app.api.deps import (
     CommandsDep,
     ConfigDep,
     DirectoryDep,
+    FormattersDep,
+    LanguageServersDep,
     ProvidersDep,
     RuntimeDep,
     SessionsDep,
@@ -180,9 +182,19 @@ async def workspace_adapters() -> Response:
     return JSONBody([{"type": "worktree", "name": "Worktree", "description": "Create a git worktree"}])
 
 
+@router.get("/lsp", operation_id="lsp.status", summary="Get LSP status")
+async def lsp_status(lsp: LanguageServersDep, directory: DirectoryDep) -> Response:
+    """The language servers connected for the directory (none until a tool touches a file)."""
+    return JSONBody(lsp.status(directory))
+
+
+@router.get("/formatter", operation_id="formatter.status", summary="Get formatter status")
+async def formatter_status(formatters: FormattersDep, directory: DirectoryDep) -> Response:
+    """Every configured formatter and whether it is enabled here (``[]`` with formatters off)."""
+    return JSONBody(await formatters.status(directory))
+
+
 _EMPTY_LISTS = (
-    "/lsp",
-    "/formatter",
     "/experimental/workspace",
     "/experimental/workspace/status",
 )

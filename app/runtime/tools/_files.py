@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from app.providers.media import data_url, is_media
 from app.runtime.errors import RuntimeFailure
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
+from app.runtime.tools._checks import Checked, after_write, after_write_output, errors, warm
 from app.runtime.tools._paths import Target, relative, resolve, target
 
 T = TypeVar("T")
@@ -103,6 +104,8 @@ class Read:
         limit = max(1, int(args.get("limit") or DEFAULT_READ_LINES))
         result = await asyncio.to_thread(read_path, path, offset, limit)
         result.title = relative(path, ctx.directory.resolve())
+        if not result.attachments and path.is_file():
+            warm(ctx, path)
         return result
 
 
@@ -123,12 +126,12 @@ async def _ask_edit(ctx: ToolContext, found: Target, before: str, after: str) ->
     return relative(found.path, ctx.directory.resolve()), patch
 
 
-def _edit_metadata(path: Path, patch: str, before: str, after: str) -> dict[str, Any]:
+def _edit_metadata(path: Path, patch: str, before: str, after: str, checked: Checked) -> dict[str, Any]:
     additions = sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
     deletions = sum(1 for line in patch.splitlines() if line.startswith("-") and not line.startswith("---"))
     return {
         "diff": patch,
-        "diagnostics": {},
+        "diagnostics": checked.diagnostics,
         "filediff": {
             "file": str(path),
             "before": before,
@@ -161,8 +164,9 @@ class Write:
         path.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(path.write_text, content, encoding="utf-8")
         ctx.services.files.edited(ctx.session, path)
-        metadata = {"filepath": str(path), "exists": existed, "diagnostics": {}}
-        return ToolResult("Wrote file successfully.", title=rel, metadata=metadata)
+        checked = await after_write(ctx, [path])
+        metadata = {"filepath": str(path), "exists": existed, "diagnostics": checked.diagnostics}
+        return ToolResult("Wrote file successfully." + after_write_output(path, checked), title=rel, metadata=metadata)
 
 
 class Edit:
@@ -201,7 +205,12 @@ class Edit:
         rel, patch = await _ask_edit(ctx, found, text, updated)
         await asyncio.to_thread(path.write_text, updated, encoding="utf-8")
         ctx.services.files.edited(ctx.session, path)
-        return ToolResult("Edit applied successfully.", title=rel, metadata=_edit_metadata(path, patch, text, updated))
+        checked = await after_write(ctx, [path])
+        if path in checked.formatted:  # the diff shows what the file now holds
+            updated = await asyncio.to_thread(read_text, path)
+            patch = unified_patch(str(path), text, updated)
+        output = "Edit applied successfully." + errors(path, checked)
+        return ToolResult(output, title=rel, metadata=_edit_metadata(path, patch, text, updated, checked))
 
 
 # Directories the list tool leaves out besides what is ignored (OpenCode's list: build output,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, schema
+from app.runtime.tools._checks import after_write, errors
 from app.runtime.tools._files import read_text, unified_patch
 from app.runtime.tools._paths import relative, target
 
@@ -290,7 +291,13 @@ class ApplyPatch:
                 f"{'A' if change.kind == 'add' else 'D' if change.kind == 'delete' else 'M'} {relative(target, root)}"
             )
         output = "Success. Updated the following files:\n" + "\n".join(summary)
-        return ToolResult(output, title=output, metadata={"diff": diff, "files": files, "diagnostics": {}})
+        written = [change.move_to or change.path for change in changes if change.kind != "delete"]
+        checked = await after_write(ctx, written)
+        for path in written:  # as OpenCode, the title carries them too
+            output += errors(path, checked, f"\n\nLSP errors detected in {relative(path, root)}, please fix:\n")
+        return ToolResult(
+            output, title=output, metadata={"diff": diff, "files": files, "diagnostics": checked.diagnostics}
+        )
 
     async def _verify(self, ctx: ToolContext, section: Section) -> _Change:
         found = await target(ctx, section.path)

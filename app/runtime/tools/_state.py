@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.events.log import EventLog
 from app.events.model import Event
 from app.runtime.abort import AbortSignal
+from app.runtime.formatters import Formatters
+from app.runtime.lsp import LanguageServers
 from app.runtime.tools._settings import ToolSettings
 from app.runtime.workspace import Workspace
 from app.store import todo_lists
@@ -37,10 +39,29 @@ class ToolServices:
     skills: Skills | None = None  # None: no skills (direct tool tests)
     # Which optional tools are offered and where websearch searches: the environment's switches.
     settings: ToolSettings = field(default_factory=ToolSettings.from_environ)
+    # What runs after a write (formatters, then language servers); None: nothing (direct tool tests).
+    formatters: Formatters | None = None
+    lsp: LanguageServers | None = None
 
     @classmethod
-    def build(cls, log: EventLog, tasks: Subagents, workspace: Workspace, skills: Skills) -> ToolServices:
-        return cls(todos=TodoStore(log), files=FileEdits(log), tasks=tasks, workspace=workspace, skills=skills)
+    def build(
+        cls,
+        log: EventLog,
+        tasks: Subagents,
+        workspace: Workspace,
+        skills: Skills,
+        formatters: Formatters | None = None,
+        lsp: LanguageServers | None = None,
+    ) -> ToolServices:
+        return cls(
+            todos=TodoStore(log),
+            files=FileEdits(log),
+            tasks=tasks,
+            workspace=workspace,
+            skills=skills,
+            formatters=formatters,
+            lsp=lsp,
+        )
 
 
 class TodoStore:
