@@ -76,8 +76,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThreadSe
             port=free_port(),
             heartbeat_seconds=10.0,
         )
-        with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=60.0) as client:
-            yield server, client, directory
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("OPENCODE_EXPERIMENTAL_LSP_TOOL", "1")  # read once, as the server starts
+            started = thread_server(settings)
+            server = started.__enter__()
+        try:
+            with httpx.Client(base_url=server.url, timeout=60.0) as client:
+                yield server, client, directory
+        finally:
+            started.__exit__(None, None, None)
 
 
 def _tool(client: httpx.Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -140,6 +147,18 @@ def test_python_project_end_to_end(project: tuple[ThreadServer, httpx.Client, Pa
     ruff = next(f for f in formatters if f["name"] == "ruff")
     assert ruff == {"name": "ruff", "extensions": [".py", ".pyi"], "enabled": True}
     assert next(f for f in formatters if f["name"] == "uv")["enabled"] is False  # ruff is enabled
+
+    # The experimental lsp tool asks the same servers.
+    (directory / "use.py").write_text("from second import value\n\nprint(value)\n")
+    state = _tool(client, "lsp", operation="goToDefinition", filePath="use.py", line=3, character=8)
+    assert state["title"] == "goToDefinition use.py:3:8"
+    assert [r["uri"] for r in state["metadata"]["result"]] == [(directory / "second.py").as_uri()]
+    state = _tool(client, "lsp", operation="documentSymbol", filePath="ugly.py", line=1, character=1)
+    assert state["metadata"]["result"][0]["name"] == "f" and state["title"] == "documentSymbol ugly.py"
+    state = _tool(client, "lsp", operation="hover", filePath="ugly.py", line=1, character=5)
+    assert "(function) def f(" in state["metadata"]["result"][0]["contents"]["value"]
+    state = _tool(client, "lsp", operation="hover", filePath="pyproject.toml", line=1, character=1)
+    assert state["status"] == "error" and "No LSP server available for this file type." in state["error"]
 
     # Disposing the instance ends its language servers; the next touch starts them again.
     client.post("/instance/dispose").raise_for_status()

@@ -62,8 +62,11 @@ def test_the_listings_are_opencode_s(settings: Settings, monkeypatch: pytest.Mon
     with serve(settings, monkeypatch, OPENCODE_CLIENT="sdk", OPENCODE_ENABLE_EXA="1") as client:
         assert client.get("/experimental/tool/ids").json() == OPENCODE_SDK_EXA_IDS
         assert listed(client, "mock", "mock-model") == OPENCODE_SDK_EXA_MOCK_MODEL
+    with serve(settings, monkeypatch, OPENCODE_EXPERIMENTAL_LSP_TOOL="1") as client:
+        assert client.get("/experimental/tool/ids").json() == [*OPENCODE_IDS, "lsp"]  # as OpenCode lists them
     with serve(settings, monkeypatch, OPENCODE_EXPERIMENTAL="1") as client:
-        assert client.get("/experimental/tool/ids").json() == OPENCODE_IDS
+        # OpenCode lists "execute", "lsp", "plan_exit" after apply_patch: only lsp is hosted here.
+        assert client.get("/experimental/tool/ids").json() == [*OPENCODE_IDS, "lsp"]
 
 
 def _offered_by_agent(

@@ -140,6 +140,11 @@ def _section(settings: dict[str, Any], section: str | None) -> Any:
     return value
 
 
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def _end_of(text: str) -> tuple[int, int]:
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return len(lines) - 1, len(lines[-1])
@@ -213,6 +218,9 @@ class LspClient:
         client.feature(types.CLIENT_REGISTER_CAPABILITY)(register)
         client.feature(types.CLIENT_UNREGISTER_CAPABILITY)(unregister)
         client.feature(types.WORKSPACE_WORKSPACE_FOLDERS)(folders)
+        # pyright's own progress notifications, which it sends to every client
+        for method in ("pyright/beginProgress", "pyright/reportProgress", "pyright/endProgress"):
+            client.feature(method)(lambda _params: None)
 
         def nothing(_params: Any) -> None:
             return None
@@ -398,8 +406,10 @@ class LspClient:
     async def _answer(self, pending: Awaitable[T], timeout: float) -> T | None:
         """A request's answer, None if it failed or did not come within ``timeout``. The request
         itself is not cancelled (pygls cannot take an answer to a cancelled one)."""
+        future = asyncio.ensure_future(pending)
+        future.add_done_callback(_retrieved)  # a late failure nobody waits for any more is no error
         try:
-            return await asyncio.wait_for(asyncio.shield(pending), timeout)
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
         except Exception:  # a dead or confused server, or a slow one: no answer
             return None
 
@@ -510,5 +520,13 @@ class LspClient:
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
         """A request with JSON params; its JSON result, or None if it failed or timed out."""
-        result = await self._answer(self._client.protocol.send_request_async(method, params), REQUEST_TIMEOUT_SECONDS)
+        from lsprotocol.types import METHOD_TO_TYPES
+
+        try:  # pygls sends lsprotocol's objects
+            kind: Any = METHOD_TO_TYPES[method][2]
+            typed = self._converter.structure(params, kind)
+        except Exception as exc:  # an unknown method, or params that do not fit it
+            log.warning("cannot send %s to %s: %s", method, self.server_id, exc)
+            return None
+        result = await self._answer(self._client.protocol.send_request_async(method, typed), REQUEST_TIMEOUT_SECONDS)
         return None if result is None else self._converter.unstructure(result)

@@ -17,8 +17,9 @@ no model and listed nowhere, so an agent's ``tools``/``permission`` entry for th
 nothing. They still run when a model calls them by name (one continuing a session that used
 them, or prompted for an older OpenCode), where OpenCode 1.18 would answer ``invalid``: both
 only read (the project's file names, the session's todos) under their own permission, and the
-answer costs the model less than a failed step. OpenCode's experimental tools (``lsp``,
-``plan_exit``, code mode's ``execute``) are not hosted here, and their switches list nothing."""
+answer costs the model less than a failed step. Of OpenCode's experimental tools only ``lsp``
+is hosted, listed and offered where its switch is on (``ToolSettings``); ``plan_exit`` and code
+mode's ``execute`` are not, and their switches list nothing."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from app.runtime.tools._bash import Bash
 from app.runtime.tools._files import Edit, Glob, Grep, List, Read, Write
 from app.runtime.tools._invalid import NAME as INVALID
 from app.runtime.tools._invalid import Invalid
+from app.runtime.tools._lsp import Lsp
 from app.runtime.tools._patch import ApplyPatch
 from app.runtime.tools._question import Question
 from app.runtime.tools._settings import ToolSettings
@@ -53,13 +55,14 @@ BUILT_IN: list[Tool] = [
     WebSearch(),
     SkillTool(),
     ApplyPatch(),
+    Lsp(),
 ]
 RETIRED: list[Tool] = [List(), TodoRead()]
 
 # Every tool a call may name (what runs), built-in ones first.
 TOOLS: dict[str, Tool] = {tool.name: tool for tool in (*BUILT_IN, *RETIRED)}
 
-# What a model may be offered: the built-in tools but ``invalid``.
+# What a model may be offered: the built-in tools but ``invalid`` (``lsp`` under its switch).
 OFFERED = [tool.name for tool in BUILT_IN if tool.name != INVALID]
 
 DEFAULT_SETTINGS = ToolSettings()
@@ -68,7 +71,8 @@ DEFAULT_SETTINGS = ToolSettings()
 def ids(settings: ToolSettings = DEFAULT_SETTINGS) -> list[str]:
     """``GET /experimental/tool/ids``: OpenCode's list for the same switches (``websearch`` is
     listed whether or not it is enabled, as there)."""
-    return [tool.name for tool in BUILT_IN if tool.name != "question" or settings.question]
+    hidden = {name for name, on in (("question", settings.question), ("lsp", settings.lsp_tool)) if not on}
+    return [tool.name for tool in BUILT_IN if tool.name not in hidden]
 
 
 def uses_patch(model_id: str) -> bool:

@@ -18,8 +18,11 @@ every model and pins its backend, before any of the above; ``OPENSESSION_EXA_URL
 (the first two default to the hosted endpoints OpenCode calls; SearXNG has no default, it is the
 team's own instance). Nothing is searched unless one of these switches is on.
 
-The switches of OpenCode's experimental tools (``OPENCODE_EXPERIMENTAL_LSP_TOOL``,
-``..._PLAN_MODE``, ``..._CODE_MODE``) are not read: those tools are not hosted here."""
+- ``lsp``: offered when ``OPENCODE_EXPERIMENTAL_LSP_TOOL`` is true, or when it is unset and
+  ``OPENCODE_EXPERIMENTAL`` is (OpenCode's experimental switches default to the broad one).
+
+The switches of OpenCode's other experimental tools (``..._PLAN_MODE``, ``..._CODE_MODE``) are
+not read: those tools are not hosted here."""
 
 from __future__ import annotations
 
@@ -39,6 +42,12 @@ _TRUE = frozenset({"1", "true", "yes", "on", "y"})
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in _TRUE
+
+
+def _experimental(env: Mapping[str, str], name: str) -> bool:
+    """An experimental switch: its own value when set, else ``OPENCODE_EXPERIMENTAL``'s."""
+    value = env.get(name, "").strip().lower()
+    return value in _TRUE if value else _flag(env, "OPENCODE_EXPERIMENTAL")
 
 
 def session_hash(session_id: str) -> int:
@@ -63,6 +72,7 @@ class ToolSettings:
     parallel_url: str = PARALLEL_URL
     parallel_api_key: str | None = None
     searxng_url: str | None = None
+    lsp_tool: bool = False  # OpenCode's experimental lsp tool is offered
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> ToolSettings:
@@ -89,6 +99,7 @@ class ToolSettings:
             parallel_url=env.get("OPENSESSION_PARALLEL_URL", "").strip() or PARALLEL_URL,
             parallel_api_key=env.get("PARALLEL_API_KEY") or None,
             searxng_url=searxng_url,
+            lsp_tool=_experimental(env, "OPENCODE_EXPERIMENTAL_LSP_TOOL"),
         )
 
     def websearch_offered(self, provider_id: str) -> bool:
