@@ -62,7 +62,11 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThreadSe
         config = {
             "model": "stub/m",
             "provider": {
-                "stub": {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": stub.url}, "models": {"m": {}}}
+                "stub": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "options": {"baseURL": stub.url},
+                    "models": {"m": {}, "gpt-5": {}},
+                }
             },
             "lsp": True,
             "formatter": True,
@@ -87,12 +91,11 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThreadSe
             started.__exit__(None, None, None)
 
 
-def _tool(client: httpx.Client, tool: str, **args: Any) -> dict[str, Any]:
+def _tool(client: httpx.Client, tool: str, model: str = "m", **args: Any) -> dict[str, Any]:
     """One prompt whose turn calls ``tool``; the tool part's state."""
     sid = create_session(client)["id"]
-    client.post(
-        f"/session/{sid}/message", json=text_prompt(json.dumps({"tool": tool, "args": args}))
-    ).raise_for_status()
+    prompt = text_prompt(json.dumps({"tool": tool, "args": args}), model={"providerID": "stub", "modelID": model})
+    client.post(f"/session/{sid}/message", json=prompt).raise_for_status()
     messages = client.get(f"/session/{sid}/message").json()
     parts = [p for m in messages for p in m["parts"] if p["type"] == "tool"]
     assert len(parts) == 1, parts
@@ -141,6 +144,15 @@ def test_python_project_end_to_end(project: tuple[ThreadServer, httpx.Client, Pa
     assert state["output"].startswith("Wrote file successfully.\n\nLSP errors detected in other files:\n")
     assert f'<diagnostics file="{directory / "second.py"}">' in state["output"]
     assert state["metadata"]["diagnostics"][str(directory / "third.py")] == []
+
+    # apply_patch (GPT models get it instead of edit/write) reports each changed file's errors.
+    patch = "*** Begin Patch\n*** Add File: pkg/patched.py\n+print(nowhere)\n*** End Patch"
+    state = _tool(client, "apply_patch", model="gpt-5", patchText=patch)
+    block = (
+        f'<diagnostics file="{directory / "pkg" / "patched.py"}">\nERROR [1:7] "nowhere" is not defined\n</diagnostics>'
+    )
+    assert state["output"].endswith(f"\n\nLSP errors detected in pkg/patched.py, please fix:\n{block}")
+    assert str(directory / "pkg" / "patched.py") in state["metadata"]["diagnostics"]
 
     formatters = client.get("/formatter").json()
     assert [f["name"] for f in formatters] == BUILTIN_FORMATTERS
