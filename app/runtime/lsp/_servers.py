@@ -5,8 +5,9 @@ A server's root is the nearest directory, from the file's up to the instance dir
 one of its marker files (the instance directory when there is none); a server with exclusion
 markers (typescript: ``deno.json``) does not serve a file under one. Programs are found on PATH
 or beside the server's interpreter; ``pyright`` is pyright's ``pyright-langserver`` or else
-basedpyright's (a PyPI wheel that brings its own node), and the npm-based servers are installed
-on demand into the cache (``_npm``) unless ``OPENCODE_DISABLE_LSP_DOWNLOAD`` is set.
+basedpyright's (a PyPI wheel that brings its own node), and the npm-based servers are the
+project's own (``node_modules/.bin``), else on PATH, else installed on demand into the cache
+(``_npm``) unless ``OPENCODE_DISABLE_LSP_DOWNLOAD`` is set.
 """
 
 from __future__ import annotations
@@ -92,11 +93,22 @@ def _program(name: str, *args: str) -> Spawn:
     return spawn
 
 
-def _npm_server(package: str, program: str, *args: str) -> Spawn:
-    """A server found on PATH, else installed from npm into the cache."""
+def _project_bin(program: str, start: Path) -> str | None:
+    """``program`` in a ``node_modules/.bin`` from ``start`` up (the project installed it)."""
+    for directory in (start, *start.parents):
+        candidate = directory / "node_modules" / ".bin" / program
+        if candidate.is_file():
+            return str(candidate)
+    return None
 
-    def spawn(_root: Path, ctx: Context) -> Launch | None:
-        found = find_program(program, ctx.env) or (npm_program(package, program, ctx.env) if ctx.download else None)
+
+def _npm_server(package: str, program: str, *args: str) -> Spawn:
+    """A server the project installed, else on PATH, else installed from npm into the cache."""
+
+    def spawn(root: Path, ctx: Context) -> Launch | None:
+        found = _project_bin(program, root) or find_program(program, ctx.env)
+        if found is None and ctx.download:
+            found = npm_program(package, program, ctx.env)
         return Launch([found, *args]) if found else None
 
     return spawn
