@@ -101,7 +101,8 @@ async def _bare_server(directory: Path, runs: int) -> list[float]:
     client = LanguageClient("bench", "1")
     client.feature(types.WORKSPACE_CONFIGURATION)(lambda params: [None for _ in params.items])
     for method in (types.CLIENT_REGISTER_CAPABILITY, types.WINDOW_WORK_DONE_PROGRESS_CREATE,
-                   types.WORKSPACE_DIAGNOSTIC_REFRESH, types.WINDOW_LOG_MESSAGE, types.PROGRESS):  # fmt: skip
+                   types.WORKSPACE_DIAGNOSTIC_REFRESH, types.WINDOW_LOG_MESSAGE, types.PROGRESS,
+                   "pyright/beginProgress", "pyright/reportProgress", "pyright/endProgress"):  # fmt: skip
         client.feature(method)(lambda _params: None)
     await client.start_io(program, "--stdio", cwd=str(directory))
     root = directory.as_uri()
