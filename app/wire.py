@@ -258,6 +258,13 @@ Part: TypeAlias = (
 )
 
 
+class MessageWithParts(TypedDict):
+    """A message as the message routes list it: its info and its parts."""
+
+    info: Message
+    parts: list[Part]
+
+
 # -- worktrees ------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ Imported on the first share request only: markdown-it-py and Pygments cost start
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from html import escape
 from typing import Any
@@ -22,7 +23,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from app.jsonutil import dumps
-from app.wire import Session
+from app.wire import MessageWithParts, Session
 
 _CODE_STYLE = "friendly"
 
@@ -48,7 +49,7 @@ def markdown(text: str) -> str:
     return html
 
 
-def _tool(part: dict[str, Any]) -> str:
+def _tool(part: Mapping[str, Any]) -> str:
     state = part.get("state") or {}
     status = str(state.get("status", "pending"))
     title = state.get("title") or ""
@@ -64,7 +65,7 @@ def _tool(part: dict[str, Any]) -> str:
     )
 
 
-def _part(part: dict[str, Any]) -> str:
+def _part(part: Mapping[str, Any]) -> str:
     kind = part.get("type")
     if kind == "text" and not part.get("synthetic") and not part.get("ignored"):
         return f'<div class="text">{markdown(str(part.get("text", "")))}</div>'
@@ -80,11 +81,11 @@ def _part(part: dict[str, Any]) -> str:
     return ""
 
 
-def _message(message: dict[str, Any]) -> str:
+def _message(message: MessageWithParts) -> str:
     info = message["info"]
     role = str(info.get("role", ""))
     parts = "".join(_part(p) for p in message["parts"])
-    error = info.get("error")
+    error = info["error"] if info["role"] == "assistant" and "error" in info else None
     if error:
         detail = (error.get("data") or {}).get("message") or error.get("name", "error")
         parts += f'<div class="error">{escape(str(detail))}</div>'
@@ -97,7 +98,7 @@ def _message(message: dict[str, Any]) -> str:
     )
 
 
-def transcript(messages: list[dict[str, Any]]) -> str:
+def transcript(messages: list[MessageWithParts]) -> str:
     """The messages as HTML (the part of the page that live updates replace)."""
     return "".join(_message(m) for m in messages)
 
@@ -146,7 +147,7 @@ _SCRIPT = """
 """
 
 
-def page(session: Session, messages: list[dict[str, Any]]) -> str:
+def page(session: Session, messages: list[MessageWithParts]) -> str:
     title = escape(str(session.get("title", "")))
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'

@@ -16,6 +16,7 @@ the SDK cannot read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import HTTPConnection
@@ -61,9 +62,9 @@ def error(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"name": "UnknownError", "data": {"message": str(message or value.get("name", "error"))}}
 
 
-def message_info(info: dict[str, Any]) -> dict[str, Any]:
+def message_info(info: Mapping[str, Any]) -> dict[str, Any]:
     if info.get("role") != "assistant":
-        return info
+        return dict(info)
     result = {**info, "system": info.get("system") or []}
     result.setdefault("mode", info.get("agent", "build"))
     if "error" in result:

@@ -9,9 +9,7 @@ from typing import Any
 from app.jsonutil import loads
 from app.store import sql
 from app.store.database import Database, Reader, Row
-from app.wire import Session
-
-MessageWithParts = dict[str, Any]
+from app.wire import MessageWithParts, Session
 
 
 @dataclass(slots=True)

@@ -42,7 +42,8 @@ async def test_an_admitted_prompt_is_stored_with_its_message_before_admit_return
     assert [row.id for row in unsettled] == ["msg_a1"]
     messages = await runtime.history.get_messages(sid)
     assert [m["info"]["id"] for m in messages] == ["msg_a1"]
-    assert messages[0]["parts"][0]["text"] == "hello"
+    first = messages[0]["parts"][0]
+    assert first["type"] == "text" and first["text"] == "hello"
 
 
 async def test_a_retried_id_is_the_same_admission_and_other_content_conflicts(runtime: Runtime) -> None:

@@ -5,12 +5,13 @@ legacy API serves, so a session is one thing whichever protocol reads it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from app.events.model import Event
 from app.jsonutil import dumpb
 from app.runtime.history import MessageWithParts, Summary
-from app.wire import Session
+from app.wire import AssistantMessage, Part, Session, UserMessage
 
 
 def _str(value: Any) -> str:
@@ -47,7 +48,7 @@ def session(info: Session) -> dict[str, Any]:
     return view
 
 
-def _user(info: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _user(info: UserMessage, parts: list[Part]) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": info["id"],
         "time": {"created": info["time"]["created"]},
@@ -68,7 +69,7 @@ def _user(info: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
     return view
 
 
-def _content(part: dict[str, Any]) -> dict[str, Any] | None:
+def _content(part: Mapping[str, Any]) -> dict[str, Any] | None:
     if part["type"] == "text":
         return {"type": "text", "id": part["id"], "text": part.get("text", "")}
     if part["type"] == "reasoning":
@@ -79,7 +80,7 @@ def _content(part: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _assistant(info: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _assistant(info: AssistantMessage, parts: list[Part]) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": info["id"],
         "time": {k: v for k, v in info["time"].items() if k in ("created", "completed")},

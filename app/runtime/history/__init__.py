@@ -29,7 +29,8 @@ from app.runtime.history._import import Importer
 from app.runtime.history._revert import Reverts, commit_staged
 from app.runtime.history._service import History
 from app.runtime.history._share import Shares
-from app.store.queries import MessageWithParts, RawMessage  # the shapes the history hands out
+from app.store.queries import RawMessage  # the shapes the history hands out
+from app.wire import MessageWithParts
 
 __all__ = [
     "SUMMARY_INSTRUCTION",

@@ -12,6 +12,7 @@ replaced by OpenCode's error text, so the model tells the user.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -63,7 +64,7 @@ def _line_range(url: str) -> dict[str, int]:
     return window
 
 
-def _project_file(part: Part, root: Path, model: ModelInfo) -> list[Part]:
+def _project_file(part: Mapping[str, Any], root: Path, model: ModelInfo) -> list[Part]:
     mime, url = str(part.get("mime") or ""), str(part["url"])
     raw = url2pathname(urlparse(url).path)
     try:
@@ -84,7 +85,7 @@ def _project_file(part: Part, root: Path, model: ModelInfo) -> list[Part]:
     return pieces + [media(model, a["mime"], a["url"], part.get("filename")) for a in result.attachments]
 
 
-def _file(part: Part, root: Path, model: ModelInfo) -> list[Part]:
+def _file(part: Mapping[str, Any], root: Path, model: ModelInfo) -> list[Part]:
     mime, url, filename = str(part.get("mime") or ""), str(part.get("url") or ""), part.get("filename")
     if url.startswith("file:"):
         return _project_file(part, root, model)
@@ -97,7 +98,7 @@ def _file(part: Part, root: Path, model: ModelInfo) -> list[Part]:
     return [media(model, mime, url, filename)]
 
 
-def user_content(parts: list[Part], directory: str, model: ModelInfo) -> str | list[Part]:
+def user_content(parts: Sequence[Mapping[str, Any]], directory: str, model: ModelInfo) -> str | list[Part]:
     """A user message's content: its text as one string when it has no files (as before
     attachments existed), else its parts in order with each file expanded."""
     if not any(p.get("type") == "file" for p in parts):

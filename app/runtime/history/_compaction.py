@@ -23,7 +23,8 @@ from app.providers.base import ModelInfo
 from app.runtime.errors import Conflict
 from app.runtime.history._context import tool_result
 from app.store import summaries
-from app.store.queries import MessageWithParts, Queries
+from app.store.queries import Queries
+from app.wire import MessageWithParts
 
 SUMMARY_SYSTEM = (
     "You are summarizing a conversation between a user and a coding agent so that the work can "

@@ -7,24 +7,25 @@ empty assistant messages (aborted before any text) are skipped.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 from app.jsonutil import dumps
 from app.providers.base import ModelInfo
 from app.runtime.history._attachments import tool_content, user_content
-from app.store.queries import MessageWithParts
+from app.wire import MessageWithParts
 
 BASE_SYSTEM_PROMPT = (
     "You are opensession, a coding agent working in the user's project directory. Answer concisely and accurately."
 )
 
 
-def _text(parts: list[dict[str, Any]]) -> str:
+def _text(parts: Sequence[Mapping[str, Any]]) -> str:
     return "".join(p.get("text", "") for p in parts if p.get("type") == "text" and not p.get("ignored"))
 
 
-def tool_result(part: dict[str, Any]) -> str:
+def tool_result(part: Mapping[str, Any]) -> str:
     """What the model is told a tool call produced (an unfinished call counts as aborted)."""
     state = part["state"]
     if state["status"] == "completed":
@@ -34,7 +35,7 @@ def tool_result(part: dict[str, Any]) -> str:
     return "Error: Tool execution aborted"
 
 
-def _tool_message(part: dict[str, Any], model: ModelInfo) -> dict[str, Any]:
+def _tool_message(part: Mapping[str, Any], model: ModelInfo) -> dict[str, Any]:
     state = part["state"]
     attachments = (state.get("attachments") or []) if state["status"] == "completed" else []
     return {

@@ -25,15 +25,14 @@ from app.events.model import Event
 from app.runtime.errors import RevertFailed
 from app.runtime.history._service import History
 from app.runtime.snapshots import FileSnapshots
-from app.wire import Session
-
-Message = dict[str, Any]
+from app.wire import MessageWithParts as Message
+from app.wire import PatchPart, Session
 
 
 @dataclass
 class RevertPlan:
     point: dict[str, Any]
-    patches: list[dict[str, Any]] = field(default_factory=list)
+    patches: list[PatchPart] = field(default_factory=list)
     kept: list[Message] = field(default_factory=list)  # the messages (and parts) before the point
     undone: list[Message] = field(default_factory=list)  # the messages after it
 

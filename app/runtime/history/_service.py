@@ -30,8 +30,8 @@ from app.runtime.sessions import (
 )
 from app.store import inputs
 from app.store.projectors import Projection, message_projection, part_projection
-from app.store.queries import MessageWithParts, Queries, RawMessage, message_ids_from_seq, message_seq, part_ids_from
-from app.wire import Message, Session
+from app.store.queries import Queries, RawMessage, message_ids_from_seq, message_seq, part_ids_from
+from app.wire import Message, MessageWithParts, Part, Session
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
 MAX_SEQ = 2**63 - 1
@@ -263,9 +263,8 @@ class History:
                 )
                 inputs.complete(tx.scope, message_id)
 
-    async def _part(self, session_id: str, message_id: str, part_id: str) -> dict[str, Any]:
+    async def _part(self, session_id: str, message_id: str, part_id: str) -> Part:
         message = await self.get_message(session_id, message_id)
-        part: dict[str, Any]
         for part in message["parts"]:
             if part["id"] == part_id:
                 return part

@@ -14,8 +14,7 @@ from app.events.model import Event
 from app.runtime.errors import ShareNotFound
 from app.runtime.history._service import History
 from app.store import shares
-from app.store.queries import MessageWithParts
-from app.wire import Session
+from app.wire import MessageWithParts, Session
 
 
 class Shares:

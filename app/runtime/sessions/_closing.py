@@ -9,6 +9,7 @@ re-run. Nothing closed here looks busy to a client again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # Text found in the stored JSON of a reply that may be open (an info without it is: a completed
@@ -17,13 +18,13 @@ OPEN_REPLY_HINT = '"completed":'
 OPEN_TOOL_HINTS = ('"status":"pending"', '"status":"running"')
 
 
-def open_reply(info: dict[str, Any]) -> bool:
+def open_reply(info: Mapping[str, Any]) -> bool:
     """Whether a message is a reply never completed."""
     time = info.get("time")
     return info.get("role") == "assistant" and isinstance(time, dict) and "completed" not in time
 
 
-def closed_part(part: dict[str, Any], at: int) -> dict[str, Any] | None:
+def closed_part(part: Mapping[str, Any], at: int) -> dict[str, Any] | None:
     """The part closed at ``at``, or None when it is not open (or not shaped as a part can be
     closed: an imported file may hold anything beside ``id`` and ``type``)."""
     kind, time, state = part.get("type"), part.get("time"), part.get("state")
@@ -45,6 +46,6 @@ def closed_part(part: dict[str, Any], at: int) -> dict[str, Any] | None:
     return None
 
 
-def closed_reply(info: dict[str, Any], error: dict[str, Any], at: int) -> dict[str, Any]:
+def closed_reply(info: Mapping[str, Any], error: dict[str, Any], at: int) -> dict[str, Any]:
     """The reply's info completed at ``at`` with ``error`` (a MessageAbortedError)."""
     return {**info, "error": error, "time": {**info["time"], "completed": at}}

@@ -91,9 +91,9 @@ async def _close(
         if message_id in work.patches:
             await emit("message.part.updated", {"part": work.patches[message_id], "time": at})
         await emit("message.updated", {"info": closed_reply(message["info"], error, at)})
-    for part in work.parts:
-        closed = closed_part(part, at)
-        if closed is not None and part["id"] not in closed_parts:
+    for unlisted in work.parts:
+        closed = closed_part(unlisted, at)
+        if closed is not None and unlisted["id"] not in closed_parts:
             await emit("message.part.updated", {"part": closed, "time": at})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from app import ids
 from app.clock import now_ms
@@ -22,7 +22,7 @@ from app.runtime.inputs import DEFAULT_AGENT, InputsDomain, PromptRequest
 from app.runtime.sessions import SessionsDomain, zero_tokens
 from app.runtime.tools import Bash, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
-from app.wire import AssistantMessage, Session, UserMessage
+from app.wire import AssistantMessage, Part, Session, UserMessage
 
 SHELL_NOTICE = "The following tool was executed by the user"
 
@@ -214,4 +214,5 @@ class Commands:
             error = ABORTED
         async with log.transaction() as tx:
             await recorder.complete(tx, [], error)
-        return {"info": recorder.info, "parts": [p for p in recorder.parts]}
+        parts = cast(list[Part], list(recorder.parts))  # the recorder writes the wire's parts
+        return {"info": recorder.info, "parts": parts}
