@@ -69,6 +69,12 @@ class Settings(BaseSettings):
     # password is set (the DNS-rebinding guard, app/api/browser.py): ``--allow-host NAME``
     # (repeatable) or OPENSESSION_ALLOWED_HOSTS="a.example,b.example"; ``*`` allows any.
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Prometheus metrics at ``/metrics`` (``--metrics`` or OPENSESSION_METRICS=1). Off by default:
+    # importing the client adds to start-up time, and recording adds to every turn (bench/metrics.py).
+    metrics: bool = False
+    # The log's format: ``text`` (lines for people) or ``json`` (one object a line, with the
+    # request, session and process ids; ``--log-format json``).
+    log_format: str = "text"
 
     @field_validator("cors", "allowed_hosts", mode="before")
     @classmethod

@@ -10,7 +10,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute
 
 from app import __version__
-from app.api import errors, home, opensession, permissions, questions, share
+from app.api import errors, home, observability, opensession, permissions, questions, share
 from app.api.bodies import TextBodies
 from app.api.browser import ALLOWED_ORIGINS, BrowserGuard
 from app.api.legacy import auth as legacy_auth
@@ -102,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         questions.router,
         opensession.router,
         home.router,
+        observability.router,
     ):
         routes.extend(router.routes)
     app.router.routes.extend(hot_routes_first(routes))
@@ -111,7 +112,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimit, limit=settings.max_body_bytes, streamed={opensession.IMPORT_PATH: settings.max_import_bytes}
     )
     if settings.password:
-        app.add_middleware(BasicAuth, username=settings.username, password=settings.password)
+        app.add_middleware(
+            BasicAuth, username=settings.username, password=settings.password, probes=observability.PROBES
+        )
     app.add_middleware(BrowserGuard, origins=settings.cors, hosts=settings.request_hosts)
     # Outermost: a preflight is answered before authentication (browsers send it without
     # credentials), while the real request still needs them.

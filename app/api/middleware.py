@@ -107,12 +107,18 @@ class BasicAuth:
     """Guards HTTP requests and WebSocket handshakes alike (a terminal is a shell); CORS
     preflights and shared pages pass (see ``is_public``)."""
 
-    def __init__(self, app: ASGIApp, username: str, password: str) -> None:
+    def __init__(self, app: ASGIApp, username: str, password: str, probes: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.expected = f"{username}:{password}".encode()
+        self.probes = probes  # health probes: a load balancer asks without credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or is_public(scope) or self._authorized(scope):
+        if (
+            scope["type"] not in ("http", "websocket")
+            or is_public(scope)
+            or (scope["path"] in self.probes and scope.get("method") in ("GET", "HEAD"))
+            or self._authorized(scope)
+        ):
             await self.app(scope, receive, send)
             return
         await refuse(scope, send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Basic realm="opensession"')])

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from app.api.deps import DirectoryDep, ImportsDep, RuntimeDep, SettingsDep
 from app.api.middleware import too_large
 from app.api.responses import JSONBody
+from app.runtime.usage import By
 
 router = APIRouter(prefix="/opensession", tags=["opensession"], include_in_schema=False)
 
@@ -43,6 +44,16 @@ async def import_session(
         if not await _spool(request, spool, limit):
             return JSONBody(too_large(limit), status_code=413)
         return JSONBody(await imports.import_session(spool, directory))
+
+
+@router.get("/usage")
+async def usage(
+    runtime: RuntimeDep,
+    since: Annotated[int, Query(ge=0, description="Only messages created from this time on (ms)")] = 0,
+    by: Annotated[By, Query(description="Group by model, directory or day")] = "model",
+) -> Response:
+    """Tokens and cost of the stored assistant messages, totalled per group."""
+    return JSONBody((await runtime.usage(since, by)).as_json())
 
 
 @router.get("/sessions")

@@ -49,6 +49,14 @@ def register(commands: Any) -> None:
         help="also accept requests for this host name without a password (repeatable; * for any)",
     )
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="log lines for people (text, the default) or JSON objects with request and session ids",
+    )
+    serve.add_argument(
+        "--metrics", action="store_true", help="serve Prometheus metrics at /metrics (OPENSESSION_METRICS=1)"
+    )
     serve.set_defaults(handler=main)
 
 
@@ -63,10 +71,13 @@ def main(args: argparse.Namespace) -> int:
         "directory": args.directory,
         "cors": args.cors,
         "allowed_hosts": args.allowed_hosts,
+        "log_format": args.log_format,
     }
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if args.allow_public:
         overrides["allow_public"] = True
+    if args.metrics:
+        overrides["metrics"] = True
     settings = Settings(**overrides)
     if not _is_loopback(settings.hostname) and not settings.password and not settings.allow_public:
         print(

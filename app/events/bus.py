@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.events.model import Event
+from app.observability import metrics
 
 Accept = Callable[[Event], bool]
 # The bytes an event takes while queued for a subscription; 0 means it is not queued at all.
@@ -93,6 +94,7 @@ class Subscription:
 
     def _overflow(self) -> None:
         self.overflowed = True
+        metrics.RECORDER.subscriber_overflow("bus")
         self._bus.unsubscribe(self)
         self._entries.clear()  # release what it held: the log has all of it
         self._bytes = 0

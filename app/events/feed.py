@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from app.events import deltas
 from app.events.bus import Accept, EventBus, Limits, Overflowed, Route
 from app.events.model import Event
+from app.observability import metrics
 
 WRITES_PER_SECOND = 4000  # live writes of all streams together, under sustained traffic
 MAX_WRITE_INTERVAL = 0.015  # seconds: the most a feed holds back an event (fan-out p99 target 50 ms)
@@ -118,6 +119,7 @@ class Tap:
         over = self._writing + self._bytes + size > limits.max_bytes or self._events + count > limits.max_events
         if (self._batches or self._writing) and over and self._waiter is None:
             self.overflowed = True
+            metrics.RECORDER.subscriber_overflow("stream")
             self._feed.leave(self)
             self._batches.clear()  # release what it held: the log has all of it
             self._events = self._bytes = 0

@@ -10,11 +10,13 @@ domain's ``Topology`` forwards or waits.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from contextlib import suppress
 
 from app.config import reading
 from app.events.log import EventLog
+from app.observability import metrics
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import SessionNotFound
@@ -51,8 +53,10 @@ class Prompting:
         """Admit, then wake the session's drain (unless ``resume`` is false: a running drain still
         picks the prompt up). Returns once the prompt is durable. The configuration is read once
         for all of it."""
+        began = time.perf_counter()
         with reading():
             admitted = await self.admission.admit(session_id, request, reserve=resume)
+            metrics.RECORDER.admission(time.perf_counter() - began)
             directory = self.sessions.cached_directory(session_id)
             if directory is not None:
                 self.workspace.watch(directory)

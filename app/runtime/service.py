@@ -14,12 +14,14 @@ from app.clock import now_ms
 from app.config import ConfigError
 from app.events.feed import Feeds
 from app.events.model import Event
+from app.observability import metrics
 from app.providers.registry import ModelRef
 from app.runtime.abort import AbortSignal
 from app.runtime.agents import AgentsDomain
 from app.runtime.errors import PermissionNotFound, QuestionNotFound, TerminalNotFound
 from app.runtime.extensions import Extensions
 from app.runtime.formatters import Formatters
+from app.runtime.health import Readiness, readiness
 from app.runtime.history import HistoryDomain, Window
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import InputsDomain
@@ -32,6 +34,7 @@ from app.runtime.snapshots import FileSnapshots
 from app.runtime.terminals import Terminals
 from app.runtime.tools import Skills, ToolServices
 from app.runtime.turn import TurnDomain
+from app.runtime.usage import By, Report, usage
 from app.runtime.workspace import Workspace
 from app.runtime.worktrees import Worktrees
 from app.settings import Settings
@@ -47,6 +50,8 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        if settings.metrics:
+            metrics.enable()
         self.infra = infra = Infrastructure.create(settings)
         self._sessions = sessions = SessionsDomain.build(infra, self._drain, self._publish_status)
         self._topology = sessions.topology
@@ -101,6 +106,7 @@ class Runtime:
         # Loading what the default model's first turn needs, on a thread, after start-up.
         self.warming: asyncio.Task[None] | None = None
         self.started_ms = 0
+        self.ready = False  # start-up, recovery included, has finished (readiness)
 
     async def _drain(self, session_id: str, signal: AbortSignal) -> None:
         """The coordinator's drain (the turn domain is built after the coordinator it reports to)."""
@@ -118,6 +124,7 @@ class Runtime:
         await self.reverts.recover()  # before serving: no prompt meets a revert a stop interrupted
         handlers = {"permission": self._answer_forwarded_permission, "question": self._answer_forwarded_question}
         self._topology.serve_requests(self._observe_request, handlers)
+        self.ready = True
 
     def _observe_request(self, event: Event) -> None:
         """A request asked on another process, followed so it is listed and answered here too."""
@@ -134,6 +141,7 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.worktrees.stop()
+        self.ready = False
         await self.terminals.stop()
         for task in self._background:
             task.cancel()
@@ -276,6 +284,23 @@ class Runtime:
                 session_id=session_id,
                 directory=info["directory"],
             )
+
+    async def gauges(self) -> metrics.Gauges:
+        """What this process has in flight, read at a scrape of ``/metrics``."""
+        draining = len(self.coordinator.active())
+        return metrics.Gauges(
+            busy_sessions=draining,
+            queued_inputs=await self.queries.unsettled_input_count(),
+            sse_subscribers=self.feeds.streams,
+            leases_held=await self._topology.leases_held(draining),
+            mcp_servers=self.extensions.connected(),
+        )
+
+    async def readiness(self) -> Readiness:
+        return await readiness(self.queries, self.ready)
+
+    async def usage(self, since: int, by: By) -> Report:
+        return await usage(self.queries, since, by)
 
     async def session_overview(self, limit: int) -> list[dict[str, Any]]:
         """The most recently updated sessions of every directory with their message counts (the

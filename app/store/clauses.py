@@ -395,6 +395,19 @@ def open_tool_parts(*, of_session: bool) -> Clause:
 
 SESSIONS_WITH_UNSETTLED_INPUTS = Clause(select(inputs.c.session_id).where(inputs.c.completed.is_(False)).distinct())
 
+# A round trip that reads nothing: whether the database answers (readiness).
+PING = Clause(select(literal_column("1")))
+
+# Prompts admitted and not yet answered, in every session (the metrics' queue depth).
+UNSETTLED_INPUT_COUNT = Clause(select(func.count()).select_from(inputs).where(inputs.c.completed.is_(False)))
+
+# Every assistant message created since a time, with its session's directory: what usage totals.
+ASSISTANT_MESSAGES_SINCE = Clause(
+    select(messages.c.time_created, messages.c.info, sessions.c.directory)
+    .select_from(messages.join(sessions, sessions.c.id == messages.c.session_id))
+    .where(messages.c.role == literal_column("'assistant'"), messages.c.time_created >= bindparam("since"))
+)
+
 
 SESSION_EVENTS_AFTER = Clause(
     select(events)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import migrations
+from app.observability import metrics
 from app.store.statement import Statement
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
@@ -384,10 +386,12 @@ class Database(ABC):
     @asynccontextmanager
     async def _transaction(self, *, urgent: bool, at_once: bool) -> AsyncIterator[WriteScope]:
         """One write transaction, returning once it is durable."""
+        began = time.perf_counter()
         await self._write_lock.acquire(urgent=urgent)
         durable: asyncio.Future[None] | None = None
         try:
-            await self._begin()
+            await self._begin()  # on PostgreSQL it takes the cluster-wide lock: a wait too
+            locked = time.perf_counter()
             scope = WriteScope(self._writer())
             try:
                 yield scope
@@ -419,6 +423,7 @@ class Database(ABC):
             self._write_lock.release()
         if durable is not None:
             await durable  # the transaction's own future: a cancelled wait leaves the commit be
+        metrics.RECORDER.transaction(locked - began, time.perf_counter() - began)
 
     async def _commit(self, scope: WriteScope) -> None:
         try:

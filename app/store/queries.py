@@ -54,6 +54,40 @@ class InputRow:
         return record
 
 
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """What one assistant message spent, as stored in its info."""
+
+    time_created: int  # ms
+    directory: str
+    provider: str
+    model: str
+    input: int
+    output: int
+    reasoning: int
+    cache_read: int
+    cache_write: int
+    cost: float
+
+
+def _usage_row(time_created: int, info_text: str, directory: str) -> UsageRow:
+    info = loads(info_text)
+    tokens = info.get("tokens") or {}
+    cache = tokens.get("cache") or {}
+    return UsageRow(
+        time_created,
+        directory,
+        str(info.get("providerID", "")),
+        str(info.get("modelID", "")),
+        int(tokens.get("input") or 0),
+        int(tokens.get("output") or 0),
+        int(tokens.get("reasoning") or 0),
+        int(cache.get("read") or 0),
+        int(cache.get("write") or 0),
+        float(info.get("cost") or 0),
+    )
+
+
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -286,6 +320,21 @@ class Queries:
 
     async def sessions_with_unsettled_inputs(self) -> list[str]:
         return [row[0] for row in await self.db.fetch(sql.SESSIONS_WITH_UNSETTLED_INPUTS)]
+
+    async def unsettled_input_count(self) -> int:
+        """Prompts admitted and not yet answered, in every session."""
+        row = await self.db.fetch_one(sql.UNSETTLED_INPUT_COUNT)
+        return int(row[0]) if row else 0
+
+    async def ping(self) -> None:
+        """A round trip to the database; raises what the engine raises when it does not answer."""
+        await self.db.fetch(sql.PING)
+
+    async def usage_since(self, since_ms: int) -> list[UsageRow]:
+        """What every assistant message created since ``since_ms`` spent. A scan of the messages
+        (no index on their time): for the usage report, not for a hot path."""
+        rows = await self.db.fetch(sql.ASSISTANT_MESSAGES_SINCE, {"since": since_ms})
+        return [_usage_row(int(row[0]), row[1], row[2]) for row in rows]
 
 
 # -- reads inside a write transaction (``Reader``: they see its queued writes) -------------------

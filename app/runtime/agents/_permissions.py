@@ -15,6 +15,7 @@ loop goes on. An abort or a restart leaves no request hanging.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -25,6 +26,7 @@ from app.clock import now_ms
 from app.config import ConfigLoader
 from app.events.log import EventLog
 from app.events.model import Event
+from app.observability import metrics
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents._definitions import Agents, Rule, config_rules
 from app.runtime.agents._requests import PendingRequests
@@ -184,13 +186,16 @@ class Permissions(PendingRequests[Pending]):
         pending = Pending(info, session["directory"], session["projectID"], rules)
         self._pending[info["id"]] = pending
         self._announce(session["directory"], "permission.asked", info, "permission.v2.asked", _v2_request(info))
+        asked = time.perf_counter()
         try:
             reply, message = await signal.race(asyncio.shield(pending.reply))
         except Aborted:
             self._settle(pending, "reject", None, session["directory"])  # no request left hanging
+            metrics.RECORDER.permission_wait("aborted", time.perf_counter() - asked)
             raise
         finally:
             self._pending.pop(info["id"], None)
+        metrics.RECORDER.permission_wait(reply, time.perf_counter() - asked)
         if reply == "reject":
             raise Rejected(message)
 

@@ -159,6 +159,15 @@ class Extensions:
             raise McpServerNotFound(name)
         return connection
 
+    def connected(self) -> dict[str, int]:
+        """Connected servers by transport (``local`` ones are processes of ours), for the metrics."""
+        counts: dict[str, int] = {}
+        for servers in self._servers.values():
+            for connection in servers.values():
+                if connection.status.get("status") == "connected":
+                    counts[connection.spec.type] = counts.get(connection.spec.type, 0) + 1
+        return counts
+
     async def stop(self) -> None:
         connections = [c for servers in self._servers.values() for c in servers.values()]
         await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)

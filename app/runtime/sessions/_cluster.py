@@ -40,6 +40,7 @@ from app.events.log import Transaction
 from app.events.model import Event
 from app.events.topology import FENCE
 from app.jsonutil import dumps, loads
+from app.observability import metrics
 from app.runtime.errors import SessionNotFound
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions._coordinator import Lease
@@ -138,6 +139,7 @@ class ClusterTopology:
         lease = Lease(token, last)
         if previous is not None and previous != self.origin:
             log.info("taking over %s from %s", session_id, previous)
+            metrics.RECORDER.takeover()
             fenced = FENCE.set((session_id, self.origin, token))  # the closing writes check the new lease
             try:
                 await self.close_open(session_id)
@@ -169,6 +171,9 @@ class ClusterTopology:
     async def owners(self) -> dict[str, str]:
         """Sessions drained right now, anywhere in the cluster: session id -> owner."""
         return await leases.live(self.db, now_ms())
+
+    async def leases_held(self, draining: int) -> int:
+        return sum(owner == self.origin for owner in (await self.owners()).values())
 
     async def drained_elsewhere(self) -> set[str]:
         return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}

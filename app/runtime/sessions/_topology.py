@@ -120,6 +120,10 @@ class Topology(Claims, Protocol):
         """A cache for rows this process reads: kept only where no other process writes them."""
         ...
 
+    async def leases_held(self, draining: int) -> int:
+        """The drain leases this process holds (``draining``: its drains now), for the metrics."""
+        ...
+
 
 OWN = Lease(token=0, seq=-1)  # one process's lease on every session: nobody else can claim it
 
@@ -179,3 +183,6 @@ class LocalTopology:
 
     def memo(self) -> Memo[K, V]:
         return {}
+
+    async def leases_held(self, draining: int) -> int:
+        return draining  # each drain is granted its lease at once

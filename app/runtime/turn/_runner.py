@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +35,7 @@ from app.config import ConfigError, reading
 from app.events.log import Transaction
 from app.events.model import Event
 from app.events.topology import LeaseLost
+from app.observability import metrics
 from app.providers.base import (
     ChatRequest,
     Finish,
@@ -45,7 +48,7 @@ from app.providers.base import (
     ToolInputStart,
 )
 from app.providers.options import tune
-from app.providers.registry import ModelNotFoundError
+from app.providers.registry import ModelNotFoundError, ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import Conflict, DatabaseUnavailable, SessionNotFound
 from app.runtime.history import (
@@ -81,6 +84,15 @@ UNRECORDED = {
 }
 
 
+def usage_of(step: dict[str, Any]) -> metrics.Usage:
+    """A step's usage (as ``finish_step`` returns it) for the metrics."""
+    tokens = step["tokens"]
+    cache = tokens["cache"]
+    return metrics.Usage(
+        tokens["input"], tokens["output"], tokens["reasoning"], cache["read"], cache["write"], step["cost"]
+    )
+
+
 def _add_usage(totals: Session, step: dict[str, Any]) -> None:
     totals["cost"] = totals.get("cost", 0) + step["cost"]
     tokens = totals.setdefault("tokens", zero_tokens())
@@ -107,6 +119,27 @@ class Turn:
     last_tree: str | None = None  # the tree its last step ended with
     first: str | None = None  # the tree its first step started from
     recorder: AssistantRecorder | None = None  # the step's reply, once it has one
+    # What the metrics see of it: its model (once its first step resolved one), when it began,
+    # whether its first event streamed, and the error it ended with.
+    ref: ModelRef | None = None
+    began: float = field(default_factory=time.perf_counter)
+    streamed: bool = False
+    error: str | None = None
+
+    def start(self, ref: ModelRef) -> None:
+        if self.ref is None:
+            self.ref = ref
+            metrics.RECORDER.turn_started(ref.provider_id, ref.model_id)
+
+    def first_event(self) -> None:
+        if not self.streamed and self.ref is not None:
+            self.streamed = True
+            metrics.RECORDER.first_token(self.ref.provider_id, self.ref.model_id, time.perf_counter() - self.began)
+
+    def ended(self) -> None:
+        if self.ref is not None:
+            seconds = time.perf_counter() - self.began
+            metrics.RECORDER.turn_ended(self.ref.provider_id, self.ref.model_id, seconds, self.error)
 
 
 def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
@@ -193,7 +226,18 @@ class Runner:
                     more = await self._step(
                         session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
                     )
+        except Aborted as exc:
+            if exc.reason != "abort":  # a shutdown: the next start goes on with the turn
+                turn.ref = None
+            raise
+        except (LeaseLost, DatabaseUnavailable):
+            turn.ref = None  # not ended: another drain finishes it
+            raise
+        except Exception:
+            turn.error = turn.error or "UnknownError"
+            raise
         finally:
+            turn.ended()
             for input_id in turn.inputs:
                 self.inputs.waiters.settle(input_id)
 
@@ -267,6 +311,7 @@ class Runner:
         answered = batch[-1] if batch else parent
         assert answered is not None
         kind, plan = await self._plan(session_id, answered)
+        turn.start(plan.ref)
         await kind.prepare(plan)
         recorder, start = await self._open(kind, plan, batch, turn)
         try:
@@ -279,7 +324,9 @@ class Runner:
         request = await kind.request(plan, model, tuning, last_step)
         try:
             try:
-                finish, calls, parts = await self._stream_with_retries(session_id, recorder, provider, request, signal)
+                finish, calls, parts = await self._stream_with_retries(
+                    session_id, recorder, provider, request, signal, turn.first_event
+                )
             finally:
                 slot.release()  # the tools run without it
             await kind.streamed(plan, recorder)
@@ -362,6 +409,7 @@ class Runner:
         turn.last_tree = end
         async with self.infra.log.transaction() as tx:
             usage = await recorder.finish_step(tx, finish, model, end, changed)
+            metrics.RECORDER.model_usage(plan.ref.provider_id, plan.ref.model_id, usage_of(usage))
             await recorder.complete(tx, [] if more else turn.inputs)
             # As it now stands: a title stored during the step is not asked for again.
             session = await self.sessions.service.mutate(tx, plan.session_id, lambda s: _add_usage(s, usage))
@@ -391,12 +439,13 @@ class Runner:
         provider: Provider,
         request: ChatRequest,
         signal: AbortSignal,
+        first_event: Callable[[], None],
     ) -> tuple[Finish, list[ToolCall], dict[str, dict[str, Any]]]:
         attempt = 0
         while True:
             request.attempt = attempt + 1
             try:
-                return await self._stream_once(recorder, provider, request, signal)
+                return await self._stream_once(recorder, provider, request, signal, first_event)
             except ProviderError as exc:
                 attempt += 1
                 if not is_retryable(exc) or attempt > MAX_RETRIES:
@@ -419,10 +468,14 @@ class Runner:
 
     @staticmethod
     async def _stream_once(
-        recorder: AssistantRecorder, provider: Provider, request: ChatRequest, signal: AbortSignal
+        recorder: AssistantRecorder,
+        provider: Provider,
+        request: ChatRequest,
+        signal: AbortSignal,
+        first_event: Callable[[], None] = lambda: None,
     ) -> tuple[Finish, list[ToolCall], dict[str, dict[str, Any]]]:
         """Stream one model call into the message; returns its finish, the tool calls it made and
-        the pending parts already opened for them."""
+        the pending parts already opened for them (``first_event`` is called once one came)."""
         stream = provider.stream(request).__aiter__()
         calls: list[ToolCall] = []
         parts: dict[str, dict[str, Any]] = {}
@@ -436,6 +489,8 @@ class Runner:
                     event = await signal.race(stream.__anext__())
                 except StopAsyncIteration:
                     return Finish("unknown"), calls, parts
+                if count == 1:
+                    first_event()
                 if isinstance(event, TextDelta):
                     await recorder.delta("text", event.text)
                 elif isinstance(event, ReasoningDelta):
@@ -455,6 +510,7 @@ class Runner:
         """End the step with ``error``, settling the turn's inputs; the files its tools changed
         before it ended are still recorded (an aborted bash may have written half its output),
         so undo reaches them."""
+        turn.error = error["name"]
         end, changed = await self._step_changes(recorder.directory, recorder.start_tree, recorder.ran_tools())
         async with self.infra.log.transaction() as tx:
             await recorder.add_patch(tx, changed)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.jsonutil import dumps, loads
+from app.observability import metrics
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Denied, Permissions, QuestionRejected, Questions, Rejected
@@ -56,7 +57,12 @@ class ToolCalls:
         outcome = StepOutcome(called=bool(calls))
         for call in calls:
             part = parts.get(call.call_id) or await recorder.tool_pending(call.call_id, call.name)
-            status = await self._one(session, recorder, call, part, turn, signal)
+            try:
+                status = await self._one(session, recorder, call, part, turn, signal)
+            except Aborted:
+                metrics.RECORDER.tool_call(part.get("tool") or call.name, "aborted")
+                raise
+            metrics.RECORDER.tool_call(part.get("tool") or call.name, status)
             if status == "blocked":
                 outcome.blocked = True
         return outcome
