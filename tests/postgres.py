@@ -40,6 +40,7 @@ class Cluster:
     _directory: Path | None = None
     _bin: Path | None = None
     _owner: str | None = None
+    _options: str = ""
 
     def _as_owner(self, *command: str) -> list[str]:
         return ["runuser", "-u", self._owner, "--", *command] if self._owner else list(command)
@@ -57,6 +58,20 @@ class Cluster:
 
         asyncio.run(create())
         return f"{self.url.replace('postgresql://', 'postgresql+asyncpg://')}/{name}"
+
+    def halt(self) -> None:
+        """Stop the server, keeping its data (``resume`` starts it again on the same port)."""
+        assert self._directory is not None and self._bin is not None, "not a cluster of ours"
+        subprocess.run(self._pg_ctl("-m", "fast", "stop"), capture_output=True, check=True)
+
+    def resume(self) -> None:
+        assert self._directory is not None and self._bin is not None, "not a cluster of ours"
+        log = str(self._directory / "server.log")
+        subprocess.run(self._pg_ctl("-o", self._options, "-l", log, "-w", "start"), capture_output=True, check=True)
+
+    def _pg_ctl(self, *args: str) -> list[str]:
+        assert self._directory is not None and self._bin is not None
+        return self._as_owner(str(self._bin / "pg_ctl"), "-D", str(self._directory / "data"), *args)
 
     def stop(self) -> None:
         if self._directory is None or self._bin is None:
@@ -109,4 +124,5 @@ def start_cluster(extra_options: str = "") -> Cluster | None:
         shutil.rmtree(directory, ignore_errors=True)
         raise RuntimeError(f"could not start the test PostgreSQL server:\n{detail}")
     cluster.url = f"postgresql://postgres@127.0.0.1:{port}"
+    cluster._options = options
     return cluster
