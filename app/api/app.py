@@ -24,7 +24,7 @@ from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
 from app.api.legacy import tui as legacy_tui
 from app.api.legacy import worktree as legacy_worktree
-from app.api.middleware import BasicAuth, BodyLimit
+from app.api.middleware import BasicAuth, BodyLimit, RequestContext
 from app.api.v2 import fs as v2_fs
 from app.api.v2 import integrations as v2_integrations
 from app.api.v2 import meta as v2_meta
@@ -126,4 +126,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         allow_headers=["*"],
         max_age=86400,
     )
+    app.add_middleware(RequestContext)  # outermost: every answer, a refusal too, has its id
     return app

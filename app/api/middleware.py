@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.jsonutil import dumpb
+from app.observability import logs
 
 
 def _json_headers(payload: bytes, extra: list[tuple[bytes, bytes]] | None) -> list[tuple[bytes, bytes]]:
@@ -82,6 +83,44 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+_SESSION_PATH = re.compile(r"^/(?:api/)?session/(ses_[A-Za-z0-9]+)")
+
+
+class RequestContext:
+    """Gives each request its id (the caller's ``x-request-id`` or ``traceparent``, else a new
+    one), answered in ``x-request-id``, and puts it, the session the path names and the
+    directory the request is scoped to into the log's context (app/observability/logs.py)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        incoming, parent = headers.get(b"x-request-id"), headers.get(b"traceparent")
+        rid = logs.request_id(
+            incoming.decode("latin-1") if incoming else None, parent.decode("latin-1") if parent else None
+        )
+        logs.REQUEST_ID.set(rid)
+        session = _SESSION_PATH.match(scope["path"])
+        logs.SESSION_ID.set(session.group(1) if session else None)
+        directory = headers.get(b"x-opencode-directory")
+        query = scope.get("query_string", b"")
+        if b"directory=" in query:
+            directory = (parse_qs(query.decode("latin-1")).get("directory") or [""])[0].encode()
+        logs.DIRECTORY.set(directory.decode("utf-8", "replace") if directory else None)
+        header = (b"x-request-id", rid.encode("latin-1"))
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 _PTY_CONNECT = re.compile(r"^(/api)?/pty/[^/]+/connect$")

@@ -87,6 +87,9 @@ def main(args: argparse.Namespace) -> int:
         )
         return 2
 
+    from app.observability import logs
+
+    logs.configure(settings.log_format, args.log_level, password=settings.password)
     check_database(settings)
 
     import uvicorn
@@ -106,6 +109,7 @@ def main(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=args.log_level,
         access_log=False,
+        log_config=None,  # the root logger's handler (app/observability/logs.py) writes uvicorn's too
         timeout_graceful_shutdown=5,
     )
     server = Server(config, app.state.runtime, freeze_heap=True)

@@ -35,7 +35,7 @@ from app.config import ConfigError, reading
 from app.events.log import Transaction
 from app.events.model import Event
 from app.events.topology import LeaseLost
-from app.observability import metrics
+from app.observability import logs, metrics
 from app.providers.base import (
     ChatRequest,
     Finish,
@@ -140,6 +140,8 @@ class Turn:
         if self.ref is not None:
             seconds = time.perf_counter() - self.began
             metrics.RECORDER.turn_ended(self.ref.provider_id, self.ref.model_id, seconds, self.error)
+            outcome = f"failed ({self.error})" if self.error else "finished"
+            log.info("turn %s on %s/%s in %.3f s", outcome, self.ref.provider_id, self.ref.model_id, seconds)
 
 
 def next_batch(unsettled: list[InputRow]) -> list[InputRow]:
@@ -176,6 +178,7 @@ class Runner:
         self._compaction_step = CompactionStep(self.history, self.infra.queries)
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
+        logs.SESSION_ID.set(session_id)  # the drain's own task: its log lines name the session
         if session_id in self.left_open:
             await self._close_left_open(session_id)
         try:
@@ -312,6 +315,7 @@ class Runner:
         assert answered is not None
         kind, plan = await self._plan(session_id, answered)
         turn.start(plan.ref)
+        logs.DIRECTORY.set(plan.directory)
         await kind.prepare(plan)
         recorder, start = await self._open(kind, plan, batch, turn)
         try:
