@@ -1,5 +1,5 @@
 """``opensession`` command line: a dispatcher; each command lives in its own module (``serve``,
-``run``, ``sessions``, ``export``/``import``, ``mcp``) and registers its own arguments.
+``run``, ``sessions``, ``usage``, ``export``/``import``, ``mcp``) and registers its own arguments.
 
 argparse (stdlib) rather than a CLI framework, and every module imports only the standard library
 at the top: start-up time of ``serve`` is a tracked target, so client-side libraries (httpx, rich)
@@ -12,10 +12,10 @@ import os
 import sys
 
 from app import __version__
-from app.cli import fleet, run, serve, sessions, transfer
+from app.cli import fleet, run, serve, sessions, transfer, usage
 from app.cli.common import CliError
 
-COMMANDS = (serve, run, sessions, transfer, fleet)
+COMMANDS = (serve, run, sessions, usage, transfer, fleet)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,16 +1,15 @@
-"""``opensession sessions``: the most recently updated sessions, as a table (``rich`` on a
-terminal, plain columns otherwise; NO_COLOR is honoured) or as JSON."""
+"""``opensession sessions``: the most recently updated sessions, as a table (app/cli/tables.py)
+or as JSON."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from datetime import datetime
 from typing import Any
 
 from app.cli.client import add_attach, connect
+from app.cli.tables import show
 
 COLUMNS = ("id", "title", "directory", "updated", "messages", "cost")
 
@@ -40,30 +39,11 @@ def _cells(row: dict[str, Any]) -> list[str]:
     return [row["id"], row["title"], row["directory"], updated, str(row["messages"]), f"${row['cost']:.4f}"]
 
 
-def _plain(rows: list[dict[str, Any]]) -> None:
-    table = [[c.upper() for c in COLUMNS], *(_cells(row) for row in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
-    for line in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
-
-
-def _rich(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(*(c.capitalize() for c in COLUMNS), box=None, header_style="bold")
-    for row in rows:
-        table.add_row(*_cells(row))
-    Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)
-
-
 def main(args: argparse.Namespace) -> int:
     with connect(args) as api:
         rows = [_row(entry) for entry in api.call("GET", "/opensession/sessions", params={"limit": args.limit})]
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
-    elif sys.stdout.isatty():
-        _rich(rows)
     else:
-        _plain(rows)
+        show(list(COLUMNS), [_cells(row) for row in rows])
     return 0
