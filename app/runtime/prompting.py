@@ -16,7 +16,7 @@ from contextlib import suppress
 
 from app.config import reading
 from app.events.log import EventLog
-from app.observability import metrics
+from app.observability import metrics, tracing
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import SessionNotFound
@@ -54,15 +54,16 @@ class Prompting:
         picks the prompt up). Returns once the prompt is durable. The configuration is read once
         for all of it."""
         began = time.perf_counter()
-        with reading():
+        # The drain a wake starts inherits this context: its span is a child of the admission's.
+        with reading(), tracing.span("admission", **{"session.id": session_id}):
             admitted = await self.admission.admit(session_id, request, reserve=resume)
             metrics.RECORDER.admission(time.perf_counter() - began)
             directory = self.sessions.cached_directory(session_id)
             if directory is not None:
                 self.workspace.watch(directory)
                 self.extensions.warm(directory)  # MCP servers connect meanwhile; admission never waits
-        if resume and not request.no_reply:
-            self.coordinator.wake(session_id)
+            if resume and not request.no_reply:
+                self.coordinator.wake(session_id)
         return admitted
 
     async def prompt_and_wait(self, session_id: str, request: PromptRequest) -> MessageWithParts:

@@ -14,7 +14,7 @@ from app.clock import now_ms
 from app.config import ConfigError
 from app.events.feed import Feeds
 from app.events.model import Event
-from app.observability import metrics
+from app.observability import metrics, tracing
 from app.providers.registry import ModelRef
 from app.runtime.abort import AbortSignal
 from app.runtime.agents import AgentsDomain
@@ -52,6 +52,7 @@ class Runtime:
         self.settings = settings
         if settings.metrics:
             metrics.enable()
+        tracing.configure_from_env()
         self.infra = infra = Infrastructure.create(settings)
         self._sessions = sessions = SessionsDomain.build(infra, self._drain, self._publish_status)
         self._topology = sessions.topology
@@ -155,6 +156,7 @@ class Runtime:
         await self.registry.aclose()
         await self.log.stop()
         await self.db.close()
+        tracing.shutdown()
 
     def _publish_instance_event(self, event_type: str, properties: dict[str, Any], directory: str) -> None:
         self.log.publish(Event(event_type, properties, None, directory))

@@ -35,7 +35,7 @@ from app.config import ConfigError, reading
 from app.events.log import Transaction
 from app.events.model import Event
 from app.events.topology import LeaseLost
-from app.observability import logs, metrics
+from app.observability import logs, metrics, tracing
 from app.providers.base import (
     ChatRequest,
     Finish,
@@ -141,6 +141,7 @@ class Turn:
             seconds = time.perf_counter() - self.began
             metrics.RECORDER.turn_ended(self.ref.provider_id, self.ref.model_id, seconds, self.error)
             outcome = f"failed ({self.error})" if self.error else "finished"
+            tracing.annotate(provider=self.ref.provider_id, model=self.ref.model_id, outcome=self.error or "finished")
             log.info("turn %s on %s/%s in %.3f s", outcome, self.ref.provider_id, self.ref.model_id, seconds)
 
 
@@ -179,6 +180,10 @@ class Runner:
 
     async def drain(self, session_id: str, signal: AbortSignal) -> None:
         logs.SESSION_ID.set(session_id)  # the drain's own task: its log lines name the session
+        with tracing.span("drain", **{"session.id": session_id}):
+            await self._drain(session_id, signal)
+
+    async def _drain(self, session_id: str, signal: AbortSignal) -> None:
         if session_id in self.left_open:
             await self._close_left_open(session_id)
         try:
@@ -211,6 +216,10 @@ class Runner:
         self.left_open.discard(session_id)
 
     async def _turn(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
+        with tracing.span("turn", **{"session.id": session_id}):
+            await self._turn_steps(session_id, batch, signal)
+
+    async def _turn_steps(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
         """Steps until the model stops asking for tools: each continuation answers the same
         prompt, and steers admitted meanwhile join it at the step boundary."""
         turn = Turn()
@@ -328,9 +337,10 @@ class Runner:
         request = await kind.request(plan, model, tuning, last_step)
         try:
             try:
-                finish, calls, parts = await self._stream_with_retries(
-                    session_id, recorder, provider, request, signal, turn.first_event
-                )
+                with tracing.span("model.call", provider=plan.ref.provider_id, model=plan.ref.model_id):
+                    finish, calls, parts = await self._stream_with_retries(
+                        session_id, recorder, provider, request, signal, turn.first_event
+                    )
             finally:
                 slot.release()  # the tools run without it
             await kind.streamed(plan, recorder)
@@ -411,13 +421,14 @@ class Runner:
         inputs settled when it is the last step."""
         end, changed = await self._step_changes(plan.directory, start, ran_tools)
         turn.last_tree = end
-        async with self.infra.log.transaction() as tx:
-            usage = await recorder.finish_step(tx, finish, model, end, changed)
-            metrics.RECORDER.model_usage(plan.ref.provider_id, plan.ref.model_id, usage_of(usage))
-            await recorder.complete(tx, [] if more else turn.inputs)
-            # As it now stands: a title stored during the step is not asked for again.
-            session = await self.sessions.service.mutate(tx, plan.session_id, lambda s: _add_usage(s, usage))
-            await kind.closed(tx, plan)
+        with tracing.span("commit"):
+            async with self.infra.log.transaction() as tx:
+                usage = await recorder.finish_step(tx, finish, model, end, changed)
+                metrics.RECORDER.model_usage(plan.ref.provider_id, plan.ref.model_id, usage_of(usage))
+                await recorder.complete(tx, [] if more else turn.inputs)
+                # As it now stands: a title stored during the step is not asked for again.
+                session = await self.sessions.service.mutate(tx, plan.session_id, lambda s: _add_usage(s, usage))
+                await kind.closed(tx, plan)
         if changed and end:
             session = await self.sessions.service.get(plan.session_id)
             await self.history.diffs.after_step(session, plan.answered.id, turn.first, end)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.jsonutil import dumps, loads
-from app.observability import metrics
+from app.observability import metrics, tracing
 from app.providers.base import ToolCall
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.agents import Denied, Permissions, QuestionRejected, Questions, Rejected
@@ -58,7 +58,8 @@ class ToolCalls:
         for call in calls:
             part = parts.get(call.call_id) or await recorder.tool_pending(call.call_id, call.name)
             try:
-                status = await self._one(session, recorder, call, part, turn, signal)
+                with tracing.span("tool.call", tool=call.name):
+                    status = await self._one(session, recorder, call, part, turn, signal)
             except Aborted:
                 metrics.RECORDER.tool_call(part.get("tool") or call.name, "aborted")
                 raise
