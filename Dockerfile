@@ -5,7 +5,7 @@ WORKDIR /srv/opensession
 COPY pyproject.toml README.md alembic.ini ./
 COPY app ./app
 COPY migrations ./migrations
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[otel]"
 
 RUN useradd --create-home opensession && mkdir -p /data /workspace && chown opensession /data /workspace
 USER opensession

@@ -6,6 +6,8 @@ no session ids."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,11 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
-from tests.servers import ThreadServer, thread_server
+from tests.servers import ROOT, ThreadServer, thread_server
 
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -128,3 +131,30 @@ def test_workers_sharing_a_directory_are_summed(tmp_path: Path) -> None:
         for s in family.samples
     }
     assert samples[("opensession_turns_started_total", frozenset({"provider": "p", "model": "m"}.items()))] == 2
+
+
+@SQLITE
+def test_the_deployed_dashboard_and_scrape_config_name_what_the_server_serves(
+    metered: tuple[ThreadServer, httpx.Client],
+) -> None:
+    """deploy/: every metric the Grafana dashboard queries is one the server exposes, and
+    Prometheus scrapes every replica the compose file runs, with the password."""
+    _server, client = metered
+    families = {family.name for family in text_string_to_metric_families(client.get("/metrics").text)}
+    dashboard = json.loads((ROOT / "deploy/grafana/dashboards/opensession.json").read_text())
+    queried = {
+        re.sub(r"_(bucket|count|sum|total)$", "", name)
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b((?:opensession|process)_[a-z_]+)", target["expr"])
+    }
+    assert queried and queried <= families, queried - families
+    scrape_config = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    [job] = scrape_config["scrape_configs"]
+    targets = {target.split(":")[0] for target in job["static_configs"][0]["targets"]}
+    assert targets == {name for name in compose["services"] if name.startswith("opensession-")}
+    assert job["basic_auth"]["username"] == "opencode" and "password_file" in job["basic_auth"]
+    replica = compose["services"]["opensession-1"]
+    assert replica["environment"]["OPENSESSION_METRICS"] == "1"
+    assert "/readyz" in " ".join(replica["healthcheck"]["test"])
