@@ -68,6 +68,7 @@ class _Live:
             ("opensession_queued_inputs", "Prompts admitted and not yet answered (every process)", g.queued_inputs),
             ("opensession_sse_subscribers", "Event streams open on this process", g.sse_subscribers),
             ("opensession_leases_held", "Drain leases this process holds", g.leases_held),
+            ("opensession_language_servers", "Language server processes running", g.language_servers),
         ):
             yield GaugeMetricFamily(name, text, value=value)
         servers = GaugeMetricFamily("opensession_mcp_servers", "Connected MCP servers", labels=["transport"])

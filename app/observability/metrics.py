@@ -34,6 +34,7 @@ class Gauges:
     sse_subscribers: int = 0
     leases_held: int = 0
     mcp_servers: dict[str, int] = field(default_factory=dict)  # transport -> connected servers
+    language_servers: int = 0  # running processes
 
 
 class Recorder:

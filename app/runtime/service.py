@@ -296,6 +296,7 @@ class Runtime:
             sse_subscribers=self.feeds.streams,
             leases_held=await self._topology.leases_held(draining),
             mcp_servers=self.extensions.connected(),
+            language_servers=self.lsp.running(),
         )
 
     async def readiness(self) -> Readiness:

@@ -194,6 +194,10 @@ class LanguageServers:
                 merged.setdefault(file, []).extend(items)
         return merged
 
+    def running(self) -> int:
+        """Language server processes of this process, every directory together (the metrics)."""
+        return sum(len(instance.clients) for instance in self._instances.values())
+
     def status(self, directory: str) -> list[LspStatus]:
         """``GET /lsp``: the connected clients, roots relative to ``directory``."""
         instance = self._instances.get(directory)

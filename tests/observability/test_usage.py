@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from app.cli.usage import since_ms
 from app.runtime.usage import report
 from app.store.queries import UsageRow
+from tests.cli.test_cli import cli
 from tests.helpers import create_session, text_prompt
 from tests.servers import ThreadServer
-from tests.test_cli import cli
 
 DAY_MS = 86_400_000
 
@@ -43,9 +44,7 @@ def test_since_takes_spans_and_dates() -> None:
     assert since_ms(None) == 0
 
 
-def test_the_route_and_the_command_total_what_turns_spent(
-    server: ThreadServer, client: httpx.Client, project_dir: Path, tmp_path: Path
-) -> None:
+def test_the_route_totals_what_turns_spent(client: httpx.Client, project_dir: Path) -> None:
     sid = create_session(client)["id"]
     for text in ("one", "two"):
         assert client.post(f"/session/{sid}/message", json=text_prompt(text)).status_code == 200
@@ -61,6 +60,14 @@ def test_the_route_and_the_command_total_what_turns_spent(
     bad = client.get("/opensession/usage", params={"by": "session"})
     assert bad.status_code == 400 and bad.json()["data"]["kind"] == "Query"
 
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_command_prints_a_table_or_json(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, tmp_path: Path
+) -> None:
+    sid = create_session(client)["id"]
+    for text in ("one", "two"):
+        assert client.post(f"/session/{sid}/message", json=text_prompt(text)).status_code == 200
     run = cli("usage", "--json", "--by", "model", "--attach", server.url, db=tmp_path / "unused.db", cwd=project_dir)
     assert run.returncode == 0, run.stderr
     assert [g["key"] for g in json.loads(run.stdout)["groups"]] == ["opensession/echo"]

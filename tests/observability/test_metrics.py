@@ -84,6 +84,7 @@ def test_counters_move_with_turns_tools_failures_and_overflows(metered: tuple[Th
     assert value(after, "opensession_busy_sessions") == 0
     assert value(after, "opensession_queued_inputs") == 0
     assert value(after, "opensession_leases_held") == 0
+    assert value(after, "opensession_language_servers") == 0  # lsp is off here
     assert value(after, "process_cpu_seconds_total") > 0
     for name, labels in after:  # bounded labels: never an id
         assert not any(v.startswith(("ses_", "msg_", "prt_")) for _, v in labels), (name, labels)
