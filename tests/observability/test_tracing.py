@@ -60,13 +60,14 @@ def test_a_turns_spans_form_its_tree(settings: Settings, exporter: InMemorySpanE
     assert turn.attributes["model"] == "echo"
 
 
-def test_without_otel_variables_the_sdk_is_not_imported() -> None:
+def test_without_otel_variables_or_metrics_neither_library_is_imported() -> None:
     script = (
         "import sys\n"
         "from app.observability import tracing\n"
         "from app.runtime.service import Runtime\n"
         "assert not tracing.configure_from_env()\n"
         "assert not any(name.startswith('opentelemetry') for name in sys.modules), 'imported'\n"
+        "assert 'prometheus_client' not in sys.modules, 'metrics are off: the client is not imported'\n"
     )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
