@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from platformdirs import user_data_dir
 from pydantic import AliasChoices, Field, field_validator
@@ -56,6 +58,9 @@ class Settings(BaseSettings):
     # Several processes on one PostgreSQL database: how long a drain lease lasts without renewal,
     # so the longest a dead process's sessions wait before another process takes them over.
     lease_seconds: float = 10.0
+    # Several processes: the address the others reach this one at (they forward requests for its
+    # terminals there). Default: http://<hostname>:<port>, the machine's name if bound to all.
+    advertise_url: str | None = None
     # Where the server keeps its own files: the default database and the snapshot repositories.
     data_dir: str = Field(default_factory=default_data_dir)
     # Terminal output a pty keeps for replay (UTF-16 code units, as OpenCode's cursors count them).
@@ -83,12 +88,33 @@ class Settings(BaseSettings):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    @field_validator("advertise_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"advertise_url must be http(s)://HOST[:PORT], not {value!r}")
+        return value
+
     @property
     def request_hosts(self) -> list[str] | None:
         """The host names requests may carry, or None when any may (a password is set)."""
         if self.password or "*" in self.allowed_hosts:
             return None
         return [self.hostname, *self.allowed_hosts]
+
+    @property
+    def reachable_url(self) -> str:
+        """Where other processes of a cluster reach this one (``advertise_url`` or its default)."""
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        host = self.hostname
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
 
     @cached_property
     def data_path(self) -> Path:

@@ -64,14 +64,16 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {start}-{start + width}")
 
 
-def wait_healthy(url: str, timeout: float = 30.0, gone: Callable[[], bool] = lambda: False) -> None:
+def wait_healthy(
+    url: str, timeout: float = 30.0, gone: Callable[[], bool] = lambda: False, auth: tuple[str, str] | None = None
+) -> None:
     """Until ``url`` answers its health check; stops early once ``gone()`` says the server exited.
 
     The timeout is generous on purpose: a parallel run on two cores starts several servers at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not gone():
         try:
-            if httpx.get(f"{url}/global/health", timeout=1.0).status_code == 200:
+            if httpx.get(f"{url}/global/health", timeout=1.0, auth=auth).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -153,12 +155,13 @@ class ProcessServer:
     url: str
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    auth: tuple[str, str] | None = None  # what its health check is asked with (a password is set)
 
     def start(self) -> None:
         with self.log.open("ab") as log:
             proc = self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
         try:
-            wait_healthy(self.url, gone=lambda: proc.poll() is not None)
+            wait_healthy(self.url, gone=lambda: proc.poll() is not None, auth=self.auth)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; its log ends:\n{self.log_tail()}") from None
 

@@ -10,7 +10,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute
 
 from app import __version__
-from app.api import errors, home, observability, opensession, permissions, questions, share
+from app.api import errors, home, observability, opensession, permissions, pty_forward, questions, share
 from app.api.bodies import TextBodies
 from app.api.browser import ALLOWED_ORIGINS, BrowserGuard
 from app.api.legacy import auth as legacy_auth
@@ -59,6 +59,7 @@ def hot_routes_first(routes: list[BaseRoute]) -> list[BaseRoute]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     runtime = Runtime(settings)
+    forwarder = pty_forward.Forwarder(runtime.terminals)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await runtime.stop()
+            await forwarder.aclose()
 
     app = FastAPI(
         title="opensession",
@@ -108,6 +110,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.router.routes.extend(hot_routes_first(routes))
     # Inside BodyLimit: it reads whole bodies, which BodyLimit bounds; the import streams its own.
     app.add_middleware(TextBodies, streamed=frozenset({opensession.IMPORT_PATH}))
+    # Outside TextBodies (a forwarded body goes as the client sent it), inside the guards below.
+    app.add_middleware(pty_forward.PtyForwarding, forwarder=forwarder)
     app.add_middleware(
         BodyLimit, limit=settings.max_body_bytes, streamed={opensession.IMPORT_PATH: settings.max_import_bytes}
     )

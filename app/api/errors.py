@@ -153,7 +153,7 @@ def _answer(
     return exception, Answer(status, legacy, v2 or legacy, logged)
 
 
-_DATABASE_UNAVAILABLE = "The database is unavailable; nothing was stored. Retry shortly."
+DATABASE_UNAVAILABLE = "The database is unavailable; nothing was stored. Retry shortly."
 
 # One row per exception the runtime raises for a client to see. A subclass answers as its
 # nearest listed base (``InputConflict`` as ``Conflict``), as Starlette looks handlers up.
@@ -216,8 +216,8 @@ ANSWERS: dict[type[Exception], Answer[Any]] = dict(
         _answer(
             DatabaseUnavailable,
             503,
-            lambda _e: named_body("DatabaseUnavailableError", _DATABASE_UNAVAILABLE),
-            lambda _e: tagged_body("DatabaseUnavailableError", _DATABASE_UNAVAILABLE),
+            lambda _e: named_body("DatabaseUnavailableError", DATABASE_UNAVAILABLE),
+            lambda _e: tagged_body("DatabaseUnavailableError", DATABASE_UNAVAILABLE),
             logged=True,
         ),
         _answer(

@@ -48,6 +48,11 @@ def register(commands: Any) -> None:
         metavar="NAME",
         help="also accept requests for this host name without a password (repeatable; * for any)",
     )
+    serve.add_argument(
+        "--advertise-url",
+        metavar="URL",
+        help="where the other processes on the same database reach this one (default http://HOSTNAME:PORT)",
+    )
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--log-format",
@@ -72,6 +77,7 @@ def main(args: argparse.Namespace) -> int:
         "cors": args.cors,
         "allowed_hosts": args.allowed_hosts,
         "log_format": args.log_format,
+        "advertise_url": args.advertise_url,
     }
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if args.allow_public:

@@ -44,6 +44,7 @@ from app.store.schema import (
     metadata,
     parts,
     projects,
+    pty_owners,
     reverts,
     saved_permissions,
     sessions,
@@ -233,6 +234,23 @@ LEASE_RELEASE = Clause(
 LIVE_LEASES = Clause(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
 ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.expires_at))
 # Inputs a releasing owner has not seen: admitted after its claim and not yet answered.
+# -- pty owners (shared databases) ----------------------------------------------------------------
+SAVE_PTY_OWNER = _upsert(pty_owners)
+DELETE_PTY_OWNER = Clause(delete(pty_owners).where(pty_owners.c.id == bindparam("id")))
+DELETE_PTYS_OF_OWNER = Clause(delete(pty_owners).where(pty_owners.c.owner == bindparam("owner")))
+DELETE_EXPIRED_PTYS = Clause(delete(pty_owners).where(pty_owners.c.expires_at < bindparam("before")))
+PTY_OWNER = Clause(
+    select(pty_owners.c.owner, pty_owners.c.url).where(
+        pty_owners.c.id == bindparam("id"), pty_owners.c.expires_at >= bindparam("now")
+    ),
+    quick=True,
+)
+LIVE_PTYS_IN_DIRECTORY = Clause(
+    select(pty_owners.c.id, pty_owners.c.owner, pty_owners.c.info)
+    .where(pty_owners.c.directory == bindparam("directory"), pty_owners.c.expires_at >= bindparam("now"))
+    .order_by(pty_owners.c.id)
+)
+
 UNSETTLED_INPUTS_AFTER = Clause(
     select(inputs.c.id).where(
         inputs.c.session_id == bindparam("session_id"),

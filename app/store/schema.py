@@ -177,3 +177,19 @@ projects = Table(
     Column("info", Text, nullable=False),
     Column("time_updated", BigInteger, nullable=False),
 )
+
+# Terminals (databases shared by several processes): a pty lives in the process that started it;
+# ``owner`` (its origin) and ``url`` (its advertised address) say where the others forward what
+# concerns it, ``info`` is the pty as the owner last recorded it (what every process lists), and
+# the owner keeps renewing ``expires_at`` (ms): once it stops, its ptys are gone everywhere.
+pty_owners = Table(
+    "pty_owners",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("directory", String, nullable=False),
+    Column("owner", String, nullable=False),
+    Column("url", String, nullable=False),
+    Column("info", Text, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Index("ix_pty_owners_directory", "directory", "id"),
+)

@@ -50,6 +50,12 @@ LEASE_RENEW = Statement('LEASE_RENEW', 'UPDATE leases SET expires_at=:expires_at
 LEASE_RELEASE = Statement('LEASE_RELEASE', 'DELETE FROM leases WHERE leases.session_id = :session_id AND leases.owner = :owner AND leases.token = :token', 'DELETE FROM leases WHERE leases.session_id = $1::VARCHAR AND leases.owner = $2::VARCHAR AND leases.token = $3::BIGINT', ('session_id', 'owner', 'token'))
 LIVE_LEASES = Statement('LIVE_LEASES', 'SELECT leases.session_id, leases.owner \nFROM leases \nWHERE leases.expires_at >= :now', 'SELECT leases.session_id, leases.owner \nFROM leases \nWHERE leases.expires_at >= $1::BIGINT', ('now',))
 ALL_LEASES = Statement('ALL_LEASES', 'SELECT leases.session_id, leases.owner, leases.expires_at \nFROM leases', 'SELECT leases.session_id, leases.owner, leases.expires_at \nFROM leases', ())
+SAVE_PTY_OWNER = Statement('SAVE_PTY_OWNER', 'INSERT INTO pty_owners (id, directory, owner, url, info, expires_at) VALUES (:id, :directory, :owner, :url, :info, :expires_at) ON CONFLICT (id) DO UPDATE SET directory = excluded.directory, owner = excluded.owner, url = excluded.url, info = excluded.info, expires_at = excluded.expires_at', 'INSERT INTO pty_owners (id, directory, owner, url, info, expires_at) VALUES ($1::VARCHAR, $2::VARCHAR, $3::VARCHAR, $4::VARCHAR, $5::VARCHAR, $6::BIGINT) ON CONFLICT (id) DO UPDATE SET directory = excluded.directory, owner = excluded.owner, url = excluded.url, info = excluded.info, expires_at = excluded.expires_at', ('id', 'directory', 'owner', 'url', 'info', 'expires_at'))
+DELETE_PTY_OWNER = Statement('DELETE_PTY_OWNER', 'DELETE FROM pty_owners WHERE pty_owners.id = :id', 'DELETE FROM pty_owners WHERE pty_owners.id = $1::VARCHAR', ('id',))
+DELETE_PTYS_OF_OWNER = Statement('DELETE_PTYS_OF_OWNER', 'DELETE FROM pty_owners WHERE pty_owners.owner = :owner', 'DELETE FROM pty_owners WHERE pty_owners.owner = $1::VARCHAR', ('owner',))
+DELETE_EXPIRED_PTYS = Statement('DELETE_EXPIRED_PTYS', 'DELETE FROM pty_owners WHERE pty_owners.expires_at < :before', 'DELETE FROM pty_owners WHERE pty_owners.expires_at < $1::BIGINT', ('before',))
+PTY_OWNER = Statement('PTY_OWNER', 'SELECT pty_owners.owner, pty_owners.url \nFROM pty_owners \nWHERE pty_owners.id = :id AND pty_owners.expires_at >= :now', 'SELECT pty_owners.owner, pty_owners.url \nFROM pty_owners \nWHERE pty_owners.id = $1::VARCHAR AND pty_owners.expires_at >= $2::BIGINT', ('id', 'now'), quick=True)
+LIVE_PTYS_IN_DIRECTORY = Statement('LIVE_PTYS_IN_DIRECTORY', 'SELECT pty_owners.id, pty_owners.owner, pty_owners.info \nFROM pty_owners \nWHERE pty_owners.directory = :directory AND pty_owners.expires_at >= :now ORDER BY pty_owners.id', 'SELECT pty_owners.id, pty_owners.owner, pty_owners.info \nFROM pty_owners \nWHERE pty_owners.directory = $1::VARCHAR AND pty_owners.expires_at >= $2::BIGINT ORDER BY pty_owners.id', ('directory', 'now'))
 UNSETTLED_INPUTS_AFTER = Statement('UNSETTLED_INPUTS_AFTER', 'SELECT inputs.id \nFROM inputs \nWHERE inputs.session_id = :session_id AND inputs.completed IS 0 AND inputs.admitted_seq > :after_seq', 'SELECT inputs.id \nFROM inputs \nWHERE inputs.session_id = $1::VARCHAR AND inputs.completed IS false AND inputs.admitted_seq > $2::BIGINT', ('session_id', 'after_seq'), quick=True)
 NOTIFY = Statement('NOTIFY', 'SELECT pg_notify(:channel, :payload) AS pg_notify_1', 'SELECT pg_notify($1, $2) AS pg_notify_1', ('channel', 'payload'))
 SESSION_INFO = Statement('SESSION_INFO', 'SELECT sessions.info \nFROM sessions \nWHERE sessions.id = :id', 'SELECT sessions.info \nFROM sessions \nWHERE sessions.id = $1::VARCHAR', ('id',), quick=True)
@@ -259,6 +265,7 @@ SCHEMA = (
     'CREATE TABLE messages (\n\tid VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\trole VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tinfo TEXT NOT NULL, \n\tseq BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE parts (\n\tid VARCHAR NOT NULL, \n\tmessage_id VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\tdata TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE projects (\n\tid VARCHAR NOT NULL, \n\tinfo TEXT NOT NULL, \n\ttime_updated BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
+    'CREATE TABLE pty_owners (\n\tid VARCHAR NOT NULL, \n\tdirectory VARCHAR NOT NULL, \n\towner VARCHAR NOT NULL, \n\turl VARCHAR NOT NULL, \n\tinfo TEXT NOT NULL, \n\texpires_at BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE reverts (\n\tsession_id VARCHAR NOT NULL, \n\tjournal TEXT NOT NULL, \n\tPRIMARY KEY (session_id)\n)',
     'CREATE TABLE saved_permissions (\n\tid VARCHAR NOT NULL, \n\tproject_id VARCHAR NOT NULL, \n\tpermission VARCHAR NOT NULL, \n\tpattern VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE sessions (\n\tid VARCHAR NOT NULL, \n\tdirectory VARCHAR NOT NULL, \n\tparent_id VARCHAR, \n\ttitle VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\ttime_updated BIGINT NOT NULL, \n\tinfo TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
@@ -270,6 +277,7 @@ SCHEMA = (
     'CREATE INDEX ix_messages_session_seq ON messages (session_id, seq)',
     'CREATE INDEX ix_parts_message_id ON parts (message_id, id)',
     'CREATE INDEX ix_parts_session ON parts (session_id, message_id, id)',
+    'CREATE INDEX ix_pty_owners_directory ON pty_owners (directory, id)',
     'CREATE INDEX ix_saved_permissions_project ON saved_permissions (project_id)',
     'CREATE INDEX ix_sessions_directory_updated ON sessions (directory, time_updated)',
     'CREATE INDEX ix_sessions_parent ON sessions (parent_id)',

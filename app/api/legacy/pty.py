@@ -21,7 +21,7 @@ async def list_shells() -> Response:
 
 @router.get("/pty", operation_id="pty.list", summary="List PTY sessions")
 async def list_ptys(terminals: TerminalsDep, directory: DirectoryDep) -> Response:
-    return JSONBody(terminals.in_directory(directory))
+    return JSONBody(await terminals.listing(directory))
 
 
 @router.post("/pty", operation_id="pty.create", summary="Create PTY session")
@@ -38,7 +38,7 @@ async def get_pty(terminals: TerminalsDep, directory: DirectoryDep, ptyID: PtyID
 @router.put("/pty/{ptyID}", operation_id="pty.update", summary="Update PTY session (title, size)")
 async def update_pty(terminals: TerminalsDep, directory: DirectoryDep, ptyID: PtyIDPath, body: PtyUpdate) -> Response:
     size = (body.size.rows, body.size.cols) if body.size else None
-    return JSONBody(terminals.update(directory, ptyID, title=body.title, size=size))
+    return JSONBody(await terminals.update(directory, ptyID, title=body.title, size=size))
 
 
 @router.delete("/pty/{ptyID}", operation_id="pty.remove", summary="Remove PTY session (ends its processes)")

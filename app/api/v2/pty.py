@@ -24,7 +24,7 @@ async def located(directory: str, data: Any) -> Response:
 
 @router.get("/pty", operation_id="v2.pty.list", summary="List PTY sessions, exited ones included")
 async def list_ptys(terminals: TerminalsDep, directory: LocationDep) -> Response:
-    return await located(directory, terminals.in_directory(directory))
+    return await located(directory, await terminals.listing(directory))
 
 
 @router.post("/pty", operation_id="v2.pty.create", summary="Create PTY session")
@@ -41,7 +41,7 @@ async def get_pty(terminals: TerminalsDep, directory: LocationDep, ptyID: PtyIDP
 @router.put("/pty/{ptyID}", operation_id="v2.pty.update", summary="Update PTY session (title, size)")
 async def update_pty(terminals: TerminalsDep, directory: LocationDep, ptyID: PtyIDPath, body: PtyUpdate) -> Response:
     size = (body.size.rows, body.size.cols) if body.size else None
-    return await located(directory, terminals.update(directory, ptyID, title=body.title, size=size))
+    return await located(directory, await terminals.update(directory, ptyID, title=body.title, size=size))
 
 
 @router.delete("/pty/{ptyID}", operation_id="v2.pty.remove", status_code=204, summary="Remove PTY session")

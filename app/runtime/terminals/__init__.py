@@ -1,9 +1,12 @@
 """Terminals (OpenCode's ``/pty``): interactive programs on pseudo-terminals that clients drive
 over WebSockets.
 
-Owns the pty processes of this process (terminals are not shared across a cluster, as in
-OpenCode each server owns its own), their bounded scrollback, the connections attached to them
-and connect tickets. May import: the runtime kernel (``errors``, ``infrastructure``) and events.
+Owns the pty processes of this process, their bounded scrollback, the connections attached to
+them and connect tickets; on a database shared by several processes, the rows saying which
+process owns each pty and where it is reached (``pty_owners``): a pty cannot move, so the others
+list it from there and forward what concerns it to its owner (``app/api/pty_forward.py``), and
+it is gone everywhere once its owner is. May import: the runtime kernel (``errors``,
+``infrastructure``), events and ``app.store.pty_owners``.
 
 Behaviour, as observed on OpenCode 1.18.33:
 - output is kept (the last ``pty_buffer_chars`` UTF-16 units) whether or not anyone is
@@ -23,6 +26,7 @@ Invariant: a terminal's processes never outlive its removal or the server.
 
 from app.runtime.terminals._domain import Terminals
 from app.runtime.terminals._launch import shells
+from app.runtime.terminals._placement import Elsewhere
 from app.runtime.terminals._terminal import CLOSE_NORMAL, Subscription, Terminal
 
-__all__ = ["CLOSE_NORMAL", "Subscription", "Terminal", "Terminals", "shells"]
+__all__ = ["CLOSE_NORMAL", "Elsewhere", "Subscription", "Terminal", "Terminals", "shells"]
