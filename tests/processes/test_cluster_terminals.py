@@ -15,7 +15,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.processes.test_cluster import cluster_url, two  # noqa: F401  (fixtures)
+from tests.processes.test_cluster import balanced, cluster_url, two  # noqa: F401  (fixtures)
 from tests.servers import ProcessServer, process_server
 from tests.tools.test_pty import BASH, Reader
 
@@ -132,3 +132,20 @@ async def test_forwarding_asks_for_the_password_as_the_owner_does(
     a.stop()
     assert httpx.get(f"{b.url}/pty", auth=auth).json() == []
     assert httpx.get(f"{b.url}/pty/{pty_id}", auth=auth).status_code == 404
+
+
+async def test_a_terminal_through_a_round_robin_balancer(balanced: str) -> None:  # noqa: F811
+    """Behind the shipped nginx configuration, every request of a terminal's client lands on
+    either process in turn, and each one finds it."""
+    made = [httpx.post(f"{balanced}/pty", json={"command": "cat"}).json()["id"] for _ in range(2)]
+    for _ in range(4):
+        assert sorted(_listed(balanced)) == sorted(made)
+        assert all(httpx.get(f"{balanced}/pty/{pty_id}").status_code == 200 for pty_id in made)
+    for pty_id in made:
+        for attempt in range(2):  # once through each process
+            async with websockets.connect(balanced.replace("http://", "ws://") + f"/pty/{pty_id}/connect") as socket:
+                reader = Reader(socket)
+                await socket.send(f"line-{attempt}\n")
+                await reader.contains(f"line-{attempt}")
+        assert httpx.delete(f"{balanced}/pty/{pty_id}").json() is True
+    assert _listed(balanced) == []
