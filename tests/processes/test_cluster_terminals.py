@@ -30,9 +30,28 @@ def _listed(url: str, **kwargs) -> list[str]:
     return [info["id"] for info in httpx.get(f"{url}/pty", **kwargs).json()]
 
 
+async def _through_the_balancer(url: str) -> None:
+    """Behind the shipped nginx configuration, every request of a terminal's client lands on
+    either process in turn, and each one finds it."""
+    made = [httpx.post(f"{url}/pty", json={"command": "cat"}).json()["id"] for _ in range(2)]
+    for _ in range(4):
+        assert sorted(_listed(url)) == sorted(made)
+        assert all(httpx.get(f"{url}/pty/{pty_id}").status_code == 200 for pty_id in made)
+    for pty_id in made:
+        for attempt in range(2):  # once through each process
+            async with websockets.connect(url.replace("http://", "ws://") + f"/pty/{pty_id}/connect") as socket:
+                reader = Reader(socket)
+                await socket.send(f"line-{attempt}\n")
+                await reader.contains(f"line-{attempt}")
+        assert httpx.delete(f"{url}/pty/{pty_id}").json() is True
+    assert _listed(url) == []
+
+
 async def test_a_terminal_made_on_one_process_is_driven_through_the_other(
     two: tuple[ProcessServer, ProcessServer],  # noqa: F811
+    balanced: str,  # noqa: F811
 ) -> None:
+    await _through_the_balancer(balanced)
     a, b = two
     info = httpx.post(f"{a.url}/pty", json=BASH).json()
     pty_id = info["id"]
@@ -132,20 +151,3 @@ async def test_forwarding_asks_for_the_password_as_the_owner_does(
     a.stop()
     assert httpx.get(f"{b.url}/pty", auth=auth).json() == []
     assert httpx.get(f"{b.url}/pty/{pty_id}", auth=auth).status_code == 404
-
-
-async def test_a_terminal_through_a_round_robin_balancer(balanced: str) -> None:  # noqa: F811
-    """Behind the shipped nginx configuration, every request of a terminal's client lands on
-    either process in turn, and each one finds it."""
-    made = [httpx.post(f"{balanced}/pty", json={"command": "cat"}).json()["id"] for _ in range(2)]
-    for _ in range(4):
-        assert sorted(_listed(balanced)) == sorted(made)
-        assert all(httpx.get(f"{balanced}/pty/{pty_id}").status_code == 200 for pty_id in made)
-    for pty_id in made:
-        for attempt in range(2):  # once through each process
-            async with websockets.connect(balanced.replace("http://", "ws://") + f"/pty/{pty_id}/connect") as socket:
-                reader = Reader(socket)
-                await socket.send(f"line-{attempt}\n")
-                await reader.contains(f"line-{attempt}")
-        assert httpx.delete(f"{balanced}/pty/{pty_id}").json() is True
-    assert _listed(balanced) == []
