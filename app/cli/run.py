@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -191,6 +192,9 @@ class Turn:
 
 
 def main(args: argparse.Namespace) -> int:
+    # Ctrl-C aborts the turn even when the parent started us with SIGINT ignored (a shell's
+    # background job, some supervisors): Python keeps an inherited SIG_IGN otherwise.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     text = " ".join(args.message)
     if not text.strip():
         raise CliError("the prompt is empty")
