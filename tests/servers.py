@@ -41,6 +41,9 @@ def _ephemeral_low() -> int:
 
 _PORTS_LOW = 10_000
 _SLICES = 16  # test workers (pytest-xdist) draw from separate slices of the range
+# Ports the Fetch standard blocks ("bad ports"): Node's fetch and browsers refuse to connect to
+# them, so a server there fails every SDK or browser test ("fetch failed"). Only 10080 is >= 10000.
+_FETCH_BAD_PORTS = frozenset({10080})
 
 
 def free_port() -> int:
@@ -55,6 +58,8 @@ def free_port() -> int:
     width = (high - _PORTS_LOW) // _SLICES
     start = _PORTS_LOW + (int(worker) % _SLICES if worker.isdigit() else 0) * width
     for port in random.sample(range(start, start + width), 200):
+        if port in _FETCH_BAD_PORTS:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
