@@ -1,28 +1,35 @@
-"""Cluster benchmark: 50 concurrent sessions on PostgreSQL with one and with two server processes
-(and on SQLite with one, for reference), driven through ``prompt_async`` as a busy shared server
-sees them.
+"""Cluster benchmark: 60 concurrent sessions x 5 prompts on PostgreSQL with one, two and three
+server processes (and on SQLite with one, for reference), driven through ``prompt_async`` as a
+busy shared server sees them, over a delayed link to the database.
 
-For each configuration: admitted prompts/s, completed turns/s, accept latency (p50/p99), server
-CPU per turn, and, on PostgreSQL, database statements per turn (``pg_stat_statements``). With two
-processes also: cross-process event delivery (``/api/event`` on process B for prompts sent to
-process A: arrival minus the event's timestamp) and the takeover time after ``kill -9`` of the
-process draining a session (until the other process has answered its prompt).
+The servers reach PostgreSQL through ``bench/delay_proxy.py``, which holds every chunk
+``--rtt-ms / 2`` in each direction (default 1 ms round trip, a database in the next rack; this
+kernel has no netem). For each configuration: admitted prompts/s, completed turns/s, accept
+latency (p50/p99), a prompt's reply time (prompt_async -> its session idle, p50), server CPU per
+turn and, on PostgreSQL, per turn: round trips (chunks the servers sent through the proxy),
+commits and statements (``pg_stat_statements``). With two or more processes also: cross-process
+event delivery (``/api/event`` on process B for prompts sent to process A: arrival minus the
+event's timestamp) and the takeover time after ``kill -9`` of the process draining a session.
 
-PostgreSQL is a throw-away cluster started from the system's binaries (as the tests do), with
-``synchronous_commit=off`` (no fsync at commit, like SQLite's WAL with ``synchronous=NORMAL``).
+PostgreSQL is a throw-away cluster started from the system's binaries (as the tests do).
 Everything runs on 127.0.0.1 and is removed on exit. Run from the repository root::
 
-    python bench/cluster.py [--quick] [--json results.json]
+    python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--json results.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -33,7 +40,11 @@ sys.path.insert(1, str(ROOT))  # after bench/: ``tests.postgres`` starts the thr
 
 from tests.postgres import Cluster, start_cluster
 
-SESSIONS = 50
+SESSIONS = 60
+PROMPTS = 5
+OPTIONS = argparse.ArgumentParser(add_help=False)
+OPTIONS.add_argument("--rtt-ms", type=float, default=1.0, help="round trip added to the database link (default 1.0)")
+OPTIONS.add_argument("--processes", default="1,2,3", help="PostgreSQL process counts to run (default 1,2,3)")
 STATEMENT_STATS = "-c shared_preload_libraries=pg_stat_statements -c fsync=on -c full_page_writes=on"
 LEASE_SECONDS = "5"
 
@@ -52,12 +63,20 @@ def servers(db: str, count: int, base: Path, project: Path, config: Path) -> Ite
         yield started
 
 
-async def _drive(urls: list[str], prompts_per_session: int) -> tuple[list[float], float, float, int]:
+@dataclass
+class Drive:
+    accept_ms: list[float]  # prompt_async -> 204
+    reply_ms: list[float]  # a prompt's user message created -> its reply completed (server clock)
+    admitted_s: float
+    answered_s: float
+    answers: int
+
+
+async def _drive(urls: list[str], prompts_per_session: int) -> Drive:
     """Create the sessions, send every prompt concurrently (round-robin over ``urls``), wait until
-    all are answered. Returns accept latencies (ms), seconds to admit all, seconds to answer all,
-    and the number of answers."""
+    all are answered, and read back every session's transcript."""
     limits = httpx.Limits(max_connections=SESSIONS * 2, max_keepalive_connections=SESSIONS * 2)
-    async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as client:
         sids = [(await client.post(f"{urls[0]}/session")).json()["id"] for _ in range(SESSIONS)]
         latencies: list[float] = []
 
@@ -77,26 +96,76 @@ async def _drive(urls: list[str], prompts_per_session: int) -> tuple[list[float]
             *(client.post(f"{urls[i % len(urls)]}/api/session/{sid}/wait") for i, sid in enumerate(sids))
         )
         answered_in = time.perf_counter() - started
-        answers = 0
+        replies: list[float] = []
         for sid in sids:
             history = (await client.get(f"{urls[0]}/session/{sid}/message")).json()
-            answers += sum(1 for m in history if m["info"]["role"] == "assistant" and "completed" in m["info"]["time"])
-        return latencies, admitted, answered_in, answers
+            asked = {m["info"]["id"]: m["info"]["time"]["created"] for m in history if m["info"]["role"] == "user"}
+            replies += [
+                m["info"]["time"]["completed"] - asked[m["info"]["parentID"]]
+                for m in history
+                if m["info"]["role"] == "assistant" and "completed" in m["info"]["time"]
+            ]
+        return Drive(latencies, replies, admitted, answered_in, len(replies))
 
 
-def _statements(cluster: Cluster, db: str) -> int:
+class DelayedLink:
+    """``bench/delay_proxy.py`` in front of PostgreSQL, as a process of its own."""
+
+    def __init__(self, cluster: Cluster, rtt_ms: float, stats: Path) -> None:
+        target = cluster.url.rsplit("@", 1)[1]
+        self.stats = stats
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "delay_proxy.py"),
+                "--target",
+                target,
+                "--delay-ms",
+                str(rtt_ms / 2),
+                "--stats",
+                str(stats),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    def url(self, db: str) -> str:
+        """``db`` (a database URL on the cluster) reached through the link."""
+        head, name = db.rsplit("/", 1)
+        return f"{head.rsplit(':', 1)[0]}:{self.port}/{name}"
+
+    def round_trips(self) -> int:
+        self.stats.unlink(missing_ok=True)
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while not self.stats.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.01)
+        return int(self.stats.read_text().split()[0])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def _counters(cluster: Cluster, db: str) -> tuple[int, int]:
+    """Statements and COMMITs run so far on ``db`` (``pg_stat_statements``)."""
     import asyncpg
 
-    async def read() -> int:
+    async def read() -> tuple[int, int]:
         conn = await asyncpg.connect(f"{cluster.url}/{db.rsplit('/', 1)[1]}")
         try:
             await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            return int(
-                await conn.fetchval(
-                    "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements "
-                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                )
+            row = await conn.fetchrow(
+                "SELECT coalesce(sum(calls), 0), coalesce(sum(calls) FILTER (WHERE query ILIKE 'commit%'), 0) "
+                "FROM pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
             )
+            assert row is not None
+            return int(row[0]), int(row[1])
         finally:
             await conn.close()
 
@@ -155,54 +224,77 @@ def _takeover(a: Server, b: Server) -> float:
     raise TimeoutError("no takeover within 60 s")
 
 
-def run(quick: bool, notes: list[str]) -> list[Metric]:
-    per_session = 2 if quick else 6
+def _measure(
+    label: str, db: str, count: int, per_session: int, cluster: Cluster, link: DelayedLink | None, notes: list[str]
+) -> list[Metric]:
     metrics: list[Metric] = []
+    progress(f"{label}: {SESSIONS} sessions x {per_session} prompts")
+    with workspace("opensession-cluster-") as (base, project, config):
+        served = link.url(db) if link is not None else db
+        with servers(served, count, base, project, config) as procs:
+            before = _counters(cluster, db) if link is not None else (0, 0)
+            trips_before = link.round_trips() if link is not None else 0
+            cpu_before = sum(p.cpu_seconds() for p in procs)
+            drive = asyncio.run(_drive([p.url for p in procs], per_session))
+            cpu = sum(p.cpu_seconds() for p in procs) - cpu_before
+            prompts = SESSIONS * per_session
+            answers = max(drive.answers, 1)
+            if drive.answers != prompts:
+                notes.append(f"{label}: {drive.answers} answers for {prompts} prompts")
+            metrics.append(
+                Metric(f"{label}: accept (prompt_async -> 204)", "ms", 1000.0, samples=drive.accept_ms, judged_on="p99")
+            )
+            metrics.append(Metric(f"{label}: reply (admitted -> answered)", "ms", 150.0, samples=drive.reply_ms))
+            note = (
+                f"{label}: {prompts / drive.admitted_s:.0f} prompts/s admitted, {drive.answers / drive.answered_s:.1f} "
+                f"turns/s completed, {cpu / answers * 1000:.1f} ms server CPU per turn"
+            )
+            if link is not None:
+                trips = link.round_trips() - trips_before
+                statements, commits = (
+                    after - first for after, first in zip(_counters(cluster, db), before, strict=True)
+                )
+                note += (
+                    f", per turn: {trips / answers:.1f} round trips, {commits / answers:.1f} commits, "
+                    f"{statements / answers:.1f} statements"
+                )
+            notes.append(note)
+            if count >= 2:
+                progress("cross-process event delivery")
+                delivery = Metric(f"{label}: event A -> B (/api/event)", "ms", 50.0, judged_on="p99")
+                delivery.samples = _cross_process_latency(
+                    procs[0].url, procs[1].url, 5 if per_session < PROMPTS else 20
+                )
+                metrics.append(delivery)
+                progress("takeover after kill -9")
+                takeover = Metric(f"{label}: takeover after kill -9 (lease {LEASE_SECONDS} s)", "s", 10.0)
+                takeover.samples = [_takeover(procs[0], procs[1])]
+                metrics.append(takeover)
+    return metrics
+
+
+def run(quick: bool, notes: list[str]) -> list[Metric]:
+    options, _ = OPTIONS.parse_known_args()
+    per_session = 2 if quick else PROMPTS
+    counts = [int(n) for n in options.processes.split(",")]
     cluster = start_cluster(STATEMENT_STATS)
     if cluster is None:
         raise SystemExit("PostgreSQL is not installed here (apt-get install postgresql)")
-    try:
-        for engine, count in (("sqlite", 1), ("postgres", 1), ("postgres", 2)):
-            label = f"{engine} x{count}"
-            progress(f"{label}: {SESSIONS} sessions x {per_session} prompts")
-            with workspace("opensession-cluster-") as (base, project, config):
-                db = str(base / "bench.db") if engine == "sqlite" else cluster.create_database()
-                with servers(db, count, base, project, config) as procs:
-                    before = _statements(cluster, db) if engine == "postgres" else 0
-                    cpu_before = sum(p.cpu_seconds() for p in procs)
-                    latencies, admitted_s, answered_s, answers = asyncio.run(
-                        _drive([p.url for p in procs], per_session)
-                    )
-                    cpu = sum(p.cpu_seconds() for p in procs) - cpu_before
-                    prompts = SESSIONS * per_session
-                    if answers != prompts:
-                        notes.append(f"{label}: {answers} answers for {prompts} prompts")
-                    accept = Metric(
-                        f"{label}: accept (prompt_async -> 204)", "ms", 1000.0, samples=latencies, judged_on="p99"
-                    )
-                    metrics.append(accept)
-                    notes.append(
-                        f"{label}: {prompts / admitted_s:.0f} prompts/s admitted, {answers / answered_s:.0f} turns/s "
-                        f"completed, {cpu / max(answers, 1) * 1000:.1f} ms server CPU per turn"
-                        + (
-                            f", {(_statements(cluster, db) - before) / max(answers, 1):.1f} statements per turn"
-                            if engine == "postgres"
-                            else ""
-                        )
-                    )
-                    if count == 2:
-                        progress("cross-process event delivery")
-                        delivery = Metric("postgres x2: event A -> B (/api/event)", "ms", 50.0, judged_on="p99")
-                        delivery.samples = _cross_process_latency(procs[0].url, procs[1].url, 5 if quick else 20)
-                        metrics.append(delivery)
-                        progress("takeover after kill -9")
-                        takeover = Metric(f"postgres x2: takeover after kill -9 (lease {LEASE_SECONDS} s)", "s", 10.0)
-                        takeover.samples = [_takeover(procs[0], procs[1])]
-                        metrics.append(takeover)
-    finally:
-        cluster.stop()
+    metrics: list[Metric] = []
+    with ExitStack() as stack:
+        stack.callback(cluster.stop)
+        base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="opensession-link-")))
+        link = DelayedLink(cluster, options.rtt_ms, base / "stats")
+        stack.callback(link.stop)
+        notes.append(f"PostgreSQL reached through a link adding {options.rtt_ms} ms per round trip")
+        with workspace("opensession-cluster-sqlite-") as (sqlite_base, _, _):
+            metrics += _measure("sqlite x1", str(sqlite_base / "bench.db"), 1, per_session, cluster, None, notes)
+        for count in counts:
+            metrics += _measure(
+                f"postgres x{count}", cluster.create_database(), count, per_session, cluster, link, notes
+            )
     return metrics
 
 
 if __name__ == "__main__":
-    sys.exit(cli(run, __doc__ or ""))
+    sys.exit(cli(run, __doc__ or "", parents=[OPTIONS]))
