@@ -168,10 +168,11 @@ class EventLog:
         ``at_once`` one is durable without waiting for the others of its loop pass
         (``Database.write``)."""
         async with self.db.write(urgent=urgent, at_once=at_once) as scope:
-            cursor = await self.topology.opened(scope)
-            if cursor is not None:  # other processes write too: continue from the log's newest cursor
-                self._cursor = cursor
+            opened = await self.topology.opened(scope)
             tx = Transaction(scope, self)
+            if opened is not None:  # other processes write too: continue from where the log stands
+                self._cursor = opened.cursor
+                tx.next_seq.update(opened.next_seq)
             yield tx
             self.topology.committing(scope, tx.events, tx.next_seq)
 

@@ -14,19 +14,27 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Protocol
 
 from app.events.bus import EventBus
 from app.events.model import Event
 from app.events.relay import CHANNEL, ClusterRelay, Since, notifications
 from app.store import events as stored_events
-from app.store import leases
 from app.store.database import Database, WriteScope
 
 # The drain lease a task writes under, on a shared database: ``(session_id, owner, token)``. Set by
 # the coordinator for the task that drains a session (and inherited by tasks it starts); every
 # write transaction of that task checks the lease is still its own, inside the transaction.
 FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence", default=None)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The log's newest cursor, and the next seq of sessions already read (the drained one)."""
+
+    cursor: int
+    next_seq: dict[str, int]
 
 
 class LeaseLost(Exception):
@@ -49,9 +57,9 @@ class LogTopology(Protocol):
         """The session's last durable seq as this process knows it; None: read it from the log."""
         ...
 
-    async def opened(self, scope: WriteScope) -> int | None:
-        """At the start of a write transaction: the log's newest cursor when other processes may
-        have advanced it (None: this process's count is current). Raises ``LeaseLost``."""
+    async def opened(self, scope: WriteScope) -> Opened | None:
+        """At the start of a write transaction: where the log stands when other processes may
+        have advanced it (None: this process's counts are current). Raises ``LeaseLost``."""
         ...
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
@@ -84,7 +92,7 @@ class LocalLogTopology:
     def committed_seq(self, session_id: str) -> int | None:
         return self._committed_seq.get(session_id)
 
-    async def opened(self, scope: WriteScope) -> int | None:
+    async def opened(self, scope: WriteScope) -> Opened | None:
         return None
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
@@ -121,14 +129,15 @@ class ClusterLogTopology:
     def committed_seq(self, session_id: str) -> int | None:
         return None
 
-    async def opened(self, scope: WriteScope) -> int | None:
-        cursor = await stored_events.newest_cursor(scope)
+    async def opened(self, scope: WriteScope) -> Opened:
         fence = FENCE.get()
-        if fence is not None:
-            session_id, owner, token = fence
-            if await leases.holder(scope, session_id) != (owner, token):
-                raise LeaseLost(session_id)
-        return cursor
+        head = await stored_events.write_head(scope, fence[0] if fence is not None else None)
+        if fence is None:
+            return Opened(head.cursor, {})
+        session_id, owner, token = fence
+        if head.lease != (owner, token):
+            raise LeaseLost(session_id)
+        return Opened(head.cursor, {session_id: head.last_seq + 1})
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
         # Delivered by the database at commit, in commit order.

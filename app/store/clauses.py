@@ -265,6 +265,17 @@ NOTIFY = Clause(select(func.pg_notify(bindparam("channel"), bindparam("payload")
 SESSION_INFO = Clause(select(sessions.c.info).where(sessions.c.id == bindparam("id")), quick=True)
 MAX_CURSOR = Clause(select(func.coalesce(func.max(events.c.id), literal_column("0"))), quick=True)
 MAX_SEQ = Clause(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")), quick=True)
+# What a write transaction on a shared database reads once it holds the writer lock, in one round
+# trip: the newest cursor and, for the session its task drains (``session_id``; none matches ""),
+# that session's last seq and its lease (PostgreSQL only, so not ``quick``: SQLite never reads it).
+WRITE_HEAD = Clause(
+    select(
+        select(func.coalesce(func.max(events.c.id), literal_column("0"))).scalar_subquery(),
+        select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")).scalar_subquery(),
+        select(leases.c.owner).where(leases.c.session_id == bindparam("session_id")).scalar_subquery(),
+        select(leases.c.token).where(leases.c.session_id == bindparam("session_id")).scalar_subquery(),
+    )
+)
 EVENTS_SINCE = Clause(
     select(events).where(events.c.id > bindparam("cursor")).order_by(events.c.id).limit(bindparam("limit"))
 )

@@ -349,6 +349,14 @@ class Database(ABC):
         """Send a notification now, outside any transaction (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
+    async def execute_alone(self, statement: Statement, params: Params) -> None:
+        """Run one write statement in a transaction of its own, outside this process's writer
+        queue where the engine allows (PostgreSQL: on a pooled connection). For a write that must
+        not wait behind every queued transaction and that nothing else orders against, such as
+        renewing leases under load (a renewal stuck in the queue lets them expire)."""
+        async with self.write() as scope:
+            scope.execute(statement, params)
+
     async def fetch_one(self, statement: Statement, params: Params | None = None) -> Row | None:
         rows = await self.fetch(statement, params)
         return rows[0] if rows else None

@@ -3,8 +3,24 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from app.store import sql
 from app.store.database import Reader, Row, WriteScope
+
+
+class WriteHead(NamedTuple):
+    """Where a write transaction on a shared database continues from (``write_head``)."""
+
+    cursor: int  # the newest event's cursor (0 for an empty log)
+    last_seq: int  # the drained session's newest seq (-1 before its first event)
+    lease: tuple[str, int] | None  # the drained session's lease: (owner, token)
+
+
+async def write_head(scope: WriteScope, session_id: str | None) -> WriteHead:
+    """``newest_cursor``, and for ``session_id`` its ``last_seq`` and lease holder, in one read."""
+    cursor, seq, owner, token = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
+    return WriteHead(int(cursor), -1 if seq is None else int(seq), None if owner is None else (owner, int(token)))
 
 
 def append(

@@ -8,7 +8,7 @@ and each acquisition gets a new token, so a writer holding an old token can tell
 from __future__ import annotations
 
 from app.store import sql
-from app.store.database import Reader, WriteScope
+from app.store.database import Database, Reader, WriteScope
 
 
 def reserve(scope: WriteScope, session_id: str, owner: str, expires_at: int) -> None:
@@ -30,9 +30,11 @@ async def holder(reader: Reader, session_id: str) -> tuple[str, int] | None:
     return (rows[0][0], int(rows[0][1])) if rows else None
 
 
-def renew(scope: WriteScope, owner: str, expires_at: int) -> None:
-    """Every lease of ``owner`` now expires at ``expires_at`` (0: at once, a clean shutdown)."""
-    scope.execute(sql.LEASE_RENEW, {"owner": owner, "expires_at": expires_at})
+async def renew(db: Database, owner: str, expires_at: int) -> None:
+    """Every lease of ``owner`` now expires at ``expires_at`` (0: at once, a clean shutdown). A
+    statement of its own, never queued behind the writer's transactions: it changes only the
+    expiry, and ``acquire`` re-checks that under the row lock."""
+    await db.execute_alone(sql.LEASE_RENEW, {"owner": owner, "expires_at": expires_at})
 
 
 def release(scope: WriteScope, session_id: str, owner: str, token: int) -> None:

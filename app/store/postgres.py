@@ -60,6 +60,13 @@ def _positional(statement: Statement, params: Params) -> list[Any]:
     return [params[name] for name in statement.postgres_params]
 
 
+async def _as_left(_conn: asyncpg.Connection) -> None:
+    """The pool's reset on release, which does nothing: the pooled connections only run
+    statements in transactions of their own (reads, NOTIFY, ``execute_alone``) and never LISTEN,
+    lock or SET, so asyncpg's default reset (four statements) was a round trip to the database
+    after every read for nothing."""
+
+
 def _deliver(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], None]:
     return lambda _conn, _pid, _channel, payload: callback(payload)
 
@@ -111,7 +118,7 @@ class PostgresDatabase(Database):
             await self.migrate()
             with _reachable(self.url, connecting=True):
                 self._writer_conn = _Connection(await asyncpg.connect(dsn), self.url)
-                self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS)
+                self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS, reset=_as_left)
         except DatabaseUnavailable:
             await self.close()
             raise
@@ -133,8 +140,12 @@ class PostgresDatabase(Database):
         if self._writer_conn.conn.is_closed():  # lost earlier: the database may be back
             with _reachable(self.url, connecting=True):
                 self._writer_conn = _Connection(await asyncpg.connect(_dsn(self.url), timeout=5), self.url)
-        await self._writer().control("BEGIN")
-        await self._writer().control(f"SELECT pg_advisory_xact_lock({WRITER_LOCK})")
+        # One round trip: a parameterless execute is a simple query, which may hold both.
+        try:
+            await self._writer().control(f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})")
+        except BaseException:  # cancelled while waiting for the lock: leave no transaction open
+            await self._end(commit=False)
+            raise
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
         self._channels[channel] = callback
@@ -157,6 +168,12 @@ class PostgresDatabase(Database):
         with _reachable(self.url, connecting=True):
             async with self._pool.acquire() as conn:
                 await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
+
+    async def execute_alone(self, statement: Statement, params: Params) -> None:
+        assert self._pool is not None, "database is not open"
+        with _reachable(self.url, connecting=True):
+            async with self._pool.acquire() as conn:
+                await conn.execute(statement.postgres, *_positional(statement, params))
 
     async def _end(self, commit: bool) -> None:
         if commit:

@@ -101,8 +101,7 @@ class ClusterTopology:
                 with suppress(asyncio.CancelledError):
                     await task
         with suppress(Exception):
-            async with self.db.write() as scope:
-                leases.renew(scope, self.origin, 0)
+            await leases.renew(self.db, self.origin, 0)
 
     def on_takeover(self, finish: Takeover) -> None:
         self.takeovers.append(finish)
@@ -200,8 +199,7 @@ class ClusterTopology:
         while True:
             await asyncio.sleep(interval)
             try:
-                async with self.db.write() as scope:
-                    leases.renew(scope, self.origin, now_ms() + self.lease_ms)
+                await leases.renew(self.db, self.origin, now_ms() + self.lease_ms)
                 held = await leases.every(self.db)
             except Exception:
                 log.exception("lease renewal failed")
