@@ -188,8 +188,9 @@ class ProcessServer:
                 self.proc.wait()
 
 
-def process_server(db: str, directory: Path, config_dir: Path) -> ProcessServer:
-    """``opensession serve`` on database ``db`` (a SQLite path or a database URL)."""
+def process_server(db: str, directory: Path, config_dir: Path, data_dir: Path | None = None) -> ProcessServer:
+    """``opensession serve`` on database ``db`` (a SQLite path or a database URL); its data
+    directory is ``data_dir`` (a machine of its own) or one beside ``config_dir``."""
     port = free_port()
     args = [
         sys.executable,
@@ -206,7 +207,7 @@ def process_server(db: str, directory: Path, config_dir: Path) -> ProcessServer:
     env = {
         **os.environ,
         "OPENSESSION_CONFIG_DIR": str(config_dir),
-        "OPENSESSION_DATA_DIR": str(config_dir.parent / "data"),
+        "OPENSESSION_DATA_DIR": str(data_dir or config_dir.parent / "data"),
         "PYTHONPATH": str(ROOT),
         # On PostgreSQL a killed process's sessions are taken over once its leases expire.
         "OPENSESSION_LEASE_SECONDS": "3",

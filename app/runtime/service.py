@@ -56,7 +56,9 @@ class Runtime:
         self.infra = infra = Infrastructure.create(settings)
         self._sessions = sessions = SessionsDomain.build(infra, self._drain, self._publish_status)
         self._topology = sessions.topology
-        self.files = FileSnapshots(infra.settings.data_path, infra.config)
+        self.files = FileSnapshots(
+            infra.settings.data_path, infra.config, beside_project=self._topology.snapshots_beside_project
+        )
         history = HistoryDomain.build(infra, sessions, self.files)
         agents = AgentsDomain.build(infra, sessions.topology)
         inputs = InputsDomain.build(infra, sessions, history, agents)

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
-from tests.helpers import text_prompt
+from tests.helpers import git_repository, text_prompt
 from tests.postgres import Cluster
 from tests.servers import ROOT, ProcessServer, free_port, process_server, wait_healthy
 from tests.sse import EventCollector
@@ -188,6 +188,35 @@ def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_di
     assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
     assert all("error" not in r["info"] for r in answers)
     assert taken_over_in < 15, taken_over_in  # a 3 s lease (tests/servers.py) plus the watchdog
+
+
+def test_undo_after_failover_restores_the_files(
+    cluster_url: str, project_dir: Path, config_dir: Path, tmp_path: Path
+) -> None:
+    """Two machines (data directories of their own) sharing the project: a step drained by A
+    wrote a file, A dies, and a revert through B puts the file back as it was. The snapshots are
+    beside the project, so B has them."""
+    (project_dir / "notes.txt").write_text("before\n")
+    git_repository(project_dir)
+    a = process_server(cluster_url, project_dir, config_dir, data_dir=tmp_path / "machine-a")
+    b = process_server(cluster_url, project_dir, config_dir, data_dir=tmp_path / "machine-b")
+    a.start()
+    b.start()
+    try:
+        sid = httpx.post(f"{a.url}/session").json()["id"]
+        write = "TOOL:write " + json.dumps({"filePath": "notes.txt", "content": "after\n"})
+        assert httpx.post(f"{a.url}/session/{sid}/message", json=text_prompt(write), timeout=30).status_code == 200
+        assert (project_dir / "notes.txt").read_text() == "after\n"
+        a.kill9()
+        user = httpx.get(f"{b.url}/session/{sid}/message").json()[0]["info"]["id"]
+        reverted = httpx.post(f"{b.url}/session/{sid}/revert", json={"messageID": user}, timeout=30)
+        assert reverted.status_code == 200, reverted.text
+        assert reverted.json()["revert"]["messageID"] == user
+        assert (project_dir / "notes.txt").read_text() == "before\n"
+        assert not (tmp_path / "machine-b" / "snapshot").exists()  # nothing of it stranded on a node
+    finally:
+        a.stop()
+        b.stop()
 
 
 # -- behind nginx (deploy/nginx.conf, the file docker-compose.yml uses) ----------------------------

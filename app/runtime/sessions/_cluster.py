@@ -70,6 +70,7 @@ class ClusterTopology:
     # Another process may drain the session: the input is re-read on a timer, and five seconds
     # with nobody draining it mean it will not be answered now.
     patience = Patience(rounds=20, seconds=0.25)
+    snapshots_beside_project = True
 
     def __init__(self, infra: Infrastructure, sessions: SessionService) -> None:
         self.infra = infra

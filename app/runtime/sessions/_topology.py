@@ -70,6 +70,10 @@ class Topology(Claims, Protocol):
     """What the sessions domain, the other domains and the Runtime ask of the topology."""
 
     patience: Patience
+    # Where step snapshots live: beside the project (in its git directory) or in this process's
+    # data directory. In a cluster another process may revert a session this one drained, and
+    # the project directory is what the processes share.
+    snapshots_beside_project: bool
 
     async def start(self, target: Controlled, changes: StepChanges | None) -> None:
         """Join: act on ``target`` (renewals, takeovers, control messages)."""
@@ -132,6 +136,7 @@ class LocalTopology:
     """One process serves the database: every session is its own."""
 
     patience = Patience(rounds=1, seconds=None)  # a drain of this process would be answering it
+    snapshots_beside_project = False  # where OpenCode keeps them: the data directory
 
     def claim_at_once(self, session_id: str) -> Lease | None:
         return OWN

@@ -1,5 +1,5 @@
 """A shadow git repository: OpenCode's way of recording a working tree at every step without
-touching the user's own ``.git``. Its git directory lives in the server's data directory; its
+touching the user's own repository. Its git directory is the server's (``FileSnapshots`` says where); its
 work tree is the user's repository root, and only the session directory's subtree (``.``
 run from that directory) is ever added, compared or restored.
 

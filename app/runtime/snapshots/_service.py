@@ -1,5 +1,7 @@
 """Snapshots per session directory, on where OpenCode has them: inside a git repository, unless
-opencode.json says ``"snapshot": false``. Outside a repository there are no snapshots (the
+opencode.json says ``"snapshot": false``. The shadow repositories are in the data directory (as
+OpenCode's) or, where other processes may need them (a cluster), beside the project in its git
+directory. Outside a repository there are no snapshots (the
 reference server's rule: its ``vcs`` must be git), so steps carry none and a revert moves only
 messages.
 
@@ -33,8 +35,9 @@ DIFF_CACHE_SIZE = 64
 
 
 class FileSnapshots:
-    def __init__(self, data_dir: Path, config: ConfigLoader) -> None:
+    def __init__(self, data_dir: Path, config: ConfigLoader, *, beside_project: bool = False) -> None:
         self.root = data_dir / "snapshot"
+        self.beside_project = beside_project
         self.config = config
         self._repositories: dict[str, ShadowRepository | None] = {}
         self._resolving: dict[str, asyncio.Lock] = {}
@@ -62,8 +65,19 @@ class FileSnapshots:
         if found.code != 0:
             return None  # not inside a git repository
         worktree = Path(found.text.strip())
-        key = hashlib.sha256(str(worktree).encode()).hexdigest()[:20]
-        return ShadowRepository(self.root / key, worktree, Path(directory))
+        return ShadowRepository(self._gitdir(directory, worktree), worktree, Path(directory))
+
+    def _gitdir(self, directory: str, worktree: Path) -> Path:
+        """The shadow repository of ``worktree``: in the data directory, keyed by its path; or
+        beside the project, inside the work tree's own git directory (``.git``, or a linked
+        worktree's ``.git/worktrees/<name>``), which moves and is shared with the project and
+        names it alike on every machine whatever the mount point."""
+        if self.beside_project:
+            found = git("rev-parse", "--absolute-git-dir", cwd=directory)
+            if found.code == 0:
+                return Path(found.text.strip()) / "opensession" / "snapshot"
+            log.warning("no git directory found for %s: its snapshots stay in this process's data directory", worktree)
+        return self.root / hashlib.sha256(str(worktree).encode()).hexdigest()[:20]
 
     async def _call(self, directory: str, action: Callable[[ShadowRepository], Any]) -> tuple[bool, Any]:
         """``action(repository)`` in a worker thread, one at a time per repository, never
