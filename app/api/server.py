@@ -1,4 +1,5 @@
-"""uvicorn's server, ending the event streams before it waits for its connections at shutdown.
+"""uvicorn's server, ending the event streams and handing its sessions to the other processes
+(a cluster) before it waits for its connections at shutdown.
 
 Every opensession server is one of these (``opensession serve``, the command line's in-process
 server, the tests'), so this is also where idle connections are kept open ``keep_alive_seconds``
@@ -64,4 +65,5 @@ class Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._runtime.feeds.close()
+        await self._runtime.hand_off()  # before the wait for connections: requests in it get answers
         await super().shutdown(sockets)

@@ -6,6 +6,7 @@ operations here are written once. No domain is handed the runtime itself."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import suppress
 from typing import Any
 
@@ -41,6 +42,8 @@ from app.settings import Settings
 from app.wire import Session, SessionStatus
 
 INSTANCE_DISPOSED = "server.instance.disposed"
+
+log = logging.getLogger("opensession.runtime")
 
 
 class Runtime:
@@ -141,6 +144,15 @@ class Runtime:
     async def _answer_forwarded_question(self, message: dict[str, Any]) -> None:
         with suppress(QuestionNotFound):
             await self.reply_question(message["id"], message.get("answers"))
+
+    async def hand_off(self) -> None:
+        """The server is stopping (SIGTERM): not ready any more, and the other processes of a
+        cluster take this one's sessions over now. Never fails the shutdown."""
+        self.ready = False
+        try:
+            await self._sessions.hand_off()
+        except Exception:
+            log.exception("could not hand the sessions off; the other processes take them once the leases expire")
 
     async def stop(self) -> None:
         await self.worktrees.stop()

@@ -11,7 +11,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -190,6 +192,47 @@ def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_di
     assert taken_over_in < 15, taken_over_in  # a 3 s lease (tests/servers.py) plus the watchdog
 
 
+def test_sigterm_hands_the_sessions_off_at_once(cluster_url: str, project_dir: Path, config_dir: Path) -> None:
+    """A rolling restart: SIGTERM on the process draining a session mid-turn. With leases of a
+    minute, only the hand-off explains the other process answering within seconds; a synchronous
+    prompt in flight on the stopping process is answered (by the other), not failed."""
+    a = process_server(cluster_url, project_dir, config_dir)
+    b = process_server(cluster_url, project_dir, config_dir)
+    for server in (a, b):
+        server.env["OPENSESSION_LEASE_SECONDS"] = "60"
+        server.start()
+    try:
+        sid = httpx.post(f"{a.url}/session").json()["id"]
+        waiting = httpx.post(f"{a.url}/session").json()["id"]
+        with ThreadPoolExecutor(1) as pool, EventCollector(f"{b.url}/event") as on_b:
+            httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 handed off answer"))
+            httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("queued behind"))
+            sync = pool.submit(
+                httpx.post, f"{a.url}/session/{waiting}/message", json=text_prompt("SLOW:0.3 asked of a"), timeout=30
+            )
+            for session in (sid, waiting):
+                on_b.wait_for(lambda f, s=session: f.type == "message.part.delta" and f.properties["sessionID"] == s)
+            stopped_at = time.monotonic()
+            assert a.proc is not None
+            a.proc.terminate()
+            history = _history_when(b.url, sid, _answered(3), timeout=30)
+            answered_in = time.monotonic() - stopped_at
+            replied = sync.result(timeout=30)
+        assert a.proc.wait(timeout=15) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
+    finally:
+        a.stop()
+        b.stop()
+    assert answered_in < 30, answered_in  # the leases would have kept the sessions for 60 s
+    users = [m for m in history if m["info"]["role"] == "user"]
+    interrupted, *answers = [m for m in history if m["info"]["role"] == "assistant"]
+    assert interrupted["info"]["error"]["name"] == "MessageAbortedError"
+    assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
+    assert all("error" not in r["info"] for r in answers)
+    assert replied.status_code == 200, replied.text
+    assert "error" not in replied.json()["info"], replied.json()["info"]
+    assert "asked of a" in "".join(p.get("text", "") for p in replied.json()["parts"])
+
+
 def test_undo_after_failover_restores_the_files(
     cluster_url: str, project_dir: Path, config_dir: Path, tmp_path: Path
 ) -> None:
@@ -231,9 +274,11 @@ def balanced(two: tuple[ProcessServer, ProcessServer], tmp_path: Path) -> Iterat
             pytest.fail("nginx is not installed: .ci/run installs it (apt-get install nginx)")
         pytest.skip("nginx is not installed here (apt-get install nginx)")
     port = free_port()
-    upstreams = "".join(f"    server {urlsplit(s.url).netloc};\n" for s in two)
     conf = (ROOT / "deploy" / "nginx.conf").read_text()
-    conf = re.sub(r"(    server opensession-\d+:4096;\n)+", upstreams, conf)  # the rest of the block stays
+    shipped = re.search(r"    server opensession-\d+:4096([^;]*);\n", conf)
+    assert shipped is not None
+    upstreams = "".join(f"    server {urlsplit(s.url).netloc}{shipped.group(1)};\n" for s in two)
+    conf = re.sub(r"(    server opensession-\d+:4096[^;]*;\n)+", upstreams, conf)  # the rest of the block stays
     conf = conf.replace("listen 4096;", f"listen 127.0.0.1:{port};")
     prefix = tmp_path / "nginx"
     prefix.mkdir()
@@ -254,6 +299,56 @@ def balanced(two: tuple[ProcessServer, ProcessServer], tmp_path: Path) -> Iterat
 def test_official_sdk_flows_through_nginx(balanced: str) -> None:
     run_flow(FLOW, balanced, EXPECTED_CHECKS)
     run_flow(FLOW_V2, balanced, EXPECTED_CHECKS_V2)
+
+
+def test_a_rolling_restart_behind_nginx_fails_no_request(
+    two: tuple[ProcessServer, ProcessServer], balanced: str
+) -> None:
+    """Clients keep creating sessions, prompting and reading through nginx while one replica gets
+    SIGTERM and another takes its place: every request succeeds and every prompt is answered."""
+    stop = threading.Event()
+    failures: list[str] = []
+    prompted: list[str] = []
+
+    def client() -> None:
+        with httpx.Client(base_url=balanced, timeout=30) as http:
+            for _ in range(400):  # bounded: about as long as the restart takes
+                if stop.is_set():
+                    return
+                try:
+                    created = http.post("/session")
+                    sid = created.json()["id"] if created.status_code == 200 else None
+                    sent = http.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:0.05 rolling"))
+                    listed = http.get(f"/session/{sid}/message")
+                except httpx.HTTPError as exc:
+                    failures.append(repr(exc))
+                    continue
+                for response, expected in ((created, 200), (sent, 204), (listed, 200)):
+                    if response.status_code != expected:
+                        failures.append(f"{response.request.method} {response.request.url.path}: {response.text}")
+                prompted.append(str(sid))
+
+    with ThreadPoolExecutor(2) as pool:
+        clients = [pool.submit(client) for _ in range(2)]
+        time.sleep(1.0)
+        a, b = two
+        assert a.proc is not None
+        a.proc.terminate()
+        a.proc.wait(timeout=15)
+        a.start()  # the replacement, at the same address
+        time.sleep(4.0)  # nginx skips a replica for 2 s after it refused a connection
+        assert b.proc is not None
+        b.proc.terminate()
+        b.proc.wait(timeout=15)
+        b.start()
+        time.sleep(1.0)
+        stop.set()
+        for done in clients:
+            done.result()
+    assert not failures, (failures[:3], [s.url for s in two], a.log_tail(5), b.log_tail(5))
+    assert len(prompted) > 20, len(prompted)
+    for sid in prompted:
+        _history_when(balanced, sid, _answered(1), timeout=30)
 
 
 def _owner(cluster_url: str, sid: str) -> int:

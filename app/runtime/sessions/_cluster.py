@@ -18,7 +18,11 @@
   stops renewing; the watchdog of any other process finds the expired lease, claims the session
   (a takeover), closes what the dead drain left open (and finishes a revert it was moving files
   for, through ``takeovers``), and answers the admitted prompts.
-- A graceful stop expires its leases at once, so the takeover does not wait for the expiry.
+- A graceful stop hands off (``hand_off``, on SIGTERM before uvicorn waits for its connections):
+  the process stops claiming (a wake it gets goes to every other process instead, an admission
+  it still takes reserves an already expired lease), ends its drains, expires its leases and
+  tells the others to claim those sessions now. Requests still in flight on it (a synchronous
+  prompt) are answered from what another process drains.
 - Control messages (wake, abort, interrupt, and the permission and question replies the
   Runtime answers, ``serve_requests``) travel to a lease's owner through NOTIFY.
 - Requests asked on other processes are followed from their relayed events, so a reply given
@@ -52,6 +56,7 @@ from app.store import events, inputs, leases
 log = logging.getLogger("opensession.cluster")
 
 CONTROL = "opensession_control"
+EVERYONE = "*"  # a control message's address for every process but its sender
 # What permission asks and questions asked on other processes are followed by (their own events,
 # and tool parts closing, which end the requests of a process that died).
 FOLLOWED_REQUEST_EVENTS = frozenset(
@@ -87,12 +92,22 @@ class ClusterTopology:
         # What other domains finish in a session taken over (given its id), after its turn.
         self.takeovers: list[Takeover] = []
         self._following: asyncio.Task[None] | None = None
+        self._leaving = False  # handed off: this process claims nothing more
 
     async def start(self, target: Controlled, changes: StepChanges | None = None) -> None:
         self._target = target
         self._changes = changes
         await self.db.listen(CONTROL, self._received)
         self._watchdog = asyncio.create_task(self._watch(), name="cluster:watchdog")
+
+    async def hand_off(self, shutdown: Callable[[], Awaitable[None]]) -> None:
+        self._leaving = True
+        await shutdown()
+        held = [sid for sid, owner, _ in await leases.every(self.db) if owner == self.origin]
+        await leases.renew(self.db, self.origin, 0)
+        for session_id in held:
+            await self.send(EVERYONE, "wake", session_id)
+        log.info("handed %d sessions to the other processes", len(held))
 
     async def stop(self) -> None:
         """Give up every lease at once (expired, not deleted: whoever claims next recovers)."""
@@ -120,12 +135,16 @@ class ClusterTopology:
 
     def reserve(self, tx: Transaction, session_id: str) -> None:
         """In an admission's transaction: the session's lease for this process if nobody has it
-        (its drain claims it next), so every process reads the session busy from this commit."""
-        leases.reserve(tx.scope, session_id, self.origin, now_ms() + self.lease_ms)
+        (its drain claims it next), so every process reads the session busy from this commit.
+        Once handed off, one that has already expired: busy, and any other process may claim it."""
+        leases.reserve(tx.scope, session_id, self.origin, 0 if self._leaving else now_ms() + self.lease_ms)
 
     async def claim(self, session_id: str) -> Lease | None:
         """The new lease, or None when another live process drains the session (it has been
         told to wake). A takeover from a dead owner closes what it left open first."""
+        if self._leaving:
+            await self.send(EVERYONE, "wake", session_id)
+            return None
         now = now_ms()
         async with self.db.write() as scope:
             before = await leases.holder(scope, session_id)
@@ -221,7 +240,8 @@ class ClusterTopology:
     # -- control messages --------------------------------------------------------------------
 
     async def send(self, to: str, op: str, session_id: str, **extra: Any) -> None:
-        await self.db.notify(CONTROL, dumps({"to": to, "op": op, "s": session_id, **extra}))
+        """``op`` to the process ``to`` (or ``EVERYONE`` else)."""
+        await self.db.notify(CONTROL, dumps({"to": to, "from": self.origin, "op": op, "s": session_id, **extra}))
 
     async def tell(self, session_id: str, op: str, **extra: Any) -> bool:
         owner = await self._owner_elsewhere(session_id)
@@ -248,7 +268,9 @@ class ClusterTopology:
 
     def _received(self, payload: str) -> None:
         message = loads(payload)
-        if message.get("to") != self.origin or self._target is None:
+        to = message.get("to")
+        addressed = to == self.origin or (to == EVERYONE and message.get("from") != self.origin)
+        if not addressed or self._target is None:
             return
         session_id, op = message["s"], message["op"]
         if op == "wake":

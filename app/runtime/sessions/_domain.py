@@ -46,6 +46,10 @@ class SessionsDomain:
         session = await self.service.get(session_id)
         await close_session(infra.log, infra.queries, session, changes, error=error, settle=answered)
 
+    async def hand_off(self) -> None:
+        """SIGTERM: the other processes (if any) take this one's sessions over now."""
+        await self.topology.hand_off(self.coordinator.shutdown)
+
     async def stop(self) -> None:
         await self.coordinator.shutdown()
         await self.topology.stop()

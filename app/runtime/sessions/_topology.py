@@ -81,6 +81,11 @@ class Topology(Claims, Protocol):
 
     async def stop(self) -> None: ...
 
+    async def hand_off(self, shutdown: Callable[[], Awaitable[None]]) -> None:
+        """This process is about to stop: stop taking sessions, end its drains (``shutdown``) and
+        give what they held to the other processes at once (not after the lease expires)."""
+        ...
+
     async def drained_elsewhere(self) -> set[str]:
         """Sessions another live process drains right now (recovery leaves them to it)."""
         ...
@@ -158,6 +163,9 @@ class LocalTopology:
 
     async def stop(self) -> None:
         return None
+
+    async def hand_off(self, shutdown: Callable[[], Awaitable[None]]) -> None:
+        return None  # nobody to hand to: the drains end with the lifespan, recovered at next start
 
     async def drained_elsewhere(self) -> set[str]:
         return set()
