@@ -9,7 +9,8 @@ latency (p50/p99), a prompt's reply time (prompt_async -> its session idle, p50)
 turn and, on PostgreSQL, per turn: round trips (chunks the servers sent through the proxy),
 commits and statements (``pg_stat_statements``). With two or more processes also: cross-process
 event delivery (``/api/event`` on process B for prompts sent to process A: arrival minus the
-event's timestamp) and the takeover time after ``kill -9`` of the process draining a session.
+event's timestamp) and the takeover time after SIGTERM and after ``kill -9`` of the process
+draining a session.
 
 PostgreSQL is a throw-away cluster started from the system's binaries (as the tests do).
 Everything runs on 127.0.0.1 and is removed on exit. Run from the repository root::
@@ -203,15 +204,16 @@ def _cross_process_latency(a: str, b: str, prompts: int) -> list[float]:
     return samples
 
 
-def _takeover(a: Server, b: Server) -> float:
-    """Seconds from kill -9 of the process draining a session to the other's answer."""
+def _takeover(a: Server, b: Server, how: signal.Signals) -> float:
+    """Seconds from the signal ``how`` (SIGKILL or SIGTERM) to the process draining a session to
+    the other's answer."""
     with httpx.Client(timeout=30, trust_env=False) as client:
         sid = client.post(f"{a.url}/session").json()["id"]
         client.post(f"{a.url}/session/{sid}/prompt_async", json={"parts": [{"type": "text", "text": "SLOW:0.5 long"}]})
         time.sleep(0.4)  # streaming on A (a prompt sent to A is drained by A)
         assert a.proc is not None
         killed = time.perf_counter()
-        a.proc.kill()
+        a.proc.send_signal(how)
         a.proc.wait()
         while time.perf_counter() - killed < 60:
             history = client.get(f"{b.url}/session/{sid}/message").json()
@@ -266,10 +268,14 @@ def _measure(
                     procs[0].url, procs[1].url, 5 if per_session < PROMPTS else 20
                 )
                 metrics.append(delivery)
+                progress("takeover after SIGTERM")
+                handed = Metric(f"{label}: takeover after SIGTERM (lease {LEASE_SECONDS} s)", "s", 1.0)
+                handed.samples = [_takeover(procs[0], procs[1], signal.SIGTERM)]
+                procs[0].start()
                 progress("takeover after kill -9")
                 takeover = Metric(f"{label}: takeover after kill -9 (lease {LEASE_SECONDS} s)", "s", 10.0)
-                takeover.samples = [_takeover(procs[0], procs[1])]
-                metrics.append(takeover)
+                takeover.samples = [_takeover(procs[1], procs[0], signal.SIGKILL)]
+                metrics += [handed, takeover]
     return metrics
 
 

@@ -103,6 +103,14 @@ def _answered(count: int) -> Callable[[list[dict]], bool]:
     return done
 
 
+def _answered_without_error(history: list[dict]) -> bool:
+    """A reply completed without an error (one the dead process left open ends with an error)."""
+    return any(
+        m["info"]["role"] == "assistant" and "completed" in m["info"]["time"] and "error" not in m["info"]
+        for m in history
+    )
+
+
 def test_prompts_sent_to_both_processes_at_once_are_answered_once(two: tuple[ProcessServer, ProcessServer]) -> None:
     a, b = two
     sids = [httpx.post(f"{a.url}/session").json()["id"] for _ in range(3)]
@@ -458,3 +466,34 @@ def test_a_large_permission_request_reaches_the_other_process(two: tuple[Process
         assert [r["id"] for r in httpx.get(f"{b.url}/permission").json()] == [asked["id"]]
         assert httpx.post(f"{b.url}/permission/{asked['id']}/reply", json={"reply": "once"}).json() is True
         on_b.wait_idle(sid, timeout=15)
+
+
+def test_a_prompt_admitted_just_before_its_process_dies_is_answered(
+    cluster_url: str, project_dir: Path, config_dir: Path
+) -> None:
+    """kill -9 right after the 204s: the admissions reserved the sessions' leases for the dead
+    process (its drains may not have started), so the other process's watchdog takes them over
+    once the leases expire and answers every prompt, without the dead process ever coming back."""
+    a = process_server(cluster_url, project_dir, config_dir)
+    b = process_server(cluster_url, project_dir, config_dir)
+    a.start()
+    b.start()
+    try:
+        sessions = [httpx.post(f"{a.url}/session").json()["id"] for _ in range(3)]
+        with httpx.Client(timeout=10) as client:
+            for sid in sessions:
+                accepted = client.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(f"SLOW:0.2 to {sid}"))
+                assert accepted.status_code == 204, accepted.text
+        a.kill9()
+        killed_at = time.monotonic()
+        histories = {sid: _history_when(b.url, sid, _answered_without_error, timeout=30) for sid in sessions}
+        answered_in = time.monotonic() - killed_at
+    finally:
+        a.stop()
+        b.stop()
+    for sid, history in histories.items():
+        assistants = [m for m in history if m["info"]["role"] == "assistant"]
+        answered = [m for m in assistants if "error" not in m["info"]]
+        assert len(answered) == 1, (sid, [m["info"] for m in assistants])
+        assert f"to {sid}" in "".join(p.get("text", "") for p in answered[0]["parts"])
+    assert answered_in < 15, answered_in  # a 3 s lease (tests/servers.py) plus the watchdog
