@@ -34,6 +34,20 @@ def postgres_cluster() -> Iterator[Cluster | None]:
             cluster.stop()
 
 
+@pytest.fixture
+def own_cluster() -> Iterator[Cluster]:
+    """A cluster of this test's own: it is stopped and started again, which others must not see."""
+    cluster = start_cluster()
+    if cluster is None or cluster._directory is None:
+        if cluster is not None:
+            pytest.skip("OPENSESSION_TEST_PG points at a server this test cannot stop")
+        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":

@@ -5,14 +5,13 @@ PostgreSQL is stopped, true again once it is back. ``/global/health`` keeps Open
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from app.settings import Settings
-from tests.postgres import Cluster, start_cluster
+from tests.postgres import Cluster
 from tests.servers import free_port, thread_server
 
 
@@ -22,20 +21,6 @@ def test_probes_on_sqlite(client: httpx.Client) -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json() == {"ready": True, "started": True, "database": "ok"}
     assert set(client.get("/global/health").json()) == {"healthy", "version"}
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[Cluster]:
-    """A cluster of this test's own: it is stopped and started again, which others must not see."""
-    cluster = start_cluster()
-    if cluster is None or cluster._directory is None:
-        if cluster is not None:
-            pytest.skip("OPENSESSION_TEST_PG points at a server this test cannot stop")
-        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _ready_becomes(client: httpx.Client, expected: bool, timeout: float = 20.0) -> dict[str, object]:
