@@ -28,7 +28,7 @@ from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FL
 from tests.helpers import git_repository, text_prompt
 from tests.postgres import Cluster
 from tests.servers import ROOT, ProcessServer, free_port, process_server, wait_healthy
-from tests.sse import EventCollector
+from tests.sse import EventCollector, Frame
 
 pytestmark = pytest.mark.slow
 
@@ -200,6 +200,10 @@ def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_di
     assert taken_over_in < 15, taken_over_in  # a 3 s lease (tests/servers.py) plus the watchdog
 
 
+def _delta_of(session_id: str) -> Callable[[Frame], bool]:
+    return lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == session_id
+
+
 def test_sigterm_hands_the_sessions_off_at_once(cluster_url: str, project_dir: Path, config_dir: Path) -> None:
     """A rolling restart: SIGTERM on the process draining a session mid-turn. With leases of a
     minute, only the hand-off explains the other process answering within seconds; a synchronous
@@ -219,7 +223,7 @@ def test_sigterm_hands_the_sessions_off_at_once(cluster_url: str, project_dir: P
                 httpx.post, f"{a.url}/session/{waiting}/message", json=text_prompt("SLOW:0.3 asked of a"), timeout=30
             )
             for session in (sid, waiting):
-                on_b.wait_for(lambda f, s=session: f.type == "message.part.delta" and f.properties["sessionID"] == s)
+                on_b.wait_for(_delta_of(session))
             stopped_at = time.monotonic()
             assert a.proc is not None
             a.proc.terminate()
