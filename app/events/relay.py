@@ -103,7 +103,7 @@ class ClusterRelay:
         self.since = since
         self.origin = origin
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self._outbox: asyncio.Queue[str] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Event] = asyncio.Queue()  # ephemeral events to tell the others
         self._tasks: list[asyncio.Task[None]] = []
         self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
 
@@ -132,8 +132,7 @@ class ClusterRelay:
     def published(self, event: Event) -> None:
         """A local ephemeral event outside any transaction: publish here, tell the others."""
         self._queue.put_nowait(("ephemeral", event))
-        for payload in notifications(self.origin, [event]):
-            self._outbox.put_nowait(payload)
+        self._outbox.put_nowait(event)
 
     def _received(self, payload: str) -> None:
         message = loads(payload)
@@ -192,10 +191,14 @@ class ClusterRelay:
                 return
 
     async def _send_loop(self) -> None:
+        """Sends what was published while the previous send was on its way as one batch: under
+        load a notification per streamed delta would be a round trip each."""
         while True:
-            payload = await self._outbox.get()
+            batch = [await self._outbox.get()]
+            while not self._outbox.empty():
+                batch.append(self._outbox.get_nowait())
             try:
-                await self.db.notify(CHANNEL, payload)
+                await self.db.notify(CHANNEL, *notifications(self.origin, batch))
             except Exception:
                 log.exception("relay could not notify other processes")
 

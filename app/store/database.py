@@ -345,8 +345,8 @@ class Database(ABC):
         """Re-establish notifications after the database was lost (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
-    async def notify(self, channel: str, payload: str) -> None:
-        """Send a notification now, outside any transaction (shared engines)."""
+    async def notify(self, channel: str, *payloads: str) -> None:
+        """Send notifications now, in order, outside any transaction (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
     async def execute_alone(self, statement: Statement, params: Params) -> None:

@@ -163,11 +163,11 @@ class PostgresDatabase(Database):
             for channel, callback in self._channels.items():
                 await self._listener.add_listener(channel, _deliver(callback))
 
-    async def notify(self, channel: str, payload: str) -> None:
+    async def notify(self, channel: str, *payloads: str) -> None:
         assert self._pool is not None, "database is not open"
         with _reachable(self.url, connecting=True):
-            async with self._pool.acquire() as conn:
-                await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
+            async with self._pool.acquire() as conn:  # one round trip; delivered in array order
+                await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", channel, list(payloads))
 
     async def execute_alone(self, statement: Statement, params: Params) -> None:
         assert self._pool is not None, "database is not open"
