@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import asyncpg
@@ -72,27 +72,43 @@ def _deliver(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], 
 
 
 class _Connection:
+    """The writer connection. One the driver can no longer use (an operation cut short while
+    the database went away still holds its protocol) is dropped, so the next transaction opens
+    a new one instead of failing on it: the client is told 503, as for any lost database."""
+
     def __init__(self, conn: asyncpg.Connection, url: str) -> None:
         self.conn = conn
         self.url = url
 
+    @contextmanager
+    def _usable(self) -> Iterator[None]:
+        with _reachable(self.url):
+            try:
+                yield
+            except asyncpg.InternalClientError as exc:
+                self.discard()
+                raise DatabaseUnavailable(f"PostgreSQL connection dropped: {exc}") from exc
+
+    def discard(self) -> None:
+        self.conn.terminate()
+
     async def control(self, text: str) -> None:
         """A statement of the engine's own that takes no parameters (BEGIN, COMMIT, the lock)."""
-        with _reachable(self.url):
+        with self._usable():
             await self.conn.execute(text)
 
     async def run(self, statement: Statement, params: Params) -> None:
-        with _reachable(self.url):
+        with self._usable():
             await self.conn.execute(statement.postgres, *_positional(statement, params))
 
     async def run_many(self, statement: Statement, rows: list[Params]) -> None:
         if not rows:
             return
-        with _reachable(self.url):
+        with self._usable():
             await self.conn.executemany(statement.postgres, [_positional(statement, row) for row in rows])
 
     async def rows(self, statement: Statement, params: Params) -> list[Row]:
-        with _reachable(self.url):
+        with self._usable():
             return list(await self.conn.fetch(statement.postgres, *_positional(statement, params)))
 
 
@@ -179,8 +195,10 @@ class PostgresDatabase(Database):
         if commit:
             await self._writer().control("COMMIT")
             return
-        with suppress(DatabaseUnavailable, asyncpg.PostgresError):
+        try:
             await self._writer().control("ROLLBACK")
+        except (DatabaseUnavailable, asyncpg.PostgresError):
+            self._writer().discard()  # a transaction may still be open on it: never reuse it
 
     async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         assert self._pool is not None, "database is not open"

@@ -47,6 +47,7 @@ def test_a_postgres_restart_under_load_answers_every_admitted_prompt_once(
         server.start()
     outcomes: list[tuple[int, str, str]] = []  # (status, session, text)
     refused_bodies: list[dict] = []
+    failures: list[str] = []  # any other answer, with the servers' logs
     try:
         sessions = [httpx.post(f"{servers[0].url}/session").json()["id"] for _ in range(SESSIONS)]
         halted = threading.Event()
@@ -74,6 +75,8 @@ def test_a_postgres_restart_under_load_answers_every_admitted_prompt_once(
                 outcomes.append((answer.status_code, sid, text))
                 if answer.status_code == 503:
                     refused_bodies.append(answer.json())
+                elif answer.status_code != 204:
+                    failures.append(f"{answer.status_code} {answer.text}")
                 time.sleep(0.1)
         restarter.join(30)
         admitted = [(sid, text) for status, sid, text in outcomes if status == 204]
@@ -83,11 +86,13 @@ def test_a_postgres_restart_under_load_answers_every_admitted_prompt_once(
             assert time.monotonic() < deadline, [servers[0].log_tail(), servers[1].log_tail()]
             time.sleep(0.2)
         histories = {sid: _replies(servers[1].url, sid) for sid in sessions}
+        if failures:
+            failures += [server.log_tail(80) for server in servers]
     finally:
         for server in servers:
             server.stop()
     statuses = Counter(status for status, _, _ in outcomes)
-    assert set(statuses) <= {204, 503}, statuses
+    assert set(statuses) <= {204, 503}, "\n".join([str(statuses), *failures])
     assert statuses[503] >= 1, statuses  # the database was down for some of the prompts
     assert [status for status, _, _ in outcomes[-3:]] == [204] * 3, statuses  # and back for the last
     assert all(body.get("name") == "DatabaseUnavailableError" for body in refused_bodies), refused_bodies

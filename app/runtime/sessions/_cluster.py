@@ -102,22 +102,26 @@ class ClusterTopology:
 
     async def hand_off(self, shutdown: Callable[[], Awaitable[None]]) -> None:
         self._leaving = True
+        await self._end_watchdog()  # it would renew the leases handed off
         await shutdown()
         held = [sid for sid, owner, _ in await leases.every(self.db) if owner == self.origin]
         await leases.renew(self.db, self.origin, 0)
-        for session_id in held:
-            await self.send(EVERYONE, "wake", session_id)
+        if held:  # one round trip for all of them
+            await self.db.notify(CONTROL, *(self._message(EVERYONE, "wake", sid) for sid in held))
         log.info("handed %d sessions to the other processes", len(held))
 
     async def stop(self) -> None:
         """Give up every lease at once (expired, not deleted: whoever claims next recovers)."""
-        for task in (self._following, self._watchdog):
-            if task is not None:
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
+        await self._end_watchdog()
+        if self._following is not None:
+            await _cancelled(self._following)
         with suppress(Exception):
             await leases.renew(self.db, self.origin, 0)
+
+    async def _end_watchdog(self) -> None:
+        if self._watchdog is not None:
+            await _cancelled(self._watchdog)
+            self._watchdog = None
 
     def on_takeover(self, finish: Takeover) -> None:
         self.takeovers.append(finish)
@@ -241,7 +245,10 @@ class ClusterTopology:
 
     async def send(self, to: str, op: str, session_id: str, **extra: Any) -> None:
         """``op`` to the process ``to`` (or ``EVERYONE`` else)."""
-        await self.db.notify(CONTROL, dumps({"to": to, "from": self.origin, "op": op, "s": session_id, **extra}))
+        await self.db.notify(CONTROL, self._message(to, op, session_id, **extra))
+
+    def _message(self, to: str, op: str, session_id: str, **extra: Any) -> str:
+        return dumps({"to": to, "from": self.origin, "op": op, "s": session_id, **extra})
 
     async def tell(self, session_id: str, op: str, **extra: Any) -> bool:
         owner = await self._owner_elsewhere(session_id)
@@ -336,3 +343,9 @@ class _Unkept:
 
     def clear(self) -> None:
         return None
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
