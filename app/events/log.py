@@ -2,13 +2,16 @@
 replay by cursor.
 
 Sequence numbers are allocated inside the write transaction: the per-session ``seq`` continues
-from the last committed one and the whole-server ``cursor`` from a counter. Both are only ever
-advanced under the database's write lock, and a rolled-back transaction gives its session
-sequence numbers back, so ``seq`` stays gap-free per session. Where they continue from, and how
-committed events reach the buses, is the log's topology (``app.events.topology``): on SQLite
-this process is the only writer, so its cache and counter are the truth; on a shared database
-(PostgreSQL, any number of processes) nothing is cached, and each write transaction reads both
-from the log under the cluster-wide writer lock.
+from the last committed one, and a rolled-back transaction gives its session's numbers back, so
+``seq`` stays gap-free per session. The whole-server ``cursor`` only ever grows in the order
+readers see events. Where both continue from, and how committed events reach the buses, is the
+log's topology (``app.events.topology``):
+- on SQLite this process is the only writer, one transaction at a time: its cache and its cursor
+  counter are the truth;
+- on a shared database (PostgreSQL) many transactions write at once, on every process: a
+  transaction's cursors are its transaction id times ``CURSORS_PER_TRANSACTION`` plus the
+  event's place in it, and readers read only below the oldest transaction still running, so no
+  event ever appears below a cursor a reader has passed. A session's seq is read under its hold.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ from app.store.database import Database, Row, WriteScope
 from app.store.projectors import Projection, project
 from app.wire import Session
 
+# On a shared database, how many events one transaction may record (its cursors are its
+# transaction id times this, plus one per event; migration 0012 shifts by the same 20 bits).
+CURSORS_PER_TRANSACTION = 1 << 20
+
+
+class TooManyEvents(RuntimeError):
+    """A transaction recorded more events than its cursors can number (``CURSORS_PER_TRANSACTION``)."""
+
 
 class Transaction:
     """A write transaction that records events. ``emit`` appends a durable event and queues its
@@ -39,15 +50,32 @@ class Transaction:
         self._log = log
         self.events: list[Event] = []
         self.next_seq: dict[str, int] = {}
+        # Set on a shared database: the cursor this transaction's events follow (``opened``).
+        self.first_cursor: int | None = None
+        self._numbered = 0
         # Objects changed in this transaction (by id), for read-your-writes before commit.
         self.overlay: dict[str, Session] = {}  # session infos changed in this transaction
+
+    async def hold(self, session_id: str) -> None:
+        """Before reading a session to change it: where other transactions write it at the same
+        time, wait for theirs to end and keep them out until this one does (free otherwise)."""
+        if self._log.topology.concurrent and session_id not in self.next_seq:
+            self.next_seq[session_id] = await self._log.topology.session_seq(self.scope, session_id) + 1
 
     async def _allocate_seq(self, session_id: str) -> int:
         seq = self.next_seq.get(session_id)
         if seq is None:
-            seq = await self._log.next_seq(self.scope, session_id)
+            seq = await self._log.topology.session_seq(self.scope, session_id) + 1
         self.next_seq[session_id] = seq + 1
         return seq
+
+    def _allocate_cursor(self) -> int:
+        if self.first_cursor is None:
+            return self._log.allocate_cursor()
+        self._numbered += 1
+        if self._numbered >= CURSORS_PER_TRANSACTION:
+            raise TooManyEvents(f"one transaction may record at most {CURSORS_PER_TRANSACTION - 1} events")
+        return self.first_cursor + self._numbered
 
     async def emit(
         self, event_type: str, properties: dict[str, Any], *, session_id: str, directory: str | None
@@ -77,7 +105,7 @@ class Transaction:
     async def _sequence(self, event: Event) -> int:
         assert event.session_id is not None
         event.seq = await self._allocate_seq(event.session_id)
-        event.cursor = self._log.allocate_cursor()
+        event.cursor = self._allocate_cursor()
         return event.seq
 
     def _record(self, event: Event, data: str) -> Event:
@@ -131,12 +159,6 @@ class EventLog:
         self._cursor += 1
         return self._cursor
 
-    async def next_seq(self, scope: WriteScope, session_id: str) -> int:
-        last = self.topology.last_seq(session_id)
-        if last is None:
-            last = await events.last_seq(scope, session_id)
-        return last + 1
-
     async def committed_seq(self, session_id: str) -> int:
         """The session's last committed ``seq`` (-1 before its first event)."""
         last = self.topology.committed_seq(session_id)
@@ -162,16 +184,19 @@ class EventLog:
         return head if position > head else None
 
     @asynccontextmanager
-    async def transaction(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[Transaction]:
+    async def transaction(
+        self, *, urgent: bool = False, at_once: bool = False, hold: str | None = None
+    ) -> AsyncIterator[Transaction]:
         """A write transaction recording events; ``urgent`` ones (a client waits on them: an
         admission, the part a streamed delta opens) go before drain loops' other writes, and an
         ``at_once`` one is durable without waiting for the others of its loop pass
-        (``Database.write``)."""
+        (``Database.write``). ``hold``: the session it changes, held from the start
+        (``Transaction.hold``, without a round trip of its own)."""
         async with self.db.write(urgent=urgent, at_once=at_once) as scope:
-            opened = await self.topology.opened(scope)
+            opened = await self.topology.opened(scope, hold)
             tx = Transaction(scope, self)
-            if opened is not None:  # other processes write too: continue from where the log stands
-                self._cursor = opened.cursor
+            if opened is not None:  # other transactions write too: continue from where they stand
+                tx.first_cursor = opened.cursor
                 tx.next_seq.update(opened.next_seq)
             yield tx
             self.topology.committing(scope, tx.events, tx.next_seq)
@@ -187,5 +212,5 @@ class EventLog:
 
     async def since(self, cursor: int, *, limit: int = 1000, directory: str | None = None) -> list[Event]:
         """Durable events after a whole-server cursor, oldest first."""
-        rows = await events.since(self.db, cursor, limit, directory)
-        return [_row_to_event(row) for row in rows]
+        read = events.settled_since if self.topology.concurrent else events.since
+        return [_row_to_event(row) for row in await read(self.db, cursor, limit, directory)]

@@ -9,8 +9,10 @@ its own bus, in one order, through one queue:
   an ephemeral event (a delta, a status) is published as it came;
 - a slow poll of the log, so a lost notification delays an event but never loses it.
 
-Writes are serialized cluster-wide (see ``app.store.postgres.WRITER_LOCK``), so cursors commit in
-order and "everything after the last cursor I published" is gap-free on every process.
+Every process reads the log only below the settled cursor (``app.events.topology``), so
+"everything after the last cursor I published" is gap-free on every process, though transactions
+commit in any order. Its own commits too are published as read back from the log once settled,
+with their ephemeral events after them.
 A notification carries ``{"o": origin, "items": [cursor | event, ...]}``; an ephemeral event too
 large for one notification (a permission request with a long diff) travels in pieces,
 ``{"o": origin, "piece": [index, count], "text": ...}``, reassembled by the receiver (one
@@ -28,6 +30,7 @@ from typing import Any
 from app.events.bus import EventBus
 from app.events.model import Event
 from app.jsonutil import dumps, loads
+from app.store import events as stored_events
 from app.store.database import Database
 
 log = logging.getLogger("opensession.relay")
@@ -35,6 +38,10 @@ log = logging.getLogger("opensession.relay")
 CHANNEL = "opensession_events"
 MAX_PAYLOAD = 7500  # PostgreSQL's limit is 8000 bytes
 POLL_SECONDS = 1.0
+# A cursor not settled yet (an older transaction still running) is read again after this, doubled
+# up to the limit: transactions end within milliseconds unless one is large (an import).
+SETTLE_RETRY_S = (0.002, 0.05)
+SPREAD_UP_TO = 8
 
 Since = Callable[[int], Awaitable[list[Event]]]
 Item = int | dict[str, Any]  # a durable cursor, or an ephemeral event
@@ -157,13 +164,19 @@ class ClusterRelay:
             kind, value = await self._queue.get()
             try:
                 if kind == "local":
-                    first = next((e.cursor for e in value if e.durable), None)
-                    if first is not None:
-                        await self._catch_up(first - 1)
+                    last = max((e.cursor for e in value if e.durable), default=None)
+                    if last is not None:
+                        await self._catch_up(last)  # its durable events, read back in place
                     for event in value:
-                        self._publish(event)
+                        if not event.durable:
+                            self._publish(event)
                 elif kind == "ephemeral":
                     self._publish(value)
+                    if self._queue.qsize() <= SPREAD_UP_TO:
+                        # The few events that queued up behind a read of the log (a stream's
+                        # first deltas) go out in loop passes of their own, as they were made,
+                        # not merged into one frame; a backlog goes at once.
+                        await asyncio.sleep(0)
                 elif kind == "remote":
                     for item in value:
                         if isinstance(item, int):
@@ -181,14 +194,23 @@ class ClusterRelay:
         self.bus.publish(event)
 
     async def _catch_up(self, upto: int | None) -> None:
-        """Publish durable events committed elsewhere, from the log, up to cursor ``upto`` (all
-        when None)."""
+        """Publish durable events from the log, up to cursor ``upto`` (or all settled, when None).
+        Until ``upto`` is settled the log is read again, with a growing pause; one that settles
+        with nothing left up to it (its events deleted since) ends the wait."""
+        pause, longest = SETTLE_RETRY_S
+        settled_past = False  # ``upto`` was settled before the last read
         while upto is None or self.bus.cursor < upto:
             events = await self.since(self.bus.cursor)
             for event in events:
                 self._publish(event)
-            if not events:
+            if events:
+                continue
+            if upto is None or settled_past:
                 return
+            settled_past = await stored_events.settled(self.db) > upto
+            if not settled_past:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, longest)
 
     async def _send_loop(self) -> None:
         """Sends what was published while the previous send was on its way as one batch: under

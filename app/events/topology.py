@@ -1,12 +1,22 @@
 """How the event log sequences and fans out its writes, by topology (one backend per transport):
 
-- ``LocalLogTopology``: this process is the database's only writer (SQLite). Each session's last
-  seq is cached (as the writer sees it and as readers see it), and a transaction's events go to
-  the bus once they are durable.
-- ``ClusterLogTopology``: several processes share the database (PostgreSQL). Nothing is cached:
-  each write transaction continues from the log's newest cursor under the cluster-wide writer
-  lock and checks the lease its task drains under (``FENCE``); the ``ClusterRelay`` publishes
-  every process's events on every process's bus in one order.
+- ``LocalLogTopology``: this process is the database's only writer (SQLite), one transaction at a
+  time. Each session's last seq is cached (as the writer sees it and as readers see it), and a
+  transaction's events go to the bus once they are durable.
+- ``ClusterLogTopology``: several processes share the database (PostgreSQL), each with several
+  write transactions at once, and nothing serializes them all. Nothing is cached:
+  - a transaction writing a session's events first takes the session's hold (an advisory lock to
+    its commit) and reads its last seq under it, so a session's seq is gap-free in commit order;
+  - a transaction's cursors follow its transaction id (``app.events.log``), and readers read only
+    the settled part of the log (below the oldest transaction still running), so a cursor once
+    read is never followed by a lower one committing;
+  - a drain's transactions check the lease they drain under (``FENCE``), under the hold;
+  - the ``ClusterRelay`` publishes every process's events on every process's bus in cursor order.
+
+Why transaction ids rather than a counter under a lock: the old cluster-wide writer lock was held
+for a whole transaction, round trips included, so a second process added no throughput. Ordering
+by transaction id needs no lock at all; the price is that events reach readers once every older
+transaction has ended (a long one, an import, delays the live stream for its duration).
 
 ``log_topology`` chooses once, from the database, when the log is built.
 """
@@ -31,7 +41,7 @@ FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence",
 
 @dataclass(frozen=True)
 class Opened:
-    """The log's newest cursor, and the next seq of sessions already read (the drained one)."""
+    """The cursor the transaction's events follow, and the next seq of the sessions it holds."""
 
     cursor: int
     next_seq: dict[str, int]
@@ -49,17 +59,24 @@ class LogTopology(Protocol):
 
     async def stop(self) -> None: ...
 
-    def last_seq(self, session_id: str) -> int | None:
-        """The session's last seq as this process's writes left it; None: read it from the log."""
+    concurrent: bool
+    """Whether other transactions write the log at the same time as this one: then a session's
+    writers hold it (``session_seq``) before they read it to change it, and readers read only the
+    settled log (``settled_since``)."""
+
+    async def session_seq(self, scope: WriteScope, session_id: str) -> int:
+        """The session's last seq, for a transaction about to write its events; when
+        ``concurrent``, read under the session's hold, kept to the commit."""
         ...
 
     def committed_seq(self, session_id: str) -> int | None:
         """The session's last durable seq as this process knows it; None: read it from the log."""
         ...
 
-    async def opened(self, scope: WriteScope) -> Opened | None:
-        """At the start of a write transaction: where the log stands when other processes may
-        have advanced it (None: this process's counts are current). Raises ``LeaseLost``."""
+    async def opened(self, scope: WriteScope, hold: str | None) -> Opened | None:
+        """At the start of a write transaction: where its cursors start, and the next seq of the
+        session it drains or ``hold``s, when other transactions may have advanced them (None:
+        this process's counts are current). Raises ``LeaseLost``."""
         ...
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
@@ -86,13 +103,16 @@ class LocalLogTopology:
     async def stop(self) -> None:
         return None
 
-    def last_seq(self, session_id: str) -> int | None:
-        return self._last_seq.get(session_id)
+    concurrent = False
+
+    async def session_seq(self, scope: WriteScope, session_id: str) -> int:
+        last = self._last_seq.get(session_id)
+        return await stored_events.last_seq(scope, session_id) if last is None else last
 
     def committed_seq(self, session_id: str) -> int | None:
         return self._committed_seq.get(session_id)
 
-    async def opened(self, scope: WriteScope) -> Opened | None:
+    async def opened(self, scope: WriteScope, hold: str | None) -> Opened | None:
         return None
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
@@ -113,31 +133,34 @@ class LocalLogTopology:
 
 
 class ClusterLogTopology:
+    concurrent = True
+
     def __init__(self, db: Database, bus: EventBus, origin: str, since: Since) -> None:
         self.origin = origin
+        self._db = db
+        self._bus = bus
         self._relay = ClusterRelay(db, bus, origin, since)
 
     async def start(self) -> None:
+        self._bus.cursor = await stored_events.settled_cursor(self._db)  # below: all published
         await self._relay.start()
 
     async def stop(self) -> None:
         await self._relay.stop()
 
-    def last_seq(self, session_id: str) -> int | None:
-        return None
+    async def session_seq(self, scope: WriteScope, session_id: str) -> int:
+        return await stored_events.hold_session(scope, session_id)
 
     def committed_seq(self, session_id: str) -> int | None:
         return None
 
-    async def opened(self, scope: WriteScope) -> Opened:
+    async def opened(self, scope: WriteScope, hold: str | None) -> Opened:
         fence = FENCE.get()
-        head = await stored_events.write_head(scope, fence[0] if fence is not None else None)
-        if fence is None:
-            return Opened(head.cursor, {})
-        session_id, owner, token = fence
-        if head.lease != (owner, token):
-            raise LeaseLost(session_id)
-        return Opened(head.cursor, {session_id: head.last_seq + 1})
+        held = fence[0] if fence is not None else hold
+        head = await stored_events.write_head(scope, held)
+        if fence is not None and head.lease != fence[1:]:
+            raise LeaseLost(fence[0])
+        return Opened(head.first_cursor, {} if held is None else {held: head.last_seq + 1})
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
         # Delivered by the database at commit, in commit order.

@@ -121,7 +121,10 @@ class PrometheusRecorder(Recorder):
             "opensession_db_transaction_seconds", "Write transactions, waits included", buckets=QUICK, registry=registry
         )
         self._lock_wait = Histogram(
-            "opensession_db_lock_wait_seconds", "Waits for the writer lock", buckets=QUICK, registry=registry
+            "opensession_db_lock_wait_seconds",
+            "Waits for a writer connection (and the BEGIN)",
+            buckets=QUICK,
+            registry=registry,
         )
         self._takeovers = Counter(
             "opensession_lease_takeovers", "Sessions taken over from a dead process", registry=registry

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ClauseElement,
+    String,
     Table,
     bindparam,
     delete,
@@ -265,16 +266,47 @@ NOTIFY = Clause(select(func.pg_notify(bindparam("channel"), bindparam("payload")
 SESSION_INFO = Clause(select(sessions.c.info).where(sessions.c.id == bindparam("id")), quick=True)
 MAX_CURSOR = Clause(select(func.coalesce(func.max(events.c.id), literal_column("0"))), quick=True)
 MAX_SEQ = Clause(select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")), quick=True)
-# What a write transaction on a shared database reads once it holds the writer lock, in one round
-# trip: the newest cursor and, for the session its task drains (``session_id``; none matches ""),
-# that session's last seq and its lease (PostgreSQL only, so not ``quick``: SQLite never reads it).
+# PostgreSQL only (so not ``quick``: SQLite never runs them); the functions are migration 0012's.
+# What a write transaction on a shared database reads first, in one round trip: where its cursors
+# start and, for the session its task drains (``session_id``; "" for none), the session's hold,
+# its last seq and its lease.
 WRITE_HEAD = Clause(
     select(
-        select(func.coalesce(func.max(events.c.id), literal_column("0"))).scalar_subquery(),
-        select(func.max(events.c.seq)).where(events.c.session_id == bindparam("session_id")).scalar_subquery(),
-        select(leases.c.owner).where(leases.c.session_id == bindparam("session_id")).scalar_subquery(),
-        select(leases.c.token).where(leases.c.session_id == bindparam("session_id")).scalar_subquery(),
+        literal_column("first_cursor"),
+        literal_column("last_seq"),
+        literal_column("lease_owner"),
+        literal_column("lease_token"),
+    ).select_from(func.opensession_write_head(bindparam("session_id", type_=String)))
+)
+# The session's hold, and its last seq as the hold leaves it (-1 before its first event).
+HOLD_SESSION = Clause(select(func.opensession_hold_session(bindparam("session_id", type_=String))))
+# ``WriteScope.hold``: the advisory lock of a key, to the end of the transaction (the key space of
+# the sessions' holds: a session id held here is that session's hold).
+HOLD = Clause(
+    select(func.pg_advisory_xact_lock(literal_column("1869636974"), func.hashtext(bindparam("key", type_=String))))
+)
+SETTLED = Clause(select(func.opensession_settled()))
+# The newest cursor no transaction can still add an event below (where a process starts publishing).
+SETTLED_CURSOR = Clause(
+    select(func.coalesce(func.max(events.c.id), literal_column("0"))).where(
+        events.c.id < select(func.opensession_settled()).scalar_subquery()
     )
+)
+SETTLED_EVENTS_SINCE = Clause(
+    select(events)
+    .where(events.c.id > bindparam("cursor"), events.c.id < select(func.opensession_settled()).scalar_subquery())
+    .order_by(events.c.id)
+    .limit(bindparam("limit"))
+)
+SETTLED_EVENTS_SINCE_IN_DIRECTORY = Clause(
+    select(events)
+    .where(
+        events.c.id > bindparam("cursor"),
+        events.c.id < select(func.opensession_settled()).scalar_subquery(),
+        events.c.directory == bindparam("directory"),
+    )
+    .order_by(events.c.id)
+    .limit(bindparam("limit"))
 )
 EVENTS_SINCE = Clause(
     select(events).where(events.c.id > bindparam("cursor")).order_by(events.c.id).limit(bindparam("limit"))

@@ -8,9 +8,10 @@ dialects (``app.store.sql``, ``Statement`` values, the only thing this API takes
 a single driver call, and a write transaction's statements are batched (``executemany``).
 
 Invariants, on both engines:
-- This process writes through exactly one writer connection, guarded by an asyncio lock, so its
-  write transactions are serialized and commit in the order they took the lock. Readers use
-  their own connections.
+- SQLite: this process writes through exactly one writer connection, so its write transactions
+  are serialized and commit in the order they took it. PostgreSQL: up to ``writers`` transactions
+  at once, each on a writer connection of its own; what must not interleave (a session's events,
+  a read-modify-write) takes ``WriteScope.hold`` on its key. Readers use their own connections.
 - Callbacks registered with ``WriteScope.after_commit`` run once the transaction's writes are
   visible to the transactions after it, before the lock is released (in-memory caches of rows);
   those registered with ``when_durable`` run once they are durable, in the order the transactions
@@ -102,6 +103,19 @@ class Driver(Protocol):
 
     async def rows(self, statement: Statement, params: Params) -> list[Row]: ...
 
+    async def hold(self, key: str) -> None:
+        """Wait until no other open transaction holds ``key``, and hold it to the end of this one."""
+        ...
+
+
+class Writer(Driver, Protocol):
+    """A writer connection with a transaction open on it (``Database._begin``)."""
+
+    async def end(self, commit: bool) -> None:
+        """COMMIT (``commit``) or ROLLBACK; a failed rollback is swallowed (the error that caused
+        it is the one raised)."""
+        ...
+
 
 class Reader(Protocol):
     """What a store function reads through: the database (what is committed) or an open write
@@ -133,6 +147,13 @@ class WriteScope:
     async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         await self.flush()
         return await self._driver.rows(statement, params or {})
+
+    async def hold(self, key: str) -> None:
+        """Serialize with every other transaction holding ``key`` (a session id, a project id)
+        from here to the commit: a read-modify-write under it loses no concurrent change. Free
+        where the engine runs one write transaction at a time (SQLite)."""
+        await self.flush()
+        await self._driver.hold(key)
 
     async def send_ahead(self) -> None:
         """Start sending everything queued so far while the caller prepares more (a large copy):
@@ -195,20 +216,20 @@ class WriteScope:
         self.durable_callbacks.append(callback)
 
 
-class WriterLock:
-    """The writer connection's lock, with a priority lane: when it is released, a waiting
-    ``urgent`` writer (an admission a client is waiting on) goes before the others (drain loops'
-    writes), so accepting a prompt does not queue behind every running turn. First come, first
-    served within each lane; the lock is handed over directly, so a waiter is never overtaken
+class WriterSlots:
+    """The writer connections' slots (one on SQLite), with a priority lane: when one is released, a
+    waiting ``urgent`` writer (an admission a client is waiting on) goes before the others (drain
+    loops' writes), so accepting a prompt does not queue behind every running turn. First come,
+    first served within each lane; a slot is handed over directly, so a waiter is never overtaken
     by a newcomer that did not wait."""
 
-    def __init__(self) -> None:
-        self._held = False
+    def __init__(self, slots: int) -> None:
+        self._free = slots
         self._waiters: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (deque(), deque())
 
     async def acquire(self, *, urgent: bool = False) -> None:
-        if not self._held and not any(self._waiters):
-            self._held = True
+        if self._free and not any(self._waiters):
+            self._free -= 1
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         lane = self._waiters[0 if urgent else 1]
@@ -227,9 +248,9 @@ class WriterLock:
             while lane:
                 waiter = lane.popleft()
                 if not waiter.done():
-                    waiter.set_result(None)  # handed over: still held
+                    waiter.set_result(None)  # handed over: still taken
                     return
-        self._held = False
+        self._free += 1
 
 
 class UrgentFirst:
@@ -291,13 +312,14 @@ class Database(ABC):
     the database rather than cached, and live events travel through ``listen``/``notify``."""
 
     shared = False
+    writers = 1  # write transactions open at once (each on a writer connection of its own)
     # The driver's statements complete without suspending (SQLite on the loop's thread): then a
     # commit cannot be interrupted half-way and needs no task of its own to finish in.
     writes_inline = False
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._write_lock = WriterLock()
+        self._write_slots = WriterSlots(self.writers)
         self._urgent_first = UrgentFirst()
         self._lost_writes_listeners: list[Callable[[], None]] = []
 
@@ -361,18 +383,16 @@ class Database(ABC):
         rows = await self.fetch(statement, params)
         return rows[0] if rows else None
 
-    # -- the writer connection, as each engine provides it ----------------------------------------
+    # -- the writer connections, as each engine provides them -------------------------------------
 
     @abstractmethod
-    def _writer(self) -> Driver: ...
+    async def _begin(self) -> Writer:
+        """A writer connection (one of ``writers``) with a transaction begun on it."""
 
-    @abstractmethod
-    async def _begin(self) -> None: ...
-
-    @abstractmethod
-    async def _end(self, commit: bool) -> None:
-        """COMMIT (``commit``) or ROLLBACK; a failed rollback is swallowed (the error that caused
-        it is the one raised)."""
+    def _release(self, writer: Writer) -> None:
+        """The transaction on ``writer`` has ended: the connection is free for the next one (an
+        engine with one writer connection has nothing to do)."""
+        return None
 
     @asynccontextmanager
     async def write(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[WriteScope]:
@@ -395,30 +415,33 @@ class Database(ABC):
     async def _transaction(self, *, urgent: bool, at_once: bool) -> AsyncIterator[WriteScope]:
         """One write transaction, returning once it is durable."""
         began = time.perf_counter()
-        await self._write_lock.acquire(urgent=urgent)
+        await self._write_slots.acquire(urgent=urgent)
         durable: asyncio.Future[None] | None = None
         try:
-            await self._begin()  # on PostgreSQL it takes the cluster-wide lock: a wait too
+            writer = await self._begin()
             locked = time.perf_counter()
-            scope = WriteScope(self._writer())
+            scope = WriteScope(writer)
             try:
-                yield scope
-            except BaseException:
-                with suppress(BaseException):
-                    await scope.settle()  # no batch may still be running when we roll back
-                await self._end(commit=False)
-                raise
-            if self.writes_inline:
-                await self._commit(scope)
-            else:
-                finishing = asyncio.ensure_future(self._commit(scope))
                 try:
-                    await asyncio.shield(finishing)
-                except asyncio.CancelledError:
-                    # Let the commit (or its rollback) finish before anyone else uses the connection.
+                    yield scope
+                except BaseException:
                     with suppress(BaseException):
-                        await finishing
+                        await scope.settle()  # no batch may still be running when we roll back
+                    await writer.end(commit=False)
                     raise
+                if self.writes_inline:
+                    await self._commit(writer, scope)
+                else:
+                    finishing = asyncio.ensure_future(self._commit(writer, scope))
+                    try:
+                        await asyncio.shield(finishing)
+                    except asyncio.CancelledError:
+                        # Let the commit (or its rollback) finish before anyone else uses the connection.
+                        with suppress(BaseException):
+                            await finishing
+                        raise
+            finally:
+                self._release(writer)
             # Handed over, not kept: the callbacks close over the transaction that holds this
             # scope, and a scope still holding them would make a reference cycle of every
             # transaction, left for the garbage collector (docs/architecture.md, "Under load").
@@ -428,17 +451,17 @@ class Database(ABC):
             durable_callbacks, scope.durable_callbacks = scope.durable_callbacks, []
             durable = self._durable(durable_callbacks, at_once=at_once)
         finally:
-            self._write_lock.release()
+            self._write_slots.release()
         if durable is not None:
             await durable  # the transaction's own future: a cancelled wait leaves the commit be
         metrics.RECORDER.transaction(locked - began, time.perf_counter() - began)
 
-    async def _commit(self, scope: WriteScope) -> None:
+    async def _commit(self, writer: Writer, scope: WriteScope) -> None:
         try:
             await scope.flush_all()
-            await self._end(commit=True)
+            await writer.end(commit=True)
         except BaseException:
-            await self._end(commit=False)
+            await writer.end(commit=False)
             raise
 
 

@@ -12,15 +12,21 @@ from app.store.database import Reader, Row, WriteScope
 class WriteHead(NamedTuple):
     """Where a write transaction on a shared database continues from (``write_head``)."""
 
-    cursor: int  # the newest event's cursor (0 for an empty log)
-    last_seq: int  # the drained session's newest seq (-1 before its first event)
-    lease: tuple[str, int] | None  # the drained session's lease: (owner, token)
+    first_cursor: int  # its events' cursors follow this one (its transaction id, shifted)
+    last_seq: int  # the held session's newest seq (-1 before its first event, or none held)
+    lease: tuple[str, int] | None  # the held session's lease: (owner, token)
 
 
 async def write_head(scope: WriteScope, session_id: str | None) -> WriteHead:
-    """``newest_cursor``, and for ``session_id`` its ``last_seq`` and lease holder, in one read."""
-    cursor, seq, owner, token = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
-    return WriteHead(int(cursor), -1 if seq is None else int(seq), None if owner is None else (owner, int(token)))
+    """Where the transaction's cursors start, and for ``session_id`` its hold (kept to the
+    commit), then its ``last_seq`` and lease holder, in one round trip (shared databases)."""
+    first, seq, owner, token = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
+    return WriteHead(int(first), -1 if seq is None else int(seq), None if owner is None else (owner, int(token)))
+
+
+async def hold_session(scope: WriteScope, session_id: str) -> int:
+    """The session's hold (to the commit), and its last seq then (shared databases)."""
+    return int((await scope.fetch(sql.HOLD_SESSION, {"session_id": session_id}))[0][0])
 
 
 def append(
@@ -73,6 +79,25 @@ async def since(reader: Reader, cursor: int, limit: int, directory: str | None =
     if directory is None:
         return await reader.fetch(sql.EVENTS_SINCE, {"cursor": cursor, "limit": limit})
     return await reader.fetch(sql.EVENTS_SINCE_IN_DIRECTORY, {"cursor": cursor, "limit": limit, "directory": directory})
+
+
+async def settled_since(reader: Reader, cursor: int, limit: int, directory: str | None = None) -> list[Row]:
+    """``since``, but only events below ``settled``: with concurrent writers, one committed past
+    a transaction still running could otherwise be read before that transaction's, lower, ones."""
+    if directory is None:
+        return await reader.fetch(sql.SETTLED_EVENTS_SINCE, {"cursor": cursor, "limit": limit})
+    params = {"cursor": cursor, "limit": limit, "directory": directory}
+    return await reader.fetch(sql.SETTLED_EVENTS_SINCE_IN_DIRECTORY, params)
+
+
+async def settled(reader: Reader) -> int:
+    """The cursor below which no running transaction can still add an event (shared databases)."""
+    return int((await reader.fetch(sql.SETTLED))[0][0])
+
+
+async def settled_cursor(reader: Reader) -> int:
+    """The newest event's cursor below ``settled`` (0 for an empty log)."""
+    return int((await reader.fetch(sql.SETTLED_CURSOR))[0][0])
 
 
 def notify(scope: WriteScope, channel: str, payload: str) -> None:

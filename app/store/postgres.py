@@ -15,7 +15,8 @@ from typing import Any
 
 import asyncpg
 
-from app.store.database import READERS, Database, DatabaseUnavailable, Params, Row, upgrade_schema
+from app.store import sql
+from app.store.database import READERS, Database, DatabaseUnavailable, Params, Row, Writer, upgrade_schema
 from app.store.statement import Statement
 
 
@@ -111,19 +112,33 @@ class _Connection:
         with self._usable():
             return list(await self.conn.fetch(statement.postgres, *_positional(statement, params)))
 
+    async def hold(self, key: str) -> None:
+        await self.run(sql.HOLD, {"key": key})
 
-# Every write transaction of every process takes this transaction-level advisory lock first, so
-# writes are serialized cluster-wide as SQLite serializes them: events commit in cursor order,
-# and a reader that has seen cursor N never later finds an event below N appear.
-WRITER_LOCK = 0x6F70656E  # "open"
+    async def end(self, commit: bool) -> None:
+        if commit:
+            await self.control("COMMIT")
+            return
+        try:
+            await self.control("ROLLBACK")
+        except (DatabaseUnavailable, asyncpg.PostgresError):
+            self.discard()  # a transaction may still be open on it: never reuse it
+
+
+# Write transactions on one connection each, this many at once per process. Nothing serializes
+# them cluster-wide: a session's events are ordered by its hold (``WriteScope.hold``, an advisory
+# lock keyed by the session), and the whole-server cursor by transaction id (``app.events.log``).
+WRITERS = 8
 
 
 class PostgresDatabase(Database):
     shared = True
+    writers = WRITERS
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self._writer_conn: _Connection | None = None
+        self._idle: list[_Connection] = []  # writer connections with no transaction open
+        self._busy: set[_Connection] = set()
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
         self._channels: dict[str, Callable[[str], None]] = {}
@@ -133,7 +148,7 @@ class PostgresDatabase(Database):
         try:
             await self.migrate()
             with _reachable(self.url, connecting=True):
-                self._writer_conn = _Connection(await asyncpg.connect(dsn), self.url)
+                self._idle.append(_Connection(await asyncpg.connect(dsn), self.url))
                 self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS, reset=_as_left)
         except DatabaseUnavailable:
             await self.close()
@@ -147,21 +162,32 @@ class PostgresDatabase(Database):
     async def migrate(self) -> None:
         await upgrade_schema(_with_scheme(self.url, "postgresql+asyncpg"))
 
-    def _writer(self) -> _Connection:
-        assert self._writer_conn is not None, "database is not open"
-        return self._writer_conn
+    async def _connected_writer(self) -> _Connection:
+        """An idle writer connection, a new one when none is (the slots bound how many), or one
+        lost earlier opened again (the database may be back)."""
+        while self._idle:
+            writer = self._idle.pop()
+            if not writer.conn.is_closed():
+                return writer
+        with _reachable(self.url, connecting=True):
+            return _Connection(await asyncpg.connect(_dsn(self.url), timeout=5), self.url)
 
-    async def _begin(self) -> None:
-        assert self._writer_conn is not None, "database is not open"
-        if self._writer_conn.conn.is_closed():  # lost earlier: the database may be back
-            with _reachable(self.url, connecting=True):
-                self._writer_conn = _Connection(await asyncpg.connect(_dsn(self.url), timeout=5), self.url)
-        # One round trip: a parameterless execute is a simple query, which may hold both.
+    async def _begin(self) -> _Connection:
+        writer = await self._connected_writer()
+        self._busy.add(writer)
         try:
-            await self._writer().control(f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})")
-        except BaseException:  # cancelled while waiting for the lock: leave no transaction open
-            await self._end(commit=False)
+            await writer.control("BEGIN")
+        except BaseException:  # cancelled or lost: leave no transaction open on it
+            await writer.end(commit=False)
+            self._release(writer)
             raise
+        return writer
+
+    def _release(self, writer: Writer) -> None:
+        assert isinstance(writer, _Connection)
+        self._busy.discard(writer)
+        if not writer.conn.is_closed():
+            self._idle.append(writer)
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
         self._channels[channel] = callback
@@ -191,15 +217,6 @@ class PostgresDatabase(Database):
             async with self._pool.acquire() as conn:
                 await conn.execute(statement.postgres, *_positional(statement, params))
 
-    async def _end(self, commit: bool) -> None:
-        if commit:
-            await self._writer().control("COMMIT")
-            return
-        try:
-            await self._writer().control("ROLLBACK")
-        except (DatabaseUnavailable, asyncpg.PostgresError):
-            self._writer().discard()  # a transaction may still be open on it: never reuse it
-
     async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         assert self._pool is not None, "database is not open"
         args = _positional(statement, params or {})
@@ -215,9 +232,9 @@ class PostgresDatabase(Database):
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
-        if self._writer_conn is not None:
-            await self._writer_conn.conn.close()
-            self._writer_conn = None
+        for writer in [*self._idle, *self._busy]:
+            await writer.conn.close()
+        self._idle, self._busy = [], set()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None

@@ -17,6 +17,12 @@ async def settings(reader: Reader, project_id: str) -> Settings | None:
     return (loads(rows[0][0]), int(rows[0][1])) if rows else None
 
 
+async def settings_to_change(scope: WriteScope, project_id: str) -> Settings | None:
+    """``settings``, held (``WriteScope.hold``) until the transaction saves the changed ones."""
+    await scope.hold(project_id)
+    return await settings(scope, project_id)
+
+
 async def every_settings(reader: Reader) -> dict[str, Settings]:
     return {row[0]: (loads(row[1]), int(row[2])) for row in await reader.fetch(sql.ALL_PROJECTS)}
 

@@ -212,11 +212,17 @@ class _Writer:
         conn.execute("SAVEPOINT tx")
         self._in_savepoint = True
 
-    async def commit(self) -> None:
-        self._connection().execute("RELEASE tx")
-        self._in_savepoint = False
+    async def hold(self, key: str) -> None:
+        return None  # one write transaction at a time already
 
-    async def rollback(self) -> None:
+    async def end(self, commit: bool) -> None:
+        if commit:
+            self._connection().execute("RELEASE tx")
+            self._in_savepoint = False
+        else:
+            self._rollback()
+
+    def _rollback(self) -> None:
         if self._in_savepoint:
             self._in_savepoint = False
             with contextlib.suppress(sqlite3.Error):
@@ -344,14 +350,10 @@ class SqliteDatabase(Database):
         assert self._writer_conn is not None, "database is not open"
         return self._writer_conn
 
-    async def _begin(self) -> None:
-        self._writer().begin()
-
-    async def _end(self, commit: bool) -> None:
-        if commit:
-            await self._writer().commit()
-        else:
-            await self._writer().rollback()
+    async def _begin(self) -> _Writer:
+        writer = self._writer()
+        writer.begin()
+        return writer
 
     def _durable(self, callbacks: list[Callable[[], None]], *, at_once: bool = False) -> asyncio.Future[None]:
         return self._writer().durable(callbacks, at_once=at_once)

@@ -1,6 +1,6 @@
 """Engines at their edges: SQLite serves one process per file, a database that cannot be reached
 stops start-up with one clear line and a non-zero status, one lost while running answers 503 and
-recovers, and the writer lock lets admissions go before drain writes."""
+recovers, and the writer slots let admissions go before drain writes."""
 
 from __future__ import annotations
 
@@ -116,12 +116,12 @@ def test_a_database_lost_while_running_answers_503_then_recovers(
         server.stop()
 
 
-async def test_writer_lock_serves_urgent_writers_first_and_never_loses_a_hand_over() -> None:
+async def test_writer_slots_serve_urgent_writers_first_and_never_lose_a_hand_over() -> None:
     """Admissions (urgent) go before drain writes already waiting; within a lane first come, first
-    served; a waiter cancelled just as the lock was handed to it passes the lock on."""
-    from app.store.database import WriterLock
+    served; a waiter cancelled just as the slot was handed to it passes the slot on."""
+    from app.store.database import WriterSlots
 
-    lock = WriterLock()
+    lock = WriterSlots(1)
     await lock.acquire()
     order: list[str] = []
 
@@ -144,6 +144,20 @@ async def test_writer_lock_serves_urgent_writers_first_and_never_loses_a_hand_ov
     doomed.cancel()  # ...which is cancelled before it runs: the lock must reach ``follower``
     await asyncio.wait_for(follower, 1)
     assert order[-1] == "after"
+    lock.release()
+
+
+async def test_writer_slots_let_that_many_writers_in_at_once_and_no_more() -> None:
+    from app.store.database import WriterSlots
+
+    slots = WriterSlots(3)
+    for _ in range(3):
+        await asyncio.wait_for(slots.acquire(), 1)  # three at once: none waits
+    fourth = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0.01)
+    assert not fourth.done()
+    slots.release()
+    await asyncio.wait_for(fourth, 1)
 
 
 async def names_table(path: Path) -> SqliteDatabase:

@@ -208,10 +208,8 @@ class Admission:
             chosen = session["model"].get("variant")
             requested = chosen if chosen != "default" else None
         variant = self.variant_for(session["directory"], agent, ref, requested)
-        message_id = request.message_id or ids.message_id()
         canonical = request.canonical()
         directory = session["directory"]
-        created = now_ms()
         view = request.prompt_view()
         stored = StoredPrompt(
             request=canonical,
@@ -224,7 +222,10 @@ class Admission:
             deferred=request.deferred,
             compaction=request.compaction,
         )
-        async with self.log.transaction(urgent=True) as tx:
+        async with self.log.transaction(urgent=True, hold=session_id) as tx:
+            # Made under the session's hold, so the ids of a session's prompts (the order clients
+            # list them in) ascend in the order they are admitted, and answered.
+            message_id, created = request.message_id or ids.message_id(), now_ms()
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
             if not self.history.coordinator.is_active(session_id):

@@ -151,9 +151,11 @@ class ClusterTopology:
             return None
         now = now_ms()
         async with self.db.write() as scope:
+            # Under the session's hold: a writer still draining under the old lease commits
+            # before (and is then read back), or finds the lease changed (``LeaseLost``).
+            last = await events.hold_session(scope, session_id)
             before = await leases.holder(scope, session_id)
             token = await leases.acquire(scope, session_id, self.origin, now + self.lease_ms, now)
-            last = await events.last_seq(scope, session_id) if token is not None else -1
         previous = before[0] if before else None
         if token is None:
             if previous is not None:
@@ -184,6 +186,7 @@ class ClusterTopology:
         admitted after it waits, checked in the same transaction (admissions are writes too, so
         none slips in between). Returns whether it was given up."""
         async with self.db.write() as scope:
+            await scope.hold(session_id)  # an admission holds it too: none slips in between
             if unless_admitted_after is not None and await inputs.any_unsettled(
                 scope, session_id, admitted_after=unless_admitted_after
             ):

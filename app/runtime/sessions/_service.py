@@ -82,8 +82,9 @@ class _InfoCache:
     lost commit cannot make one stale, and status announcements (which cannot wait for a read)
     still reach the session's directory after a failed commit (a full disk)."""
 
-    def __init__(self, size: int = 2048) -> None:
+    def __init__(self, size: int = 2048, *, infos: bool = True) -> None:
         self._size = size
+        self._infos = infos  # False: other processes change sessions too, so keep only directories
         self._entries: OrderedDict[str, str] = OrderedDict()  # id -> info JSON
         self._directories: OrderedDict[str, str] = OrderedDict()
         self.generation = 0  # changes with every put, drop and clear
@@ -102,7 +103,8 @@ class _InfoCache:
 
     def put(self, info: Session) -> None:
         self.generation += 1
-        for entries, value in ((self._entries, dumps(info)), (self._directories, info["directory"])):
+        kept = ((self._entries, dumps(info)),) if self._infos else ()
+        for entries, value in (*kept, (self._directories, info["directory"])):
             entries[info["id"]] = value
             entries.move_to_end(info["id"])
             if len(entries) > self._size:
@@ -127,7 +129,7 @@ class SessionService:
     def __init__(self, log: EventLog, queries: Queries) -> None:
         self.log = log
         self.queries = queries
-        self._cache = _InfoCache()
+        self._cache = _InfoCache(infos=not log.db.shared)
         log.db.on_lost_writes(self._cache.clear)
 
     async def projects(self, current: str) -> list[dict[str, Any]]:
@@ -165,7 +167,7 @@ class SessionService:
         if project_id not in known:
             raise ProjectNotFound(project_id)
         async with self.log.db.write(urgent=True) as scope:
-            stored = await project_settings.settings(scope, project_id)
+            stored = await project_settings.settings_to_change(scope, project_id)
             settings: dict[str, Any] = stored[0] if stored else {}
             if "name" in changes:
                 settings["name"] = changes["name"]
@@ -188,7 +190,7 @@ class SessionService:
         and announce the project as ``project.updated`` (as OpenCode does)."""
         pid = await project_id(directory)
         async with self.log.db.write(urgent=True) as scope:
-            stored = await project_settings.settings(scope, pid)
+            stored = await project_settings.settings_to_change(scope, pid)
             settings: dict[str, Any] = stored[0] if stored else {}
             listed = [d for d in settings.get("sandboxes", []) if d not in (add, drop)]
             settings["sandboxes"] = listed + ([add] if add else [])
@@ -270,8 +272,13 @@ class SessionService:
         return self._cache.directory(session_id)
 
     async def current(self, tx: Transaction, session_id: str) -> Session:
-        """The session info as it stands inside ``tx`` (its own earlier changes included)."""
-        info = tx.overlay.get(session_id) or self._cache.get(session_id)
+        """The session info as it stands inside ``tx`` (its own earlier changes included), held
+        (``Transaction.hold``) so that no other writer changes it before ``tx`` commits."""
+        info = tx.overlay.get(session_id)
+        if info is not None:
+            return info
+        await tx.hold(session_id)
+        info = self._cache.get(session_id)
         if info is None:
             info = await session_info(tx.scope, session_id)
             if info is None:
@@ -280,8 +287,8 @@ class SessionService:
 
     async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> Session:
         """Read-modify-write of the session info inside ``tx``: concurrent writers (the turn, the
-        title generator, an HTTP PATCH) are serialised by the write lock, so none loses another's
-        change."""
+        title generator, an HTTP PATCH) are serialised by the session's hold (``current``), so
+        none loses another's change."""
         info = await self.current(tx, session_id)
         change(info)
         if touch:
@@ -297,7 +304,7 @@ class SessionService:
         return info
 
     async def update(self, session_id: str, change: Mutation) -> Session:
-        async with self.log.transaction() as tx:
+        async with self.log.transaction(hold=session_id) as tx:
             return await self.mutate(tx, session_id, change)
 
     async def recent(
