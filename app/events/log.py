@@ -59,13 +59,17 @@ class Transaction:
     async def hold(self, session_id: str) -> None:
         """Before reading a session to change it: where other transactions write it at the same
         time, wait for theirs to end and keep them out until this one does (free otherwise)."""
-        if self._log.topology.concurrent and session_id not in self.next_seq:
+        if self._log.topology.concurrent:
+            await self._continue_seq(session_id)
+
+    async def _continue_seq(self, session_id: str) -> None:
+        """Where the session's seq continues in this transaction (read once: held, when concurrent)."""
+        if session_id not in self.next_seq:
             self.next_seq[session_id] = await self._log.topology.session_seq(self.scope, session_id) + 1
 
     async def _allocate_seq(self, session_id: str) -> int:
-        seq = self.next_seq.get(session_id)
-        if seq is None:
-            seq = await self._log.topology.session_seq(self.scope, session_id) + 1
+        await self._continue_seq(session_id)
+        seq = self.next_seq[session_id]
         self.next_seq[session_id] = seq + 1
         return seq
 
@@ -212,5 +216,5 @@ class EventLog:
 
     async def since(self, cursor: int, *, limit: int = 1000, directory: str | None = None) -> list[Event]:
         """Durable events after a whole-server cursor, oldest first."""
-        read = events.settled_since if self.topology.concurrent else events.since
-        return [_row_to_event(row) for row in await read(self.db, cursor, limit, directory)]
+        rows = await events.since(self.db, cursor, limit, directory, settled=self.topology.concurrent)
+        return [_row_to_event(row) for row in rows]

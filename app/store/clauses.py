@@ -292,31 +292,6 @@ SETTLED_CURSOR = Clause(
         events.c.id < select(func.opensession_settled()).scalar_subquery()
     )
 )
-SETTLED_EVENTS_SINCE = Clause(
-    select(events)
-    .where(events.c.id > bindparam("cursor"), events.c.id < select(func.opensession_settled()).scalar_subquery())
-    .order_by(events.c.id)
-    .limit(bindparam("limit"))
-)
-SETTLED_EVENTS_SINCE_IN_DIRECTORY = Clause(
-    select(events)
-    .where(
-        events.c.id > bindparam("cursor"),
-        events.c.id < select(func.opensession_settled()).scalar_subquery(),
-        events.c.directory == bindparam("directory"),
-    )
-    .order_by(events.c.id)
-    .limit(bindparam("limit"))
-)
-EVENTS_SINCE = Clause(
-    select(events).where(events.c.id > bindparam("cursor")).order_by(events.c.id).limit(bindparam("limit"))
-)
-EVENTS_SINCE_IN_DIRECTORY = Clause(
-    select(events)
-    .where(events.c.id > bindparam("cursor"), events.c.directory == bindparam("directory"))
-    .order_by(events.c.id)
-    .limit(bindparam("limit"))
-)
 MESSAGE_INFO = Clause(
     select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
     quick=True,
@@ -442,6 +417,17 @@ def open_assistant_messages(*, of_session: bool) -> Clause:
     return Clause(query)
 
 
+def events_since(*, settled: bool, in_directory: bool) -> Clause:
+    """Up to ``limit`` events past ``cursor``, in order (of one ``directory``); ``settled``: only
+    below ``opensession_settled()``, where transactions commit concurrently (PostgreSQL)."""
+    query = select(events).where(events.c.id > bindparam("cursor"))
+    if settled:
+        query = query.where(events.c.id < select(func.opensession_settled()).scalar_subquery())
+    if in_directory:
+        query = query.where(events.c.directory == bindparam("directory"))
+    return Clause(query.order_by(events.c.id).limit(bindparam("limit")))
+
+
 def open_tool_parts(*, of_session: bool) -> Clause:
     """``(session_id, data)`` of tool parts that may be pending or running (callers check)."""
     query = select(parts.c.session_id, parts.c.data).where(
@@ -558,6 +544,7 @@ def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, sea
 # it here.
 Reach = tuple[dict[str, bool], ...]
 VARIANTS: dict[Callable[..., Clause], Reach] = {
+    events_since: ({},),
     open_assistant_messages: ({},),
     open_tool_parts: ({},),
     messages_page: (

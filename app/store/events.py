@@ -74,20 +74,16 @@ async def of_session_after(reader: Reader, session_id: str, after: int, limit: i
     return await reader.fetch(sql.SESSION_EVENTS_AFTER, {"session_id": session_id, "after": after, "limit": limit})
 
 
-async def since(reader: Reader, cursor: int, limit: int, directory: str | None = None) -> list[Row]:
-    """Up to ``limit`` events past ``cursor`` (of one directory), in order."""
-    if directory is None:
-        return await reader.fetch(sql.EVENTS_SINCE, {"cursor": cursor, "limit": limit})
-    return await reader.fetch(sql.EVENTS_SINCE_IN_DIRECTORY, {"cursor": cursor, "limit": limit, "directory": directory})
-
-
-async def settled_since(reader: Reader, cursor: int, limit: int, directory: str | None = None) -> list[Row]:
-    """``since``, but only events below ``settled``: with concurrent writers, one committed past
-    a transaction still running could otherwise be read before that transaction's, lower, ones."""
-    if directory is None:
-        return await reader.fetch(sql.SETTLED_EVENTS_SINCE, {"cursor": cursor, "limit": limit})
-    params = {"cursor": cursor, "limit": limit, "directory": directory}
-    return await reader.fetch(sql.SETTLED_EVENTS_SINCE_IN_DIRECTORY, params)
+async def since(
+    reader: Reader, cursor: int, limit: int, directory: str | None = None, *, settled: bool = False
+) -> list[Row]:
+    """Up to ``limit`` events past ``cursor`` (of one directory), in order; ``settled``: only
+    those below ``settled()`` (concurrent writers: one committed past a transaction still running
+    could otherwise be read before that transaction's, lower, ones)."""
+    params: dict[str, object] = {"cursor": cursor, "limit": limit}
+    if directory is not None:
+        params["directory"] = directory
+    return await reader.fetch(sql.events_since(settled=settled, in_directory=directory is not None), params)
 
 
 async def settled(reader: Reader) -> int:
