@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     BindParameter,
     ClauseElement,
     String,
@@ -180,29 +181,6 @@ COMPLETE_INPUTS_THROUGH = Clause(
 
 
 # -- leases (shared databases) --------------------------------------------------------------------
-def _lease_acquire(insert: Insert) -> ClauseElement:
-    """Take the lease if it is free, expired or already ours; a new token either way."""
-    statement = insert(leases).values(
-        session_id=bindparam("session_id"),
-        owner=bindparam("owner"),
-        token=literal_column("1"),
-        expires_at=bindparam("expires_at"),
-    )
-    acquire: ClauseElement = statement.on_conflict_do_update(
-        index_elements=["session_id"],
-        set_={
-            "owner": statement.excluded.owner,
-            "token": leases.c.token + literal_column("1"),
-            "expires_at": statement.excluded.expires_at,
-        },
-        where=(leases.c.owner == bindparam("owner")) | (leases.c.expires_at < bindparam("now")),
-    ).returning(leases.c.token)
-    return acquire
-
-
-LEASE_ACQUIRE = dialect_insert(_lease_acquire)
-
-
 def _lease_reserve(insert: Insert) -> ClauseElement:
     """Reserve a free session for its admitting process (in the admission's transaction), so
     every process sees it busy from then on; a lease already there, live or expired, is left as
@@ -218,19 +196,8 @@ def _lease_reserve(insert: Insert) -> ClauseElement:
 
 
 LEASE_RESERVE = dialect_insert(_lease_reserve)
-LEASE = Clause(
-    select(leases.c.owner, leases.c.token, leases.c.expires_at).where(leases.c.session_id == bindparam("session_id")),
-    quick=True,
-)
 LEASE_RENEW = Clause(
     update(leases).where(leases.c.owner == bindparam("owner")).values(expires_at=bindparam("expires_at"))
-)
-LEASE_RELEASE = Clause(
-    delete(leases).where(
-        leases.c.session_id == bindparam("session_id"),
-        leases.c.owner == bindparam("owner"),
-        leases.c.token == bindparam("token"),
-    )
 )
 LIVE_LEASES = Clause(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
 ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.expires_at))
@@ -278,8 +245,31 @@ WRITE_HEAD = Clause(
         literal_column("lease_token"),
     ).select_from(func.opensession_write_head(bindparam("session_id", type_=String)))
 )
+
+
+def _typed_params(**types: Any) -> list[BindParameter[Any]]:
+    """A function's arguments, bound by name with their types (a NULL must know its type)."""
+    return [bindparam(name, type_=kind) for name, kind in types.items()]
+
+
 # The session's hold, and its last seq as the hold leaves it (-1 before its first event).
 HOLD_SESSION = Clause(select(func.opensession_hold_session(bindparam("session_id", type_=String))))
+# A claim of a session's drain lease, one statement in a transaction of its own (migration 0013):
+# the session's last seq under its hold, the lease's owner before, and the new token (NULL:
+# another live owner keeps it).
+LEASE_CLAIM = Clause(
+    select(literal_column("last_seq"), literal_column("previous_owner"), literal_column("token")).select_from(
+        func.opensession_claim(*_typed_params(session_id=String, owner=String, expires_at=BigInteger, now=BigInteger))
+    )
+)
+# Give a drain lease up unless an input admitted after ``admitted_after`` (NULL: regardless) waits.
+LEASE_RELEASE = Clause(
+    select(
+        func.opensession_release(
+            *_typed_params(session_id=String, owner=String, token=BigInteger, admitted_after=BigInteger)
+        )
+    )
+)
 # ``WriteScope.hold``: the advisory lock of a key, to the end of the transaction (the key space of
 # the sessions' holds: a session id held here is that session's hold).
 HOLD = Clause(

@@ -69,6 +69,37 @@ def _head_revision() -> str:
 Queued = list[tuple[Statement, Params]]
 
 
+class Driver(Protocol):
+    """One connection as an engine drives it, with statements from ``app.store.sql``."""
+
+    async def run(self, statement: Statement, params: Params) -> None: ...
+
+    async def run_many(self, statement: Statement, rows: list[Params]) -> None: ...
+
+    async def rows(self, statement: Statement, params: Params) -> list[Row]: ...
+
+    async def send(self, queued: Queued) -> None:
+        """Run the statements, in order (as few round trips as the engine allows)."""
+        ...
+
+    async def hold(self, key: str) -> None:
+        """Wait until no other open transaction holds ``key``, and hold it to the end of this one."""
+        ...
+
+
+class Writer(Driver, Protocol):
+    """A writer connection with a transaction open on it (``Database._begin``)."""
+
+    async def commit(self, queued: Queued) -> None:
+        """Run the transaction's last statements and COMMIT."""
+        ...
+
+    async def end(self, commit: bool) -> None:
+        """COMMIT (``commit``) or ROLLBACK; a failed rollback is swallowed (the error that caused
+        it is the one raised)."""
+        ...
+
+
 def _commuting_segments(queued: Queued) -> list[Queued]:
     """Split the queue into runs of commuting and of other statements, and regroup each commuting
     run by statement: a fork's thousands of alternating message/part upserts become two
@@ -94,27 +125,21 @@ def _commuting_segments(queued: Queued) -> list[Queued]:
     return segments
 
 
-class Driver(Protocol):
-    """One connection as an engine drives it, with statements from ``app.store.sql``."""
-
-    async def run(self, statement: Statement, params: Params) -> None: ...
-
-    async def run_many(self, statement: Statement, rows: list[Params]) -> None: ...
-
-    async def rows(self, statement: Statement, params: Params) -> list[Row]: ...
-
-    async def hold(self, key: str) -> None:
-        """Wait until no other open transaction holds ``key``, and hold it to the end of this one."""
-        ...
-
-
-class Writer(Driver, Protocol):
-    """A writer connection with a transaction open on it (``Database._begin``)."""
-
-    async def end(self, commit: bool) -> None:
-        """COMMIT (``commit``) or ROLLBACK; a failed rollback is swallowed (the error that caused
-        it is the one raised)."""
-        ...
+async def send_in_groups(driver: Driver, queued: Queued) -> None:
+    """``Driver.send`` through ``run`` and ``run_many``: consecutive uses of one statement (after
+    regrouping commuting upserts) become one ``executemany``."""
+    for segment in _commuting_segments(queued):
+        start = 0
+        while start < len(segment):
+            statement = segment[start][0]
+            end = start + 1
+            while end < len(segment) and segment[end][0] is statement:
+                end += 1
+            if end - start == 1:
+                await driver.run(statement, segment[start][1])
+            else:
+                await driver.run_many(statement, [params for _, params in segment[start:end]])
+            start = end
 
 
 class Reader(Protocol):
@@ -185,27 +210,15 @@ class WriteScope:
         queued, self._queued = self._queued, []
         await self._send(queued)
 
-    async def flush_all(self) -> None:
-        await self.flush()
-        appended, self._appended = self._appended, []
-        await self._send(appended)
+    def take_all(self) -> Queued:
+        """Everything still queued, appends last (for the commit, which sends it)."""
+        queued = self._queued + self._appended
+        self._queued, self._appended = [], []
+        return queued
 
     async def _send(self, queued: Queued) -> None:
-        for segment in _commuting_segments(queued):
-            await self._send_in_order(segment)
-
-    async def _send_in_order(self, queued: Queued) -> None:
-        start = 0
-        while start < len(queued):
-            statement = queued[start][0]
-            end = start + 1
-            while end < len(queued) and queued[end][0] is statement:
-                end += 1
-            if end - start == 1:
-                await self._driver.run(statement, queued[start][1])
-            else:
-                await self._driver.run_many(statement, [params for _, params in queued[start:end]])
-            start = end
+        if queued:
+            await self._driver.send(queued)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once later transactions see this one's writes (cache upkeep)."""
@@ -371,13 +384,14 @@ class Database(ABC):
         """Send notifications now, in order, outside any transaction (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
-    async def execute_alone(self, statement: Statement, params: Params) -> None:
+    async def execute_alone(self, statement: Statement, params: Params) -> list[Row]:
         """Run one write statement in a transaction of its own, outside this process's writer
-        queue where the engine allows (PostgreSQL: on a pooled connection). For a write that must
-        not wait behind every queued transaction and that nothing else orders against, such as
-        renewing leases under load (a renewal stuck in the queue lets them expire)."""
+        queue where the engine allows (PostgreSQL: on a pooled connection, one round trip), and
+        return its rows. For a write that must not wait behind every queued transaction, such as
+        renewing leases under load (a renewal stuck in the queue lets them expire), or one that
+        orders itself (a lease claim takes the session's hold inside its statement)."""
         async with self.write() as scope:
-            scope.execute(statement, params)
+            return await scope.fetch(statement, params)
 
     async def fetch_one(self, statement: Statement, params: Params | None = None) -> Row | None:
         rows = await self.fetch(statement, params)
@@ -458,8 +472,8 @@ class Database(ABC):
 
     async def _commit(self, writer: Writer, scope: WriteScope) -> None:
         try:
-            await scope.flush_all()
-            await writer.end(commit=True)
+            await scope.settle()
+            await writer.commit(scope.take_all())
         except BaseException:
             await writer.end(commit=False)
             raise

@@ -2,10 +2,12 @@
 when. Owned by the cluster (``app/runtime/sessions/_cluster.py``); the event log reads a lease to
 fence a drain's writes.
 
-Invariant: a lease changes hands only through ``acquire`` (free, expired or already the caller's),
+Invariant: a lease changes hands only through ``claim`` (free, expired or already the caller's),
 and each acquisition gets a new token, so a writer holding an old token can tell it lost the lease."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from app.store import sql
 from app.store.database import Database, Reader, WriteScope
@@ -16,18 +18,21 @@ def reserve(scope: WriteScope, session_id: str, owner: str, expires_at: int) -> 
     scope.execute(sql.LEASE_RESERVE, {"session_id": session_id, "owner": owner, "expires_at": expires_at})
 
 
-async def acquire(scope: WriteScope, session_id: str, owner: str, expires_at: int, now: int) -> int | None:
-    """Take the lease if it is free, expired (at ``now``) or already ``owner``'s: its new token,
-    or None when another live owner holds it."""
+class Claim(NamedTuple):
+    """What a claim found and did (``claim``)."""
+
+    last_seq: int  # the session's last seq under its hold (-1 before its first event)
+    previous_owner: str | None  # who held the lease before, live or expired (None: nobody)
+    token: int | None  # the new token; None: another live owner keeps the lease
+
+
+async def claim(db: Database, session_id: str, owner: str, expires_at: int, now: int) -> Claim:
+    """Take the lease if it is free, expired (at ``now``) or already ``owner``'s, under the
+    session's hold (so after every writer still committing under the old lease), in a transaction
+    of its own."""
     params = {"session_id": session_id, "owner": owner, "expires_at": expires_at, "now": now}
-    taken = await scope.fetch(sql.LEASE_ACQUIRE, params)
-    return int(taken[0][0]) if taken else None
-
-
-async def holder(reader: Reader, session_id: str) -> tuple[str, int] | None:
-    """``(owner, token)`` of the session's lease, live or expired, if it has one."""
-    rows = await reader.fetch(sql.LEASE, {"session_id": session_id})
-    return (rows[0][0], int(rows[0][1])) if rows else None
+    last_seq, previous, token = (await db.execute_alone(sql.LEASE_CLAIM, params))[0]
+    return Claim(int(last_seq), previous, None if token is None else int(token))
 
 
 async def renew(db: Database, owner: str, expires_at: int) -> None:
@@ -37,9 +42,12 @@ async def renew(db: Database, owner: str, expires_at: int) -> None:
     await db.execute_alone(sql.LEASE_RENEW, {"owner": owner, "expires_at": expires_at})
 
 
-def release(scope: WriteScope, session_id: str, owner: str, token: int) -> None:
-    """Drop the lease if it is still ``owner``'s under ``token``."""
-    scope.execute(sql.LEASE_RELEASE, {"session_id": session_id, "owner": owner, "token": token})
+async def release(db: Database, session_id: str, owner: str, token: int, *, unless_admitted_after: int | None) -> bool:
+    """Drop the lease if it is still ``owner``'s under ``token``, unless (with
+    ``unless_admitted_after``, a seq) an input admitted after that seq waits: checked under the
+    session's hold, which admissions take too, so none slips in between. Whether it was dropped."""
+    params = {"session_id": session_id, "owner": owner, "token": token, "admitted_after": unless_admitted_after}
+    return bool((await db.execute_alone(sql.LEASE_RELEASE, params))[0][0])
 
 
 async def live(reader: Reader, now: int) -> dict[str, str]:

@@ -15,8 +15,17 @@ from typing import Any
 
 import asyncpg
 
-from app.store import sql
-from app.store.database import READERS, Database, DatabaseUnavailable, Params, Row, Writer, upgrade_schema
+from app.store import pg_script, sql
+from app.store.database import (
+    Database,
+    DatabaseUnavailable,
+    Params,
+    Queued,
+    Row,
+    Writer,
+    send_in_groups,
+    upgrade_schema,
+)
 from app.store.statement import Statement
 
 
@@ -73,13 +82,22 @@ def _deliver(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], 
 
 
 class _Connection:
-    """The writer connection. One the driver can no longer use (an operation cut short while
-    the database went away still holds its protocol) is dropped, so the next transaction opens
-    a new one instead of failing on it: the client is told 503, as for any lost database."""
+    """A writer connection. It sends a transaction in as few round trips as it can: BEGIN and
+    holds wait for the next statement, queued writes go as one script (``pg_script``), and a
+    commit begins the connection's next transaction in the same round trip ("COMMIT; BEGIN": an
+    open transaction with no statement run yet holds no snapshot, transaction id or lock), so a
+    transaction's first read is its first round trip.
+
+    One the driver can no longer use (an operation cut short while the database went away still
+    holds its protocol) is dropped, so the next transaction opens a new one instead of failing on
+    it: the client is told 503, as for any lost database."""
 
     def __init__(self, conn: asyncpg.Connection, url: str) -> None:
         self.conn = conn
         self.url = url
+        self._begun = False  # a transaction is open on the server (BEGIN was sent)
+        self._pending: list[str] = []  # statements for the next round trip (BEGIN, holds)
+        self._sent = False  # the open transaction ran a statement
 
     @contextmanager
     def _usable(self) -> Iterator[None]:
@@ -93,34 +111,81 @@ class _Connection:
     def discard(self) -> None:
         self.conn.terminate()
 
-    async def control(self, text: str) -> None:
-        """A statement of the engine's own that takes no parameters (BEGIN, COMMIT, the lock)."""
+    def begin(self) -> None:
+        """Open a transaction, without a round trip of its own."""
+        if not self._begun:
+            self._pending.append("BEGIN")
+            self._begun = True
+        self._sent = False
+
+    async def _script(self, statements: list[str]) -> None:
+        """Run ``statements`` in one round trip (simple query protocol)."""
         with self._usable():
-            await self.conn.execute(text)
+            await self.conn.execute(";\n".join(statements))
+
+    async def _ahead(self) -> None:
+        """Send what waits for the next round trip before a statement that cannot take it along."""
+        self._sent = True
+        if self._pending:
+            pending, self._pending = self._pending, []
+            await self._script(pending)
 
     async def run(self, statement: Statement, params: Params) -> None:
+        await self._ahead()
         with self._usable():
             await self.conn.execute(statement.postgres, *_positional(statement, params))
 
     async def run_many(self, statement: Statement, rows: list[Params]) -> None:
         if not rows:
             return
+        await self._ahead()
         with self._usable():
             await self.conn.executemany(statement.postgres, [_positional(statement, row) for row in rows])
 
     async def rows(self, statement: Statement, params: Params) -> list[Row]:
+        await self._ahead()
         with self._usable():
             return list(await self.conn.fetch(statement.postgres, *_positional(statement, params)))
 
+    async def send(self, queued: Queued) -> None:
+        texts = pg_script.render(queued)
+        if texts is None:
+            await send_in_groups(self, queued)
+            return
+        pending, self._pending = self._pending, []
+        self._sent = True
+        await self._script(pending + texts)
+
     async def hold(self, key: str) -> None:
-        await self.run(sql.HOLD, {"key": key})
+        self._pending.append(pg_script.statement_text(sql.HOLD, {"key": key}))
+
+    async def commit(self, queued: Queued) -> None:
+        texts = pg_script.render(queued)
+        if texts is None:
+            await send_in_groups(self, queued)
+            texts = []
+        if not texts and not self._sent:
+            self._forget_pending()
+            return  # nothing ran: the transaction stays open, empty, for the next one
+        pending, self._pending = self._pending, []
+        self._sent, self._begun = True, False  # a failure from here on is rolled back
+        await self._script([*pending, *texts, "COMMIT", "BEGIN"])
+        self._begun = True
+
+    def _forget_pending(self) -> None:
+        """Drop the holds of a transaction that ran nothing; a BEGIN not sent yet stays for the next."""
+        self._pending = self._pending[:1] if self._pending[:1] == ["BEGIN"] else []
 
     async def end(self, commit: bool) -> None:
         if commit:
-            await self.control("COMMIT")
+            await self.commit([])
             return
+        if not self._sent:
+            self._forget_pending()
+            return  # nothing ran: nothing to roll back
+        self._pending, self._begun = [], False
         try:
-            await self.control("ROLLBACK")
+            await self._script(["ROLLBACK"])
         except (DatabaseUnavailable, asyncpg.PostgresError):
             self.discard()  # a transaction may still be open on it: never reuse it
 
@@ -129,6 +194,10 @@ class _Connection:
 # them cluster-wide: a session's events are ordered by its hold (``WriteScope.hold``, an advisory
 # lock keyed by the session), and the whole-server cursor by transaction id (``app.events.log``).
 WRITERS = 8
+# Pooled connections, for reads, notifications and statements alone (a lease claim waits on its
+# session's hold there while a writer commits): more than SQLite's reader threads, since each one
+# waits a network round trip, not a disk read.
+POOLED = 8
 
 
 class PostgresDatabase(Database):
@@ -149,7 +218,7 @@ class PostgresDatabase(Database):
             await self.migrate()
             with _reachable(self.url, connecting=True):
                 self._idle.append(_Connection(await asyncpg.connect(dsn), self.url))
-                self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=READERS, reset=_as_left)
+                self._pool = await asyncpg.create_pool(dsn, min_size=1, max_size=POOLED, reset=_as_left)
         except DatabaseUnavailable:
             await self.close()
             raise
@@ -175,12 +244,7 @@ class PostgresDatabase(Database):
     async def _begin(self) -> _Connection:
         writer = await self._connected_writer()
         self._busy.add(writer)
-        try:
-            await writer.control("BEGIN")
-        except BaseException:  # cancelled or lost: leave no transaction open on it
-            await writer.end(commit=False)
-            self._release(writer)
-            raise
+        writer.begin()
         return writer
 
     def _release(self, writer: Writer) -> None:
@@ -211,11 +275,11 @@ class PostgresDatabase(Database):
             async with self._pool.acquire() as conn:  # one round trip; delivered in array order
                 await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", channel, list(payloads))
 
-    async def execute_alone(self, statement: Statement, params: Params) -> None:
+    async def execute_alone(self, statement: Statement, params: Params) -> list[Row]:
         assert self._pool is not None, "database is not open"
         with _reachable(self.url, connecting=True):
             async with self._pool.acquire() as conn:
-                await conn.execute(statement.postgres, *_positional(statement, params))
+                return list(await conn.fetch(statement.postgres, *_positional(statement, params)))
 
     async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         assert self._pool is not None, "database is not open"

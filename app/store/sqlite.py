@@ -28,9 +28,11 @@ from app.store.database import (
     Database,
     DatabaseUnavailable,
     Params,
+    Queued,
     Row,
     UnsupportedDatabase,
     _head_revision,
+    send_in_groups,
     upgrade_schema,
 )
 from app.store.statement import Statement
@@ -202,6 +204,13 @@ class _Writer:
 
     async def rows(self, statement: Statement, params: Params) -> list[Row]:
         return list(self._connection().execute(statement.sqlite, params).fetchall())
+
+    async def send(self, queued: Queued) -> None:
+        await send_in_groups(self, queued)
+
+    async def commit(self, queued: Queued) -> None:
+        await send_in_groups(self, queued)
+        await self.end(commit=True)
 
     def begin(self) -> None:
         conn = self._connection()

@@ -51,7 +51,7 @@ from app.runtime.sessions._coordinator import Lease
 from app.runtime.sessions._recovery import StepChanges, close_session
 from app.runtime.sessions._service import SessionService
 from app.runtime.sessions._topology import Controlled, Handler, Memo, Patience, Takeover
-from app.store import events, inputs, leases
+from app.store import leases
 
 log = logging.getLogger("opensession.cluster")
 
@@ -150,18 +150,15 @@ class ClusterTopology:
             await self.send(EVERYONE, "wake", session_id)
             return None
         now = now_ms()
-        async with self.db.write() as scope:
-            # Under the session's hold: a writer still draining under the old lease commits
-            # before (and is then read back), or finds the lease changed (``LeaseLost``).
-            last = await events.hold_session(scope, session_id)
-            before = await leases.holder(scope, session_id)
-            token = await leases.acquire(scope, session_id, self.origin, now + self.lease_ms, now)
-        previous = before[0] if before else None
+        # Under the session's hold: a writer still draining under the old lease commits before
+        # (and is then read back), or finds the lease changed (``LeaseLost``).
+        claimed = await leases.claim(self.db, session_id, self.origin, now + self.lease_ms, now)
+        previous, token = claimed.previous_owner, claimed.token
         if token is None:
             if previous is not None:
                 await self.send(previous, "wake", session_id)
             return None
-        lease = Lease(token, last)
+        lease = Lease(token, claimed.last_seq)
         if previous is not None and previous != self.origin:
             log.info("taking over %s from %s", session_id, previous)
             metrics.RECORDER.takeover()
@@ -185,14 +182,9 @@ class ClusterTopology:
         """Give the lease up; with ``unless_admitted_after`` (a session seq) only if no input
         admitted after it waits, checked in the same transaction (admissions are writes too, so
         none slips in between). Returns whether it was given up."""
-        async with self.db.write() as scope:
-            await scope.hold(session_id)  # an admission holds it too: none slips in between
-            if unless_admitted_after is not None and await inputs.any_unsettled(
-                scope, session_id, admitted_after=unless_admitted_after
-            ):
-                return False
-            leases.release(scope, session_id, self.origin, lease.token)
-        return True
+        return await leases.release(
+            self.db, session_id, self.origin, lease.token, unless_admitted_after=unless_admitted_after
+        )
 
     async def owners(self) -> dict[str, str]:
         """Sessions drained right now, anywhere in the cluster: session id -> owner."""

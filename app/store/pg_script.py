@@ -1,0 +1,72 @@
+"""A write transaction's statements as one PostgreSQL script: the simple query protocol runs any
+number of statements in one round trip, where the extended protocol (parameters bound apart from
+the text) costs a round trip per statement, or per ``executemany`` batch.
+
+Why render values into the text rather than bind them: asyncpg has no pipeline of different
+statements, and on a link with a realistic delay the round trips of a turn's transactions were
+most of its time (``bench/cluster.py``). The price is that PostgreSQL parses and plans each
+statement again, which costs less than a round trip.
+
+Rendering is total for the values the store binds (``str``, ``int``, ``bool``, ``float``,
+``None``): strings become escape-string constants (``E'...'``, backslash and quote doubled), whose
+meaning does not depend on ``standard_conforming_strings``; a negative number is parenthesized (so
+``x-$1`` cannot become a comment). Any other value makes ``render`` answer None: the caller binds
+that batch as parameters instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from app.store.database import Params, Queued
+from app.store.statement import Statement
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+# Each statement's text split at its placeholders: text, index, text, index, ..., text.
+_SPLIT: dict[Statement, list[str | int]] = {}
+
+
+class Unrenderable(TypeError):
+    """A value this module does not render (the batch is bound as parameters instead)."""
+
+
+def literal(value: object) -> str:
+    """``value`` as a PostgreSQL constant."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:d}" if value >= 0 else f"({value:d})"
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return repr(value) if value >= 0 else f"({value!r})"
+        return f"'{value!r}'::float8".replace("inf", "Infinity").replace("nan", "NaN")
+    if isinstance(value, str):
+        return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+    raise Unrenderable(f"cannot render a {type(value).__name__} as a PostgreSQL constant")
+
+
+def _split(statement: Statement) -> list[str | int]:
+    split = _SPLIT.get(statement)
+    if split is None:
+        pieces = _PLACEHOLDER.split(statement.postgres)
+        split = [piece if i % 2 == 0 else int(piece) - 1 for i, piece in enumerate(pieces)]
+        _SPLIT[statement] = split
+    return split
+
+
+def statement_text(statement: Statement, params: Params) -> str:
+    """``statement`` with ``params`` rendered in place of its placeholders."""
+    values = [literal(params[name]) for name in statement.postgres_params]
+    return "".join(piece if isinstance(piece, str) else values[piece] for piece in _split(statement))
+
+
+def render(queued: Queued) -> list[str] | None:
+    """The statements' texts, in order; None when a value cannot be rendered."""
+    try:
+        return [statement_text(statement, params) for statement, params in queued]
+    except Unrenderable:
+        return None

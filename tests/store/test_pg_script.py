@@ -1,0 +1,120 @@
+"""Transactions sent as scripts on PostgreSQL (``app.store.pg_script``, ``app.store.postgres``):
+values rendered into the text must mean exactly what the same values bound as parameters mean,
+whatever they contain, and a transaction must take as few round trips as it claims."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from app.store import pg_script, sql
+from app.store.database import open_database
+from app.store.postgres import PostgresDatabase
+from tests.postgres import Cluster
+
+HOSTILE_TEXTS = [
+    "",
+    "plain",
+    "it's",
+    "''",
+    "back\\slash",
+    "\\'; DROP TABLE sessions; --",
+    "E'\\x41'",
+    "$1 $2 $$ $tag$ dollar $tag$",
+    "line\nbreak\ttab\r",
+    "unicode: é ü 中文 🙂",
+    '{"json": "with \\"quotes\\" and \\\\ backslashes"}',
+    "-- not a comment",
+    "/* not a comment */",
+]
+NUMBERS = [0, 1, -1, 2**62, -(2**62), 1.5, -2.25, 1e-300, float("inf"), float("-inf")]
+
+
+@pytest.fixture
+def pg_url(postgres_cluster: Cluster | None) -> str:
+    if postgres_cluster is None:
+        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
+    return postgres_cluster.create_database()
+
+
+@pytest.fixture
+async def pg(pg_url: str) -> AsyncIterator[PostgresDatabase]:
+    db = open_database(pg_url)
+    assert isinstance(db, PostgresDatabase)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+def test_values_the_store_never_binds_are_not_rendered() -> None:
+    assert pg_script.render([(sql.NOTIFY, {"channel": "c", "payload": b"bytes"})]) is None
+    assert pg_script.render([(sql.NOTIFY, {"channel": "c", "payload": ["a"]})]) is None
+    assert pg_script.literal(-3) == "(-3)"  # "x-$1" must not become the comment "x--3"
+
+
+async def test_rendered_values_read_back_as_the_bound_ones(pg_url: str) -> None:
+    conn = await asyncpg.connect(pg_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        for setting in ("on", "off"):  # escape strings mean the same either way
+            await conn.execute(f"SET standard_conforming_strings = {setting}")
+            for text in HOSTILE_TEXTS:
+                assert await conn.fetchval(f"SELECT {pg_script.literal(text)}::text") == text
+            for number in NUMBERS:
+                kind = "float8" if isinstance(number, float) else "bigint"
+                assert await conn.fetchval(f"SELECT 10 - {pg_script.literal(number)}::{kind}") == 10 - number
+            assert math.isnan(await conn.fetchval(f"SELECT {pg_script.literal(float('nan'))}"))
+            for value in (None, True, False):
+                assert await conn.fetchval(f"SELECT {pg_script.literal(value)}::boolean") is value
+    finally:
+        await conn.close()
+
+
+async def test_a_transaction_stores_hostile_values_exactly(pg: PostgresDatabase) -> None:
+    rows = [{"session_id": f"ses_{i}", "todos": text} for i, text in enumerate(HOSTILE_TEXTS)]
+    async with pg.write() as scope:
+        for row in rows:
+            scope.execute(sql.UPSERT_TODOS, row)
+    for row in rows:
+        stored = await pg.fetch(sql.TODOS, {"session_id": row["session_id"]})
+        assert stored[0][0] == row["todos"]
+
+
+async def test_a_transaction_of_writes_is_one_round_trip_and_a_failed_one_leaves_nothing(
+    pg: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with pg.write() as scope:  # the first transaction of a connection sends its BEGIN too
+        scope.execute(sql.UPSERT_TODOS, {"session_id": "warm", "todos": "[]"})
+    sent: list[str] = []
+    original = asyncpg.Connection.execute
+
+    async def counted(self: asyncpg.Connection, query: str, *args: object, **kwargs: object) -> str:
+        sent.append(query)
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", counted)
+    async with pg.write() as scope:
+        await scope.hold("ses_a")
+        scope.execute(sql.UPSERT_TODOS, {"session_id": "ses_a", "todos": "[1]"})
+        scope.execute(sql.UPSERT_TODOS, {"session_id": "ses_b", "todos": "[2]"})
+    assert len(sent) == 1 and sent[0].endswith("COMMIT;\nBEGIN"), sent
+    assert "pg_advisory_xact_lock" in sent[0]
+
+    sent.clear()
+    with pytest.raises(asyncpg.PostgresError):
+        async with pg.write() as scope:
+            scope.execute(sql.UPSERT_TODOS, {"session_id": "ses_c", "todos": "[3]"})
+            scope.execute(sql.UPSERT_TODOS, {"session_id": None, "todos": "[4]"})  # NOT NULL
+    assert await pg.fetch(sql.TODOS, {"session_id": "ses_c"}) == []
+    async with pg.write() as scope:  # the connection is usable again
+        scope.execute(sql.UPSERT_TODOS, {"session_id": "ses_d", "todos": "[5]"})
+    assert (await pg.fetch(sql.TODOS, {"session_id": "ses_d"}))[0][0] == "[5]"
+
+    sent.clear()
+    async with pg.write():
+        pass  # nothing ran: nothing is sent
+    assert sent == []
