@@ -275,6 +275,48 @@ def workspace(prefix: str) -> Iterator[tuple[Path, Path, Path]]:
         yield base, project, config
 
 
+# -- a light HTTP client ------------------------------------------------------------------------
+
+
+class Poster:
+    """One session's keep-alive HTTP/1.1 connection for ``prompt_async``, on asyncio streams.
+
+    httpx costs the client process several milliseconds of CPU per request once 50 requests are
+    in flight (its pool scans every connection for every request); the client shares this
+    machine's two CPUs with the server, so that cost would show up as the server's latency. This
+    sends the bytes and reads the status line and headers, which a 204 ends."""
+
+    def __init__(self, port: int) -> None:
+        self._port = port
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def connect(self) -> Poster:
+        self._streams = await asyncio.open_connection(HOST, self._port)
+        return self
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        assert self._streams is not None, "connect first"
+        reader, writer = self._streams
+        payload = json.dumps(body).encode()
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {HOST}:{self._port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await reader.readexactly(length) if length else b""
+
+    def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+
+
 # -- the event stream ------------------------------------------------------------------------------
 
 

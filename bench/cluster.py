@@ -5,12 +5,13 @@ busy shared server sees them, over a delayed link to the database.
 The servers reach PostgreSQL through ``bench/delay_proxy.py``, which holds every chunk
 ``--rtt-ms / 2`` in each direction (default 1 ms round trip, a database in the next rack; this
 kernel has no netem). For each configuration: admitted prompts/s, completed turns/s, accept
-latency (p50/p99), a prompt's reply time (prompt_async -> its session idle, p50), server CPU per
-turn and, on PostgreSQL, per turn: round trips (chunks the servers sent through the proxy),
-commits and statements (``pg_stat_statements``). With two or more processes also: cross-process
-event delivery (``/api/event`` on process B for prompts sent to process A: arrival minus the
-event's timestamp) and the takeover time after SIGTERM and after ``kill -9`` of the process
-draining a session.
+latency (p50/p99), each reply's wait (from when its session could begin it: its prompt created or
+the session's previous reply done, whichever is later, to its completion), server CPU per turn,
+the client's and the delay proxy's CPU (they share the machine) and, on PostgreSQL, per turn:
+round trips (chunks the servers sent through the proxy), commits and statements
+(``pg_stat_statements``). With two or more processes also: cross-process event delivery
+(``/api/event`` on process B for prompts sent to process A: arrival minus the event's timestamp)
+and the takeover time after SIGTERM and after ``kill -9`` of the process draining a session.
 
 PostgreSQL is a throw-away cluster started from the system's binaries (as the tests do).
 Everything runs on 127.0.0.1 and is removed on exit. Run from the repository root::
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -32,10 +34,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from bench import ROOT, Metric, Server, cli, progress, workspace
+from bench import ROOT, Metric, Poster, Server, cli, progress, workspace
 
 sys.path.insert(1, str(ROOT))  # after bench/: ``tests.postgres`` starts the throw-away cluster
 
@@ -67,7 +70,7 @@ def servers(db: str, count: int, base: Path, project: Path, config: Path) -> Ite
 @dataclass
 class Drive:
     accept_ms: list[float]  # prompt_async -> 204
-    reply_ms: list[float]  # a prompt's user message created -> its reply completed (server clock)
+    reply_ms: list[float]  # a reply's wait, from when its session could begin it (``_reply_times``)
     admitted_s: float
     answered_s: float
     answers: int
@@ -81,18 +84,28 @@ async def _drive(urls: list[str], prompts_per_session: int) -> Drive:
         sids = [(await client.post(f"{urls[0]}/session")).json()["id"] for _ in range(SESSIONS)]
         latencies: list[float] = []
 
+        # The prompts go through light keep-alive connections (``Poster``), one per session and
+        # process: httpx's pool cost this client most of a CPU under the burst, on a machine whose
+        # two CPUs the servers, PostgreSQL and the delay proxy share.
+        ports = [int(url.rsplit(":", 1)[1]) for url in urls]
+        posters = {(sid, port): await Poster(port).connect() for sid in sids for port in dict.fromkeys(ports)}
+        in_order = {key: asyncio.Lock() for key in posters}  # one request at a time per connection
+
         async def send(index: int, sid: str) -> None:
-            url = urls[index % len(urls)]
-            started = time.perf_counter()
-            response = await client.post(
-                f"{url}/session/{sid}/prompt_async", json={"parts": [{"type": "text", "text": f"hi {index}"}]}
-            )
-            latencies.append((time.perf_counter() - started) * 1000)
-            assert response.status_code == 204, response.text
+            key = (sid, ports[index % len(ports)])
+            async with in_order[key]:
+                started = time.perf_counter()
+                status, body = await posters[key].post(
+                    f"/session/{sid}/prompt_async", {"parts": [{"type": "text", "text": f"hi {index}"}]}
+                )
+                latencies.append((time.perf_counter() - started) * 1000)
+            assert status == 204, body
 
         started = time.perf_counter()
         await asyncio.gather(*(send(i, sid) for i in range(prompts_per_session) for sid in sids))
         admitted = time.perf_counter() - started
+        for poster in posters.values():
+            poster.close()
         await asyncio.gather(
             *(client.post(f"{urls[i % len(urls)]}/api/session/{sid}/wait") for i, sid in enumerate(sids))
         )
@@ -100,13 +113,23 @@ async def _drive(urls: list[str], prompts_per_session: int) -> Drive:
         replies: list[float] = []
         for sid in sids:
             history = (await client.get(f"{urls[0]}/session/{sid}/message")).json()
-            asked = {m["info"]["id"]: m["info"]["time"]["created"] for m in history if m["info"]["role"] == "user"}
-            replies += [
-                m["info"]["time"]["completed"] - asked[m["info"]["parentID"]]
-                for m in history
-                if m["info"]["role"] == "assistant" and "completed" in m["info"]["time"]
-            ]
+            replies += _reply_times(history)
         return Drive(latencies, replies, admitted, answered_in, len(replies))
+
+
+def _reply_times(history: list[dict[str, Any]]) -> list[float]:
+    """Each reply's wait, in ms (server clock): from the moment it could begin (its prompt
+    created, or the session's previous reply completed, whichever is later: a session answers its
+    prompts one after another) to its completion. A burst queues several prompts per session, and
+    timing each from its own creation would count the replies before it in its session."""
+    asked = {m["info"]["id"]: m["info"]["time"]["created"] for m in history if m["info"]["role"] == "user"}
+    waits, previous = [], 0
+    for message in history:
+        info = message["info"]
+        if info["role"] == "assistant" and "completed" in info["time"]:
+            waits.append(info["time"]["completed"] - max(asked[info["parentID"]], previous))
+            previous = info["time"]["completed"]
+    return waits
 
 
 class DelayedLink:
@@ -137,6 +160,11 @@ class DelayedLink:
         """``db`` (a database URL on the cluster) reached through the link."""
         head, name = db.rsplit("/", 1)
         return f"{head.rsplit(':', 1)[0]}:{self.port}/{name}"
+
+    def cpu_seconds(self) -> float:
+        """The proxy's own CPU (user + system): on a small machine it competes with the servers."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def round_trips(self) -> int:
         self.stats.unlink(missing_ok=True)
@@ -234,7 +262,10 @@ def _measure(
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
             cpu_before = sum(p.cpu_seconds() for p in procs)
+            proxy_before = link.cpu_seconds() if link is not None else 0.0
+            client_before, wall_before = time.process_time(), time.perf_counter()
             drive = asyncio.run(_drive([p.url for p in procs], per_session))
+            client_share = (time.process_time() - client_before) / (time.perf_counter() - wall_before)
             cpu = sum(p.cpu_seconds() for p in procs) - cpu_before
             prompts = SESSIONS * per_session
             answers = max(drive.answers, 1)
@@ -243,17 +274,20 @@ def _measure(
             metrics.append(
                 Metric(f"{label}: accept (prompt_async -> 204)", "ms", 1000.0, samples=drive.accept_ms, judged_on="p99")
             )
-            metrics.append(Metric(f"{label}: reply (admitted -> answered)", "ms", 150.0, samples=drive.reply_ms))
+            metrics.append(Metric(f"{label}: reply (could begin -> answered)", "ms", 150.0, samples=drive.reply_ms))
             note = (
                 f"{label}: {prompts / drive.admitted_s:.0f} prompts/s admitted, {drive.answers / drive.answered_s:.1f} "
-                f"turns/s completed, {cpu / answers * 1000:.1f} ms server CPU per turn"
+                f"turns/s completed, {cpu / answers * 1000:.1f} ms server CPU per turn, client CPU "
+                f"{client_share:.0%} of the wall time"
             )
             if link is not None:
                 trips = link.round_trips() - trips_before
                 statements, commits = (
                     after - first for after, first in zip(_counters(cluster, db), before, strict=True)
                 )
+                proxy_cpu = link.cpu_seconds() - proxy_before
                 note += (
+                    f", delay proxy {proxy_cpu / answers * 1000:.1f} ms CPU per turn"
                     f", per turn: {trips / answers:.1f} round trips, {commits / answers:.1f} commits, "
                     f"{statements / answers:.1f} statements"
                 )

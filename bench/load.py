@@ -59,6 +59,7 @@ from stub import InstantStub
 from bench import (
     HOST,
     Metric,
+    Poster,
     Server,
     Subscriber,
     cli,
@@ -213,45 +214,6 @@ async def _replayed_ids(client: httpx.AsyncClient, start: int, last: int) -> lis
                 if frame_id >= last:
                     break
     return [i for i in ids if start < i <= last]
-
-
-class Poster:
-    """One session's keep-alive HTTP/1.1 connection for ``prompt_async``, on asyncio streams.
-
-    httpx costs the client process several milliseconds of CPU per request once 50 requests are
-    in flight (its pool scans every connection for every request); the client shares this
-    machine's two CPUs with the server, so that cost would show up as the server's latency. This
-    sends the bytes and reads the status line and headers, which a 204 ends."""
-
-    def __init__(self, port: int) -> None:
-        self._port = port
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def connect(self) -> Poster:
-        self._streams = await asyncio.open_connection(HOST, self._port)
-        return self
-
-    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        assert self._streams is not None, "connect first"
-        reader, writer = self._streams
-        payload = json.dumps(body).encode()
-        writer.write(
-            f"POST {path} HTTP/1.1\r\nHost: {HOST}:{self._port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n".encode()
-            + payload
-        )
-        head = await reader.readuntil(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        return status, await reader.readexactly(length) if length else b""
-
-    def close(self) -> None:
-        if self._streams is not None:
-            self._streams[1].close()
 
 
 async def _check_replies(client: httpx.AsyncClient, sessions: list[str], prompts: int) -> list[str]:

@@ -16,6 +16,7 @@ log's topology (``app.events.topology``):
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -53,8 +54,12 @@ class Transaction:
         # Set on a shared database: the cursor this transaction's events follow (``opened``).
         self.first_cursor: int | None = None
         self._numbered = 0
-        # Objects changed in this transaction (by id), for read-your-writes before commit.
-        self.overlay: dict[str, Session] = {}  # session infos changed in this transaction
+        # Session infos as they stand in this transaction (read under its hold, or changed in
+        # it), by id, for read-your-writes before commit.
+        self.overlay: dict[str, Session] = {}
+        # Session infos the transaction's start read under the hold (JSON text; None: no such
+        # session), not decoded until asked for.
+        self.held_infos: dict[str, str | None] = {}
 
     async def hold(self, session_id: str) -> None:
         """Before reading a session to change it: where other transactions write it at the same
@@ -139,6 +144,31 @@ def _row_to_event(row: Row) -> Event:
     )
 
 
+class SessionTurns:
+    """In this process, one write transaction per held session at a time, queued *before* it
+    takes a writer connection. Where transactions run concurrently (PostgreSQL), those holding one
+    session otherwise each took a connection and then waited on the session's hold inside the
+    database: a session's drain and its queued admissions could occupy every writer connection
+    while one of them worked (``bench/cluster.py``). Other processes' transactions still wait on
+    the hold in the database, which stays what orders them."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, int] = {}  # users of each lock, waiting or holding it
+
+    @asynccontextmanager
+    async def turn(self, session_id: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._waiting[session_id] -= 1
+            if not self._waiting[session_id]:
+                del self._waiting[session_id], self._locks[session_id]
+
+
 class EventLog:
     """The topology (chosen from the database) decides what is cached and how events fan out:
     on a shared database every process sees every event in one order."""
@@ -150,6 +180,7 @@ class EventLog:
         # This server instance, as other processes on a shared database know it (leases, relay).
         self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
         self.topology = log_topology(db, bus, self.origin, lambda after: self.since(after))
+        self._turns = SessionTurns()
 
     async def start(self) -> None:
         self._cursor = await events.newest_cursor(self.db)
@@ -196,12 +227,23 @@ class EventLog:
         ``at_once`` one is durable without waiting for the others of its loop pass
         (``Database.write``). ``hold``: the session it changes, held from the start
         (``Transaction.hold``, without a round trip of its own)."""
+        held = self.topology.held(hold)
+        if held is None:
+            async with self._transaction(urgent, at_once, hold) as tx:
+                yield tx
+            return
+        async with self._turns.turn(held), self._transaction(urgent, at_once, hold) as tx:
+            yield tx
+
+    @asynccontextmanager
+    async def _transaction(self, urgent: bool, at_once: bool, hold: str | None) -> AsyncIterator[Transaction]:
         async with self.db.write(urgent=urgent, at_once=at_once) as scope:
             opened = await self.topology.opened(scope, hold)
             tx = Transaction(scope, self)
             if opened is not None:  # other transactions write too: continue from where they stand
                 tx.first_cursor = opened.cursor
                 tx.next_seq.update(opened.next_seq)
+                tx.held_infos.update(opened.infos)
             yield tx
             self.topology.committing(scope, tx.events, tx.next_seq)
 

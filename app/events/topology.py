@@ -41,10 +41,12 @@ FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence",
 
 @dataclass(frozen=True)
 class Opened:
-    """The cursor the transaction's events follow, and the next seq of the sessions it holds."""
+    """The cursor the transaction's events follow, the next seq of the session it holds and that
+    session's info as read under the hold (JSON text; None: no such session)."""
 
     cursor: int
     next_seq: dict[str, int]
+    infos: dict[str, str | None]
 
 
 class LeaseLost(Exception):
@@ -71,6 +73,11 @@ class LogTopology(Protocol):
 
     def committed_seq(self, session_id: str) -> int | None:
         """The session's last durable seq as this process knows it; None: read it from the log."""
+        ...
+
+    def held(self, hold: str | None) -> str | None:
+        """The session a transaction about to begin will hold from its start (the one the calling
+        task drains, or ``hold``), where transactions run concurrently; None elsewhere."""
         ...
 
     async def opened(self, scope: WriteScope, hold: str | None) -> Opened | None:
@@ -111,6 +118,9 @@ class LocalLogTopology:
 
     def committed_seq(self, session_id: str) -> int | None:
         return self._committed_seq.get(session_id)
+
+    def held(self, hold: str | None) -> str | None:
+        return None  # one transaction at a time already
 
     async def opened(self, scope: WriteScope, hold: str | None) -> Opened | None:
         return None
@@ -154,13 +164,19 @@ class ClusterLogTopology:
     def committed_seq(self, session_id: str) -> int | None:
         return None
 
+    def held(self, hold: str | None) -> str | None:
+        fence = FENCE.get()
+        return fence[0] if fence is not None else hold
+
     async def opened(self, scope: WriteScope, hold: str | None) -> Opened:
         fence = FENCE.get()
-        held = fence[0] if fence is not None else hold
+        held = self.held(hold)
         head = await stored_events.write_head(scope, held)
         if fence is not None and head.lease != fence[1:]:
             raise LeaseLost(fence[0])
-        return Opened(head.first_cursor, {} if held is None else {held: head.last_seq + 1})
+        if held is None:
+            return Opened(head.first_cursor, {}, {})
+        return Opened(head.first_cursor, {held: head.last_seq + 1}, {held: head.session_info})
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
         # Delivered by the database at commit, in commit order.

@@ -236,13 +236,14 @@ MAX_SEQ = Clause(select(func.max(events.c.seq)).where(events.c.session_id == bin
 # PostgreSQL only (so not ``quick``: SQLite never runs them); the functions are migration 0012's.
 # What a write transaction on a shared database reads first, in one round trip: where its cursors
 # start and, for the session its task drains (``session_id``; "" for none), the session's hold,
-# its last seq and its lease.
+# its last seq, its lease and its info (migration 0013).
 WRITE_HEAD = Clause(
     select(
         literal_column("first_cursor"),
         literal_column("last_seq"),
         literal_column("lease_owner"),
         literal_column("lease_token"),
+        literal_column("session_info"),
     ).select_from(func.opensession_write_head(bindparam("session_id", type_=String)))
 )
 

@@ -15,13 +15,15 @@ class WriteHead(NamedTuple):
     first_cursor: int  # its events' cursors follow this one (its transaction id, shifted)
     last_seq: int  # the held session's newest seq (-1 before its first event, or none held)
     lease: tuple[str, int] | None  # the held session's lease: (owner, token)
+    session_info: str | None  # the held session's info as JSON text (None: no such session)
 
 
 async def write_head(scope: WriteScope, session_id: str | None) -> WriteHead:
     """Where the transaction's cursors start, and for ``session_id`` its hold (kept to the
-    commit), then its ``last_seq`` and lease holder, in one round trip (shared databases)."""
-    first, seq, owner, token = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
-    return WriteHead(int(first), -1 if seq is None else int(seq), None if owner is None else (owner, int(token)))
+    commit), then its ``last_seq``, lease holder and info, in one round trip (shared databases)."""
+    first, seq, owner, token, info = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
+    lease = None if owner is None else (owner, int(token))
+    return WriteHead(int(first), -1 if seq is None else int(seq), lease, info)
 
 
 async def hold_session(scope: WriteScope, session_id: str) -> int:

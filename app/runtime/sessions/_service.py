@@ -277,12 +277,15 @@ class SessionService:
         info = tx.overlay.get(session_id)
         if info is not None:
             return info
-        await tx.hold(session_id)
-        info = self._cache.get(session_id)
+        if session_id in tx.held_infos:  # read with the hold, as the transaction began
+            raw = tx.held_infos.pop(session_id)
+            info = None if raw is None else loads(raw)
+        else:
+            await tx.hold(session_id)
+            info = self._cache.get(session_id) or await session_info(tx.scope, session_id)
         if info is None:
-            info = await session_info(tx.scope, session_id)
-            if info is None:
-                raise SessionNotFound(session_id)
+            raise SessionNotFound(session_id)
+        tx.overlay[session_id] = info  # held: nobody else changes it until the commit
         return info
 
     async def mutate(self, tx: Transaction, session_id: str, change: Mutation, *, touch: bool = True) -> Session:
