@@ -200,6 +200,11 @@ LEASE_RENEW = Clause(
     update(leases).where(leases.c.owner == bindparam("owner")).values(expires_at=bindparam("expires_at"))
 )
 LIVE_LEASES = Clause(select(leases.c.session_id, leases.c.owner).where(leases.c.expires_at >= bindparam("now")))
+LIVE_LEASE = Clause(
+    select(leases.c.owner).where(
+        leases.c.session_id == bindparam("session_id"), leases.c.expires_at >= bindparam("now")
+    )
+)
 ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.expires_at))
 # Inputs a releasing owner has not seen: admitted after its claim and not yet answered.
 # -- pty owners (shared databases) ----------------------------------------------------------------

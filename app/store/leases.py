@@ -55,6 +55,12 @@ async def live(reader: Reader, now: int) -> dict[str, str]:
     return {row[0]: row[1] for row in await reader.fetch(sql.LIVE_LEASES, {"now": now})}
 
 
+async def live_owner(reader: Reader, session_id: str, now: int) -> str | None:
+    """Who holds the session's lease, if it has one not expired at ``now`` (a keyed read)."""
+    rows = await reader.fetch(sql.LIVE_LEASE, {"session_id": session_id, "now": now})
+    return rows[0][0] if rows else None
+
+
 async def every(reader: Reader) -> list[tuple[str, str, int]]:
     """``(session_id, owner, expires_at)`` of every lease, live or expired."""
     return [(row[0], row[1], int(row[2])) for row in await reader.fetch(sql.ALL_LEASES)]

@@ -197,7 +197,7 @@ class ClusterTopology:
         return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}
 
     async def leased(self, session_id: str) -> bool:
-        return session_id in await self.owners()
+        return await leases.live_owner(self.db, session_id, now_ms()) is not None
 
     async def reserved(self, held: Callable[[str], bool]) -> set[str]:
         """Every session with a lease is busy (read from the database, so every process answers
@@ -253,7 +253,7 @@ class ClusterTopology:
         return True
 
     async def _owner_elsewhere(self, session_id: str) -> str | None:
-        owner = (await self.owners()).get(session_id)
+        owner = await leases.live_owner(self.db, session_id, now_ms())
         return None if owner == self.origin else owner
 
     async def forward(self, session_id: str, op: str, **extra: Any) -> bool:
@@ -264,7 +264,7 @@ class ClusterTopology:
             return False
         await self.send(owner, op, session_id, **extra)
         deadline = time.monotonic() + self.lease_ms / 1000
-        while time.monotonic() < deadline and (await self.owners()).get(session_id) == owner:
+        while time.monotonic() < deadline and await leases.live_owner(self.db, session_id, now_ms()) == owner:
             await asyncio.sleep(0.05)
         return True
 
