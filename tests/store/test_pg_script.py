@@ -4,6 +4,7 @@ whatever they contain, and a transaction must take as few round trips as it clai
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 
@@ -118,3 +119,25 @@ async def test_a_transaction_of_writes_is_one_round_trip_and_a_failed_one_leaves
     async with pg.write():
         pass  # nothing ran: nothing is sent
     assert sent == []
+
+
+async def test_a_writer_connection_the_server_closed_while_idle_is_replaced(pg_url: str) -> None:
+    """Writer connections wait with an empty transaction open (COMMIT begins the next): where the
+    server ends such idle transactions, the next write opens a new connection and succeeds."""
+    admin = await asyncpg.connect(pg_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        name = pg_url.rsplit("/", 1)[1]
+        await admin.execute(f'ALTER DATABASE "{name}" SET idle_in_transaction_session_timeout = 200')
+    finally:
+        await admin.close()
+    db = open_database(pg_url)
+    await db.open()
+    try:
+        for round_ in range(3):
+            async with db.write() as scope:
+                scope.execute(sql.UPSERT_TODOS, {"session_id": f"ses_{round_}", "todos": "[]"})
+            await asyncio.sleep(0.5)  # longer than the timeout: the server closes the idle writer
+            assert isinstance(db, PostgresDatabase) and all(w.conn.is_closed() for w in db._idle)
+        assert [len(await db.fetch(sql.TODOS, {"session_id": f"ses_{i}"})) for i in range(3)] == [1, 1, 1]
+    finally:
+        await db.close()
