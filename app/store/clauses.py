@@ -28,11 +28,14 @@ from sqlalchemy import (
     String,
     Table,
     bindparam,
+    cast,
     delete,
     func,
     literal_column,
+    null,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import sqlite
@@ -334,37 +337,46 @@ MESSAGE_COUNT = Clause(
     select(func.count()).select_from(messages).where(messages.c.session_id == bindparam("session_id")),
     quick=True,
 )
+
+
 # A turn's window: the messages after a log position, their parts, and the prompts admitted but not
 # yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
 # join copied each message's info onto every part row and looked up an input for every row, so a
 # long history cost more to read (bench/README.md, "A step's fixed costs").
-WINDOW_MESSAGES = Clause(
-    select(messages.c.id, messages.c.info)
-    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
-    .order_by(messages.c.seq, messages.c.id),
-    quick=True,
-)
-WINDOW_PARTS_ALL = Clause(
-    select(parts.c.message_id, parts.c.data)
-    .where(parts.c.session_id == bindparam("session_id"))
-    .order_by(parts.c.message_id, parts.c.id),
-    quick=True,
-)
-WINDOW_PARTS_AFTER_SEQ = Clause(
-    select(parts.c.message_id, parts.c.data)
-    .select_from(messages.join(parts, parts.c.message_id == messages.c.id))
-    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
-    .order_by(parts.c.message_id, parts.c.id),
-    quick=True,
-)
-WAITING_INPUTS = Clause(
-    select(inputs.c.id).where(
+def _window(*, every_part: bool) -> Clause:
+    """A session's window in one read: its messages past ``seq`` (kind 0: id, info, in entry
+    order), their parts (kind 1: message id, data, in message and part id order) and the prompts
+    admitted but not yet promoted (kind 2: id). ``every_part``: without a snapshot every part of
+    the session is in the window, one range of its index."""
+    message_rows = select(
+        literal_column("0").label("kind"),
+        messages.c.id.label("a"),
+        messages.c.info.label("b"),
+        messages.c.seq.label("s"),
+        messages.c.id.label("t"),
+    ).where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
+    part_rows = select(literal_column("1"), parts.c.message_id, parts.c.data, literal_column("0"), parts.c.id).where(
+        parts.c.session_id == bindparam("session_id")
+    )
+    if not every_part:
+        part_rows = part_rows.select_from(messages.join(parts, parts.c.message_id == messages.c.id)).where(
+            messages.c.seq > bindparam("seq")
+        )
+    waiting_rows = select(
+        literal_column("2"), inputs.c.id, cast(null(), String), literal_column("0"), inputs.c.id
+    ).where(
         inputs.c.session_id == bindparam("session_id"),
         inputs.c.completed.is_(False),
         inputs.c.promoted_seq.is_(None),
-    ),
-    quick=True,
-)
+    )
+    query = union_all(message_rows, part_rows, waiting_rows).order_by(
+        literal_column("kind"), literal_column("s"), literal_column("a"), literal_column("t")
+    )
+    return Clause(query, quick=True)
+
+
+WINDOW_ALL = _window(every_part=True)
+WINDOW_AFTER_SEQ = _window(every_part=False)
 # Every directory that has sessions, with its latest activity, most recent first (GET /project):
 # one row per directory, read from the (directory, time_updated) index alone.
 SESSION_DIRECTORIES = Clause(

@@ -241,16 +241,17 @@ class Queries:
         """Messages that entered the session after log position ``seq`` (-1: all), in entry order,
         and the ids of those that are prompts admitted but not yet promoted into a step."""
         params = {"session_id": session_id, "seq": seq}
-        found = {row[0]: RawMessage(row[0], row[1], []) for row in await self.db.fetch(sql.WINDOW_MESSAGES, params)}
-        if not found:
-            return [], set()
-        # Without a snapshot every part of the session is in the window: one range of its index.
-        parts_sql = sql.WINDOW_PARTS_ALL if seq < 0 else sql.WINDOW_PARTS_AFTER_SEQ
-        for message_id, data in await self.db.fetch(parts_sql, params):
-            message = found.get(message_id)
-            if message is not None:
-                message.parts.append(data)
-        waiting = {row[0] for row in await self.db.fetch(sql.WAITING_INPUTS, params) if row[0] in found}
+        found: dict[str, RawMessage] = {}
+        waiting: set[str] = set()
+        for kind, key, data, _, _ in await self.db.fetch(sql.WINDOW_ALL if seq < 0 else sql.WINDOW_AFTER_SEQ, params):
+            if kind == 0:
+                found[key] = RawMessage(key, data, [])
+            elif kind == 1:
+                message = found.get(key)
+                if message is not None:
+                    message.parts.append(data)
+            elif key in found:
+                waiting.add(key)
         return [m.decode() for m in found.values()], waiting
 
     async def latest_summary(self, session_id: str) -> Row | None:
