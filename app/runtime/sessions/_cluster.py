@@ -39,7 +39,7 @@ from contextlib import suppress
 from typing import Any
 
 from app.clock import now_ms
-from app.events.bus import Subscription
+from app.events.bus import Overflowed, Subscription
 from app.events.log import Transaction
 from app.events.model import Event
 from app.events.topology import FENCE
@@ -69,6 +69,12 @@ FOLLOWED_REQUEST_EVENTS = frozenset(
         "message.part.updated",
     }
 )
+
+
+# The status announcements of a session drained elsewhere that may mean it is idle now, and how
+# long a wait for one lasts before the lease is read again (its owner may have died).
+STATUS_EVENTS = frozenset({"session.status", "session.idle"})
+ELSEWHERE_RECHECK_S = 1.0
 
 
 class ClusterTopology:
@@ -292,22 +298,32 @@ class ClusterTopology:
 
     async def await_idle(self, session_id: str) -> None:
         """Wait until no process holds the session and no admitted prompt is about to be claimed
-        (prompts parked by an interrupt stay parked: after a quiet second they no longer count)."""
+        (prompts parked by an interrupt stay parked: after a quiet second they no longer count).
+        While another process drains it, wait for that process's status announcements (relayed
+        here) rather than asking the database every few milliseconds; a slow re-check covers one
+        that never comes (its process died)."""
         assert self._target is not None
         quiet_since: float | None = None
-        while True:
-            if self._target.is_active(session_id):
-                await self._target.await_idle(session_id)
-                quiet_since = None
-            elif await self.leased(session_id):
-                quiet_since = None
-            elif not await self.infra.queries.unsettled_inputs(session_id):
-                return
-            else:
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 1.0:
+        announced = self.infra.bus.subscribe(lambda e: e.type in STATUS_EVENTS, session=session_id)
+        try:
+            while True:
+                if self._target.is_active(session_id):
+                    await self._target.await_idle(session_id)
+                    quiet_since = None
+                elif await self.leased(session_id):
+                    quiet_since = None
+                    with suppress(Overflowed):
+                        await announced.next(ELSEWHERE_RECHECK_S)
+                    continue
+                elif not await self.infra.queries.unsettled_inputs(session_id):
                     return
-            await asyncio.sleep(0.05)
+                else:
+                    quiet_since = quiet_since or time.monotonic()
+                    if time.monotonic() - quiet_since > 1.0:
+                        return
+                await asyncio.sleep(0.05)
+        finally:
+            announced.close()
 
     # -- requests asked on other processes ---------------------------------------------------
 
