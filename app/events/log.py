@@ -146,11 +146,13 @@ def _row_to_event(row: Row) -> Event:
 
 class SessionTurns:
     """In this process, one write transaction per held session at a time, queued *before* it
-    takes a writer connection. Where transactions run concurrently (PostgreSQL), those holding one
-    session otherwise each took a connection and then waited on the session's hold inside the
-    database: a session's drain and its queued admissions could occupy every writer connection
-    while one of them worked (``bench/cluster.py``). Other processes' transactions still wait on
-    the hold in the database, which stays what orders them."""
+    takes a writer connection (and after a drain's transaction has yielded to urgent ones, so an
+    admission never waits behind one that is only being polite). Where transactions run
+    concurrently (PostgreSQL), those holding one session otherwise each took a connection and
+    then waited on the session's hold inside the database: a session's drain and its queued
+    admissions could occupy every writer connection while one of them worked
+    (``bench/cluster.py``). Other processes' transactions still wait on the hold in the
+    database, which stays what orders them."""
 
     def __init__(self) -> None:
         self._locks: dict[str, asyncio.Lock] = {}
@@ -228,16 +230,8 @@ class EventLog:
         (``Database.write``). ``hold``: the session it changes, held from the start
         (``Transaction.hold``, without a round trip of its own)."""
         held = self.topology.held(hold)
-        if held is None:
-            async with self._transaction(urgent, at_once, hold) as tx:
-                yield tx
-            return
-        async with self._turns.turn(held), self._transaction(urgent, at_once, hold) as tx:
-            yield tx
-
-    @asynccontextmanager
-    async def _transaction(self, urgent: bool, at_once: bool, hold: str | None) -> AsyncIterator[Transaction]:
-        async with self.db.write(urgent=urgent, at_once=at_once) as scope:
+        queue = None if held is None else self._turns.turn(held)
+        async with self.db.write(urgent=urgent, at_once=at_once, queue=queue) as scope:
             opened = await self.topology.opened(scope, hold)
             tx = Transaction(scope, self)
             if opened is not None:  # other transactions write too: continue from where they stand

@@ -28,7 +28,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -409,18 +409,23 @@ class Database(ABC):
         return None
 
     @asynccontextmanager
-    async def write(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[WriteScope]:
+    async def write(
+        self, *, urgent: bool = False, at_once: bool = False, queue: AbstractAsyncContextManager[None] | None = None
+    ) -> AsyncIterator[WriteScope]:
         """A write transaction; ``urgent`` ones (a client waits on them) go first (``UrgentFirst``).
         An ``at_once`` one is made durable as soon as it ends, where an engine would otherwise
-        commit it together with the transactions that end after it (SQLite's group commit)."""
+        commit it together with the transactions that end after it (SQLite's group commit).
+        ``queue`` is held from when the transaction may begin (a drain's has yielded to urgent
+        ones) to its end, and entered before it takes a writer connection."""
+        queued = queue if queue is not None else nullcontext()
         if not urgent:
             await self._urgent_first.yield_to_urgent()
-            async with self._transaction(urgent=False, at_once=at_once) as scope:
+            async with queued, self._transaction(urgent=False, at_once=at_once) as scope:
                 yield scope
             return
         self._urgent_first.begin()
         try:
-            async with self._transaction(urgent=True, at_once=at_once) as scope:
+            async with queued, self._transaction(urgent=True, at_once=at_once) as scope:
                 yield scope
         finally:
             self._urgent_first.end()

@@ -24,6 +24,7 @@ from app.events.log import EventLog
 from app.events.model import Event
 from app.store import project_settings
 from app.store.database import Database, open_database
+from app.store.postgres import PostgresDatabase
 from tests.postgres import Cluster
 
 WRITERS_PER_LOG = 12
@@ -139,3 +140,25 @@ async def test_a_read_modify_write_under_a_hold_loses_no_concurrent_change(two_l
     await asyncio.gather(*(increment(log.db) for log in two_logs for _ in range(20)))
     stored = await project_settings.settings(two_logs[0].db, "prj_counter")
     assert stored is not None and stored[0]["count"] == 40
+
+
+async def test_transactions_of_one_session_queue_in_the_process_not_on_writer_connections(
+    two_logs: list[EventLog],
+) -> None:
+    """Transactions holding one session wait for each other before they take a writer connection:
+    waiting on the session's hold inside the database would occupy a connection each."""
+    log = two_logs[0]
+    db = log.db
+    assert isinstance(db, PostgresDatabase)
+    peak = 0
+
+    async def one(index: int) -> None:
+        nonlocal peak
+        async with log.transaction(hold="ses_busy") as tx:
+            peak = max(peak, len(db._busy))
+            await tx.emit("test.tick", {"n": index}, session_id="ses_busy", directory="/d")
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(one(i) for i in range(6)))
+    assert peak == 1
+    assert [e.seq for e in await log.session_since("ses_busy", -1)] == list(range(6))
