@@ -71,8 +71,9 @@ def _positional(statement: Statement, params: Params) -> list[Any]:
 
 
 class _Pooled:
-    """Connections for reads, notifications and statements alone, one caller at a time on each,
-    at most ``size`` of them, opened as needed and again after a loss. They only run statements in
+    """Connections for statements outside the writers' transactions (reads, notifications,
+    statements alone), one caller at a time on each, at most ``size`` of them, opened as needed
+    and again after a loss. They only run statements in
     transactions of their own and never LISTEN, lock or SET, so one is handed on as it was left.
 
     Why not asyncpg's pool: its acquire and release cost the caller about 100 us of CPU per use,
@@ -239,10 +240,12 @@ class _Connection:
 # them cluster-wide: a session's events are ordered by its hold (``WriteScope.hold``, an advisory
 # lock keyed by the session), and the whole-server cursor by transaction id (``app.events.log``).
 WRITERS = 8
-# Pooled connections, for reads, notifications and statements alone (a lease claim waits on its
-# session's hold there while a writer commits): more than SQLite's reader threads, since each one
-# waits a network round trip, not a disk read.
-POOLED = 8
+# Connections for reads and notifications: more than SQLite's reader threads, since each one waits
+# a network round trip, not a disk read. Statements alone (lease claims, releases, renewals) have
+# connections of their own: a claim waits there on its session's hold while a writer commits, and
+# the writer may need a read to get there, so claims must never take every reader.
+READERS = 8
+ALONE = 4
 
 
 class PostgresDatabase(Database):
@@ -253,7 +256,8 @@ class PostgresDatabase(Database):
         super().__init__(url)
         self._idle: list[_Connection] = []  # writer connections with no transaction open
         self._busy: set[_Connection] = set()
-        self._pooled = _Pooled(url, POOLED)
+        self._readers = _Pooled(url, READERS)
+        self._alone = _Pooled(url, ALONE)
         self._listener: asyncpg.Connection | None = None
         self._channels: dict[str, Callable[[str], None]] = {}
 
@@ -315,17 +319,17 @@ class PostgresDatabase(Database):
 
     async def notify(self, channel: str, *payloads: str) -> None:
         with _reachable(self.url, connecting=True):
-            async with self._pooled.connection() as conn:  # one round trip; delivered in array order
+            async with self._readers.connection() as conn:  # one round trip; delivered in array order
                 await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", channel, list(payloads))
 
     async def execute_alone(self, statement: Statement, params: Params) -> list[Row]:
         with _reachable(self.url, connecting=True):
-            async with self._pooled.connection() as conn:
+            async with self._alone.connection() as conn:
                 return list(await conn.fetch(statement.postgres, *_positional(statement, params)))
 
     async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         args = _positional(statement, params or {})
-        async with self._pooled.connection() as conn:
+        async with self._readers.connection() as conn:
             with _reachable(self.url):
                 return list(await conn.fetch(statement.postgres, *args))
 
@@ -336,4 +340,5 @@ class PostgresDatabase(Database):
         for writer in [*self._idle, *self._busy]:
             await writer.conn.close()
         self._idle, self._busy = [], set()
-        await self._pooled.close()
+        await self._readers.close()
+        await self._alone.close()
