@@ -27,21 +27,25 @@ down_revision = "0012"
 branch_labels = None
 depends_on = None
 
-WRITE_HEAD = """
+
+def _write_head(*, with_info: bool) -> str:
+    """``opensession_write_head`` as migration 0012 made it, or with the session's info too."""
+    info_out = ",\n    OUT session_info text" if with_info else ""
+    info_read = "\n        SELECT s.info INTO session_info FROM sessions s WHERE s.id = session;" if with_info else ""
+    return f"""
 CREATE FUNCTION opensession_write_head(
-    session text, OUT first_cursor bigint, OUT last_seq bigint, OUT lease_owner text, OUT lease_token bigint,
-    OUT session_info text
+    session text, OUT first_cursor bigint, OUT last_seq bigint, OUT lease_owner text, OUT lease_token bigint{info_out}
 ) LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     first_cursor := pg_current_xact_id()::text::bigint << 20;
     IF session <> '' THEN
         last_seq := opensession_hold_session(session);
-        SELECT l.owner, l.token INTO lease_owner, lease_token FROM leases l WHERE l.session_id = session;
-        SELECT s.info INTO session_info FROM sessions s WHERE s.id = session;
+        SELECT l.owner, l.token INTO lease_owner, lease_token FROM leases l WHERE l.session_id = session;{info_read}
     END IF;
 END
 $$
 """
+
 
 CLAIM = """
 CREATE OR REPLACE FUNCTION opensession_claim(
@@ -77,26 +81,11 @@ $$
 """
 
 
-_PREVIOUS_WRITE_HEAD = """
-CREATE FUNCTION opensession_write_head(
-    session text, OUT first_cursor bigint, OUT last_seq bigint, OUT lease_owner text, OUT lease_token bigint
-) LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    first_cursor := pg_current_xact_id()::text::bigint << 20;
-    IF session <> '' THEN
-        last_seq := opensession_hold_session(session);
-        SELECT l.owner, l.token INTO lease_owner, lease_token FROM leases l WHERE l.session_id = session;
-    END IF;
-END
-$$
-"""
-
-
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute("DROP FUNCTION opensession_write_head(text)")  # its result type changes
-    op.execute(WRITE_HEAD)
+    op.execute(_write_head(with_info=True))
     op.execute(CLAIM)
     op.execute(RELEASE)
 
@@ -107,4 +96,4 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION opensession_release(text, text, bigint, bigint)")
     op.execute("DROP FUNCTION opensession_claim(text, text, bigint, bigint)")
     op.execute("DROP FUNCTION opensession_write_head(text)")
-    op.execute(_PREVIOUS_WRITE_HEAD)
+    op.execute(_write_head(with_info=False))
