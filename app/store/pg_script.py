@@ -7,11 +7,12 @@ statements, and on a link with a realistic delay the round trips of a turn's tra
 most of its time (``bench/cluster.py``). The price is that PostgreSQL parses and plans each
 statement again, which costs less than a round trip.
 
-Rendering is total for the values the store binds (``str``, ``int``, ``bool``, ``float``,
-``None``): strings become escape-string constants (``E'...'``, backslash and quote doubled), whose
-meaning does not depend on ``standard_conforming_strings``; a negative number is parenthesized (so
-``x-$1`` cannot become a comment). Any other value makes ``render`` answer None: the caller binds
-that batch as parameters instead.
+Rendering covers the values the store binds (``str``, ``int``, ``bool``, ``float``, ``None``):
+strings become escape-string constants (``E'...'``, backslash and quote doubled), whose meaning
+does not depend on ``standard_conforming_strings``; a negative number is parenthesized (so
+``x-$1`` cannot become a comment). Any other value, and a string holding NUL (which would end the
+query text in the protocol; PostgreSQL text cannot hold it anyway), makes ``render`` answer None:
+the caller binds that batch as parameters instead.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def literal(value: object) -> str:
             return repr(value) if value >= 0 else f"({value!r})"
         return f"'{value!r}'::float8".replace("inf", "Infinity").replace("nan", "NaN")
     if isinstance(value, str):
+        if "\x00" in value:  # it would end the query text in the protocol: bound, it is refused
+            raise Unrenderable("a NUL character is bound as a parameter, not rendered")
         return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
     raise Unrenderable(f"cannot render a {type(value).__name__} as a PostgreSQL constant")
 
