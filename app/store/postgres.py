@@ -73,8 +73,8 @@ def _positional(statement: Statement, params: Params) -> list[Any]:
 class _Pooled:
     """Connections for statements outside the writers' transactions (reads, notifications,
     statements alone), one caller at a time on each, at most ``size`` of them, opened as needed
-    and again after a loss. They only run statements in
-    transactions of their own and never LISTEN, lock or SET, so one is handed on as it was left.
+    and again after a loss. They only run statements in transactions of their own and never
+    LISTEN, lock or SET, so one is handed on as it was left.
 
     Why not asyncpg's pool: its acquire and release cost the caller about 100 us of CPU per use,
     more than a read itself (63 us; measured on loopback, 5,000 ``SELECT 1``), and a turn makes a
@@ -141,7 +141,7 @@ class _Connection:
     def __init__(self, conn: asyncpg.Connection, url: str) -> None:
         self.conn = conn
         self.url = url
-        self._begun = False  # a transaction is open on the server (BEGIN was sent)
+        self._begun = False  # a transaction is open, or its BEGIN waits in ``_pending``
         self._pending: list[str] = []  # statements for the next round trip (BEGIN, holds)
         self._sent = False  # the open transaction ran a statement
 
