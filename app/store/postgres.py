@@ -243,9 +243,10 @@ WRITERS = 8
 # Connections for reads and notifications: more than SQLite's reader threads, since each one waits
 # a network round trip, not a disk read. Statements alone (lease claims, releases, renewals) have
 # connections of their own: a claim waits there on its session's hold while a writer commits, and
-# the writer may need a read to get there, so claims must never take every reader.
-READERS = 8
-ALONE = 4
+# the writer may need a read to get there, so claims must never take every reader. With the
+# writers and the listener: at most 17 connections per process (as many as before these lists).
+READERS = 6
+ALONE = 2
 
 
 class PostgresDatabase(Database):
