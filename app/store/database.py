@@ -94,9 +94,8 @@ class Writer(Driver, Protocol):
         """Run the transaction's last statements and COMMIT."""
         ...
 
-    async def end(self, commit: bool) -> None:
-        """COMMIT (``commit``) or ROLLBACK; a failed rollback is swallowed (the error that caused
-        it is the one raised)."""
+    async def rollback(self) -> None:
+        """ROLLBACK; a failed rollback is swallowed (the error that caused it is the one raised)."""
         ...
 
 
@@ -446,7 +445,7 @@ class Database(ABC):
                 except BaseException:
                     with suppress(BaseException):
                         await scope.settle()  # no batch may still be running when we roll back
-                    await writer.end(commit=False)
+                    await writer.rollback()
                     raise
                 if self.writes_inline:
                     await self._commit(writer, scope)
@@ -480,7 +479,7 @@ class Database(ABC):
             await scope.settle()
             await writer.commit(scope.take_all())
         except BaseException:
-            await writer.end(commit=False)
+            await writer.rollback()
             raise
 
 

@@ -222,10 +222,7 @@ class _Connection:
         """Drop the holds of a transaction that ran nothing; a BEGIN not sent yet stays for the next."""
         self._pending = self._pending[:1] if self._pending[:1] == ["BEGIN"] else []
 
-    async def end(self, commit: bool) -> None:
-        if commit:
-            await self.commit([])
-            return
+    async def rollback(self) -> None:
         if not self._sent:
             self._forget_pending()
             return  # nothing ran: nothing to roll back

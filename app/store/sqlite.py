@@ -210,7 +210,8 @@ class _Writer:
 
     async def commit(self, queued: Queued) -> None:
         await send_in_groups(self, queued)
-        await self.end(commit=True)
+        self._connection().execute("RELEASE tx")
+        self._in_savepoint = False
 
     def begin(self) -> None:
         conn = self._connection()
@@ -224,14 +225,7 @@ class _Writer:
     async def hold(self, key: str) -> None:
         return None  # one write transaction at a time already
 
-    async def end(self, commit: bool) -> None:
-        if commit:
-            self._connection().execute("RELEASE tx")
-            self._in_savepoint = False
-        else:
-            self._rollback()
-
-    def _rollback(self) -> None:
+    async def rollback(self) -> None:
         if self._in_savepoint:
             self._in_savepoint = False
             with contextlib.suppress(sqlite3.Error):
