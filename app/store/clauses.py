@@ -209,7 +209,6 @@ LIVE_LEASE = Clause(
     )
 )
 ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.expires_at))
-# Inputs a releasing owner has not seen: admitted after its claim and not yet answered.
 # -- pty owners (shared databases) ----------------------------------------------------------------
 SAVE_PTY_OWNER = _upsert(pty_owners)
 DELETE_PTY_OWNER = Clause(delete(pty_owners).where(pty_owners.c.id == bindparam("id")))
@@ -227,14 +226,6 @@ LIVE_PTYS_IN_DIRECTORY = Clause(
     .order_by(pty_owners.c.id)
 )
 
-UNSETTLED_INPUTS_AFTER = Clause(
-    select(inputs.c.id).where(
-        inputs.c.session_id == bindparam("session_id"),
-        inputs.c.completed.is_(False),
-        inputs.c.admitted_seq > bindparam("after_seq"),
-    ),
-    quick=True,
-)
 NOTIFY = Clause(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
 
 # -- reads ----------------------------------------------------------------------------------------

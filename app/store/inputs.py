@@ -35,8 +35,6 @@ def complete_through(scope: WriteScope, session_id: str, through_seq: int) -> No
     scope.execute(sql.COMPLETE_INPUTS_THROUGH, {"session_id": session_id, "through_seq": through_seq})
 
 
-async def any_unsettled(reader: Reader, session_id: str, *, admitted_after: int = -1) -> bool:
-    """Whether an input of the session admitted after ``admitted_after`` (a seq) is not completed."""
-    if admitted_after < 0:
-        return bool(await reader.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id}))
-    return bool(await reader.fetch(sql.UNSETTLED_INPUTS_AFTER, {"session_id": session_id, "after_seq": admitted_after}))
+async def any_unsettled(reader: Reader, session_id: str) -> bool:
+    """Whether an input of the session is not completed."""
+    return bool(await reader.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id}))
