@@ -196,16 +196,22 @@ class ClusterRelay:
     async def _catch_up(self, upto: int | None) -> None:
         """Publish durable events from the log, up to cursor ``upto`` (or all settled, when None).
         Until ``upto`` is settled the log is read again, with a growing pause; one that settles
-        with nothing left up to it (its events deleted since) ends the wait."""
+        with nothing left up to it (its events deleted since) ends the wait.
+
+        Events past ``upto`` that a read returns wait for their own item in the queue: what was
+        queued before that item (the deltas a stream published after its part opened) goes out
+        before them. A read that returns only such events means everything up to ``upto`` is
+        settled and published (or deleted)."""
         pause, longest = SETTLE_RETRY_S
         settled_past = False  # ``upto`` was settled before the last read
         while upto is None or self.bus.cursor < upto:
-            events = await self.since(self.bus.cursor)
+            read = await self.since(self.bus.cursor)
+            events = read if upto is None else [e for e in read if e.cursor <= upto]
             for event in events:
                 self._publish(event)
             if events:
                 continue
-            if upto is None or settled_past:
+            if read or upto is None or settled_past:
                 return
             settled_past = await stored_events.settled(self.db) > upto
             if not settled_past:
