@@ -33,8 +33,8 @@ from app.store.projectors import Projection, project
 from app.wire import Session
 
 # On a shared database, how many events one transaction may record (its cursors are its
-# transaction id times this, plus one per event; migration 0012 shifts by the same 20 bits).
-CURSORS_PER_TRANSACTION = 1 << 20
+# transaction id times this, plus one per event).
+CURSORS_PER_TRANSACTION = 1 << events.CURSOR_BITS
 
 
 class TooManyEvents(RuntimeError):

@@ -90,8 +90,9 @@ class Driver(Protocol):
 class Writer(Driver, Protocol):
     """A writer connection with a transaction open on it (``Database._begin``)."""
 
-    async def commit(self, queued: Queued) -> None:
-        """Run the transaction's last statements and COMMIT."""
+    async def commit(self, queued: Queued, transaction_id: int | None) -> None:
+        """Run the transaction's last statements and COMMIT. ``transaction_id``: the database's
+        id of the transaction, if it was read (``WriteScope.transaction_id``)."""
         ...
 
     async def rollback(self) -> None:
@@ -159,6 +160,9 @@ class WriteScope:
         self._in_flight: asyncio.Future[None] | None = None
         self.callbacks: list[Callable[[], None]] = []
         self.durable_callbacks: list[Callable[[], None]] = []
+        # The database's id of this transaction, once read (a shared database's write head): a
+        # commit whose answer is lost with the connection is then looked up, not guessed.
+        self.transaction_id: int | None = None
 
     def execute(self, statement: Statement, params: Params) -> None:
         self._queued.append((statement, params))
@@ -477,7 +481,7 @@ class Database(ABC):
     async def _commit(self, writer: Writer, scope: WriteScope) -> None:
         try:
             await scope.settle()
-            await writer.commit(scope.take_all())
+            await writer.commit(scope.take_all(), scope.transaction_id)
         except BaseException:
             await writer.rollback()
             raise

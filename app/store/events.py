@@ -8,6 +8,10 @@ from typing import NamedTuple
 from app.store import sql
 from app.store.database import Reader, Row, WriteScope
 
+# A shared database numbers a transaction's events from its transaction id shifted left by this
+# many bits (``opensession_write_head``, migration 0012).
+CURSOR_BITS = 20
+
 
 class WriteHead(NamedTuple):
     """Where a write transaction on a shared database continues from (``write_head``)."""
@@ -22,6 +26,7 @@ async def write_head(scope: WriteScope, session_id: str | None) -> WriteHead:
     """Where the transaction's cursors start, and for ``session_id`` its hold (kept to the
     commit), then its ``last_seq``, lease holder and info, in one round trip (shared databases)."""
     first, seq, owner, token, info = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
+    scope.transaction_id = int(first) >> CURSOR_BITS
     lease = None if owner is None else (owner, int(token))
     return WriteHead(int(first), -1 if seq is None else int(seq), lease, info)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import asyncpg
@@ -123,6 +123,37 @@ class _Pooled:
         self._idle, self._all = [], set()
 
 
+# How long a commit whose answer was lost waits for the database to tell whether it happened.
+OUTCOME_PATIENCE_S = 15.0
+
+
+async def committed(url: str, transaction_id: int) -> bool:
+    """Whether transaction ``transaction_id`` committed, asked on a new connection once the
+    database answers again (a restart: once it is back). Raises DatabaseUnavailable if it does not
+    answer within ``OUTCOME_PATIENCE_S``: then nobody can say whether the write was stored.
+
+    Why ask rather than report the write failed: the client would be told 503 for a prompt that
+    is stored and gets answered, and a retry would admit it twice."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + OUTCOME_PATIENCE_S
+    while True:
+        status: str | None = "unreachable"
+        with suppress(*LOST, asyncpg.PostgresError):
+            conn = await asyncpg.connect(_dsn(url), timeout=2)
+            try:
+                status = await conn.fetchval("SELECT pg_xact_status($1::text::xid8)", str(transaction_id))
+            finally:
+                conn.terminate()
+        if status not in ("unreachable", "in progress"):
+            return bool(status == "committed")  # else aborted, or None: too old to be this one
+        if loop.time() > deadline:
+            raise DatabaseUnavailable(
+                f"PostgreSQL at {_where(url)} was lost during a commit and has not answered since: "
+                "whether the write was stored is unknown"
+            )
+        await asyncio.sleep(0.25)
+
+
 def _deliver(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], None]:
     return lambda _conn, _pid, _channel, payload: callback(payload)
 
@@ -205,7 +236,7 @@ class _Connection:
     async def hold(self, key: str) -> None:
         self._pending.append(pg_script.statement_text(sql.HOLD, {"key": key}))
 
-    async def commit(self, queued: Queued) -> None:
+    async def commit(self, queued: Queued, transaction_id: int | None) -> None:
         texts = pg_script.render(queued)
         if texts is None:
             await send_in_groups(self, queued)
@@ -215,7 +246,15 @@ class _Connection:
             return  # nothing ran: the transaction stays open, empty, for the next one
         pending, self._pending = self._pending, []
         self._sent, self._begun = True, False  # a failure from here on is rolled back
-        await self._script([*pending, *texts, "COMMIT", "BEGIN"])
+        try:
+            await self._script([*pending, *texts, "COMMIT", "BEGIN"])
+        except DatabaseUnavailable:
+            # The connection was lost with the script: perhaps after its COMMIT (a server
+            # stopping ends each connection before its next statement, here the BEGIN).
+            if transaction_id is None or not await committed(self.url, transaction_id):
+                raise
+            self.discard()
+            return
         self._begun = True
 
     def _forget_pending(self) -> None:

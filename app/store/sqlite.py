@@ -208,7 +208,8 @@ class _Writer:
     async def send(self, queued: Queued) -> None:
         await send_in_groups(self, queued)
 
-    async def commit(self, queued: Queued) -> None:
+    async def commit(self, queued: Queued, transaction_id: int | None = None) -> None:
+        # In this process, so its outcome is never lost with a connection: no id to look up.
         await send_in_groups(self, queued)
         self._connection().execute("RELEASE tx")
         self._in_savepoint = False

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from app.store import pg_script, sql
-from app.store.database import open_database
+from app.store import events, pg_script, sql
+from app.store.database import DatabaseUnavailable, open_database
 from app.store.postgres import PostgresDatabase
 from tests.postgres import Cluster
 
@@ -142,3 +142,44 @@ async def test_a_writer_connection_the_server_closed_while_idle_is_replaced(pg_u
         assert [len(await db.fetch(sql.TODOS, {"session_id": f"ses_{i}"})) for i in range(3)] == [1, 1, 1]
     finally:
         await db.close()
+
+
+async def test_a_commit_whose_answer_is_lost_is_looked_up_not_guessed(
+    pg: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server stopping ends each connection before its next statement: a commit's own answer
+    can be lost after it took effect (the BEGIN sent with it is refused). The writer asks the
+    database what became of the transaction: stored is a success, whatever the connection said,
+    and a transaction cut off before its COMMIT is reported lost and left nothing behind."""
+    original = asyncpg.Connection.execute
+    cut: list[str] = []  # where the next commit script loses its connection: before or after COMMIT
+
+    async def cut_off(self: asyncpg.Connection, query: str, *args: object, **kwargs: object) -> str:
+        if cut and query.endswith("COMMIT;\nBEGIN"):
+            end = "SELECT pg_terminate_backend(pg_backend_pid())"
+            query = query.replace("COMMIT;", f"COMMIT;\n{end};") if cut.pop() == "after" else f"{query[:-14]};\n{end}"
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", cut_off)
+
+    async def write(session_id: str, *, with_id: bool = True) -> None:
+        async with pg.write() as scope:
+            if with_id:
+                await events.write_head(scope, None)  # as every event-log transaction does
+            scope.execute(sql.UPSERT_TODOS, {"session_id": session_id, "todos": "[]"})
+
+    async def stored(session_id: str) -> bool:
+        return bool(await pg.fetch(sql.TODOS, {"session_id": session_id}))
+
+    cut.append("after")
+    await write("ses_after")  # no error: it committed
+    assert await stored("ses_after")
+    cut.append("before")
+    with pytest.raises(DatabaseUnavailable):
+        await write("ses_before")
+    assert not await stored("ses_before")
+    cut.append("after")
+    with pytest.raises(DatabaseUnavailable):  # without its id nobody can tell: reported lost
+        await write("ses_unknown", with_id=False)
+    await write("ses_next")  # a new connection replaces the lost one
+    assert await stored("ses_next")
