@@ -115,12 +115,13 @@ class _Pooled:
 
     async def close(self) -> None:
         """Close the idle connections, and cut those still in use (the server is stopping)."""
-        for conn in self._all:
-            if conn in self._idle:
+        idle, every = self._idle, self._all  # taken first: callers still running change the new ones
+        self._idle, self._all = [], set()
+        for conn in every:
+            if conn in idle:
                 await conn.close()
             else:
                 conn.terminate()
-        self._idle, self._all = [], set()
 
 
 # How long a commit whose answer was lost waits for the database to tell whether it happened.
