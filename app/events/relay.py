@@ -7,7 +7,8 @@ its own bus, in one order, through one queue:
 - notifications from other processes: a durable cursor means "read the log up to here" (the
   events themselves are read back from the log, so nothing depends on a notification's size),
   an ephemeral event (a delta, a status) is published as it came;
-- a slow poll of the log, so a lost notification delays an event but never loses it.
+- a slow poll of the log (up to what had settled when the poll was queued), so a lost
+  notification delays an event but never loses it.
 
 Every process reads the log only below the settled cursor (``app.events.topology``), so
 "everything after the last cursor I published" is gap-free on every process, though transactions
@@ -183,8 +184,8 @@ class ClusterRelay:
                             await self._catch_up(item)
                         else:
                             self._publish(_decode(item))
-                else:  # poll
-                    await self._catch_up(None)
+                else:  # poll: what had settled when it was queued
+                    await self._catch_up(value, settled=True)
             except Exception:  # the database may be briefly unreachable: the next item retries
                 log.exception("relay could not publish %s", kind)
 
@@ -193,25 +194,25 @@ class ClusterRelay:
             return  # already published (read back from the log first)
         self.bus.publish(event)
 
-    async def _catch_up(self, upto: int | None) -> None:
-        """Publish durable events from the log, up to cursor ``upto`` (or all settled, when None).
+    async def _catch_up(self, upto: int, *, settled: bool = False) -> None:
+        """Publish durable events from the log, up to cursor ``upto`` (``settled``: known to be).
         Until ``upto`` is settled the log is read again, with a growing pause; one that settles
         with nothing left up to it (its events deleted since) ends the wait.
 
         Events past ``upto`` that a read returns wait for their own item in the queue: what was
-        queued before that item (the deltas a stream published after its part opened) goes out
-        before them. A read that returns only such events means everything up to ``upto`` is
-        settled and published (or deleted)."""
+        queued before that item (the deltas a stream published after its part opened, the idle
+        status after a turn's end) goes out before them. A read that returns only such events
+        means everything up to ``upto`` is settled and published (or deleted)."""
         pause, longest = SETTLE_RETRY_S
-        settled_past = False  # ``upto`` was settled before the last read
-        while upto is None or self.bus.cursor < upto:
+        settled_past = settled  # ``upto`` was settled before the last read
+        while self.bus.cursor < upto:
             read = await self.since(self.bus.cursor)
-            events = read if upto is None else [e for e in read if e.cursor <= upto]
+            events = [e for e in read if e.cursor <= upto]
             for event in events:
                 self._publish(event)
             if events:
                 continue
-            if read or upto is None or settled_past:
+            if read or settled_past:
                 return
             settled_past = await stored_events.settled(self.db) > upto
             if not settled_past:
@@ -231,8 +232,13 @@ class ClusterRelay:
                 log.exception("relay could not notify other processes")
 
     async def _poll_loop(self) -> None:
+        """Queue a catch-up on what has settled by now, in place: an event committed after it
+        waits for its own item (or the next poll), as above."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            with suppress(Exception):  # back when the database is: notifications resume, the poll catches up
+            try:  # back when the database is: notifications resume, the poll catches up
                 await self.db.ensure_listening()
-            self._queue.put_nowait(("poll", None))
+                horizon = await stored_events.settled(self.db)
+            except Exception:
+                continue
+            self._queue.put_nowait(("poll", horizon - 1))

@@ -128,6 +128,16 @@ def _during_turn(frames: list[Frame], sid: str, effect: str) -> bool:
     return False
 
 
+def _timeline(frames: list[Frame], sid: str) -> list[str]:
+    """The session's frames as kinds (a status with its type), for a failure's message."""
+    kinds = []
+    for frame in frames:
+        if _props(frame).get("sessionID") == sid:
+            kind = _kind(frame)
+            kinds.append(f"{kind}:{_props(frame)['status']['type']}" if kind == "session.status" else kind)
+    return kinds
+
+
 def _consistent(history: list[dict]) -> None:
     users = {m["info"]["id"] for m in history if m["info"]["role"] == "user"}
     for message in history:
@@ -152,7 +162,8 @@ def test_history_operation_never_lands_inside_a_turn(
                 assert response.json()["_tag"] == "SessionBusyError"
             assert client.post(f"/session/{trial.sid}/message", json=text_prompt("settle")).status_code == 200
             events.wait_idle(trial.sid)
-            assert not _during_turn(events.snapshot(), trial.sid, effect), outcomes
+            frames = events.snapshot()
+            assert not _during_turn(frames, trial.sid, effect), (outcomes, _timeline(frames, trial.sid))
             history = client.get(f"/session/{trial.sid}/message").json()
             _consistent(history)
             assert "revert" not in client.get(f"/session/{trial.sid}").json()
