@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     keep_alive_seconds: int = 75
     # How often a streaming text/reasoning part is written to the database while deltas arrive.
     part_flush_seconds: float = 0.25
+    # How long a step's opening (its reply begun, its prompts taken) waits to be stored with the
+    # step's first part rather than on its own: well under what a person notices, well over an
+    # instant model's first token (one commit less per step).
+    step_opening_grace_seconds: float = 0.2
     # Several processes on one PostgreSQL database: how long a drain lease lasts without renewal,
     # so the longest a dead process's sessions wait before another process takes them over.
     lease_seconds: float = 10.0

@@ -94,6 +94,20 @@ async def _subscribe(server: ThreadServer) -> None:
     server.runtime.bus.subscribe()
 
 
+def test_a_turn_of_an_instant_model_is_three_write_transactions(settings: Settings) -> None:
+    """Its admission, its step's opening together with the first part the stream opens, and the
+    step's end: the opening waits for the step's first write instead of committing alone (for
+    longer than a loaded machine could delay the model's first token here)."""
+    settings = settings.model_copy(update={"metrics": True, "step_opening_grace_seconds": 60.0})
+    with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        sid = create_session(client)["id"]
+        assert client.post(f"/session/{sid}/message", json=text_prompt("first")).status_code == 200  # and its title
+        count = "opensession_db_transaction_seconds_count"
+        before = value(scrape(client), count)
+        assert client.post(f"/session/{sid}/message", json=text_prompt("second")).status_code == 200
+        assert value(scrape(client), count) - before == 3
+
+
 @SQLITE
 def test_metrics_sit_behind_the_password_and_probes_do_not(settings: Settings) -> None:
     settings = settings.model_copy(update={"metrics": True, "password": "s3cret-pass"})

@@ -151,3 +151,24 @@ def test_fatal_failure_ends_the_turn_with_an_api_error(server: ThreadServer, cli
     assert errors and errors[0]["error"]["name"] == "APIError"
     assert "completed" in reply["info"]["time"]
     assert client.get("/session/status").json() == {}
+
+
+def test_a_slow_models_reply_shows_begun_before_its_first_token(server: ThreadServer, client: httpx.Client) -> None:
+    """The step's opening waits for the model's first token only for a moment: a model that takes
+    longer still has its reply begun (message and step-start stored and announced), and an abort
+    before any token closes that reply as aborted."""
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        events.wait_for(lambda f: f.type == "server.connected")
+        assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:60 take a minute")).status_code == 204
+        opened = events.wait_for(
+            lambda f: f.type == "message.part.updated" and f.properties["part"]["type"] == "step-start", timeout=20
+        )
+        history = client.get(f"/session/{sid}/message").json()
+        assert [m["info"]["role"] for m in history] == ["user", "assistant"]
+        assert [p["type"] for p in history[1]["parts"]] == ["step-start"]
+        assert history[1]["info"]["id"] == opened.properties["part"]["messageID"]
+        assert client.post(f"/session/{sid}/abort").json() is True
+        events.wait_idle(sid)
+    reply = client.get(f"/session/{sid}/message").json()[1]
+    assert reply["info"]["error"]["name"] == "MessageAbortedError" and "completed" in reply["info"]["time"]

@@ -8,11 +8,23 @@
 Deltas are published live but are not events in the log; the streaming part's row is
 checkpointed at most every ``flush_seconds`` so a crash keeps nearly all of the partial text, and
 the final part event carries the complete text (equal to the concatenated deltas).
+
+Opening late (``open_later``): the writes that open a step (its inputs promoted, the message and
+its step-start) go with the step's first write of its own (the first part the stream opens, or
+its end), or on their own once a grace (``Settings.step_opening_grace_seconds``) has passed
+without one. A model that answers
+at once thus costs one commit less per step, and one that takes its time still shows its reply
+begun within the grace. Until the opening commits nothing of the step is stored: a crash, a lost
+lease or a lost database before it leaves the inputs waiting, to be answered as if never begun.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from app import ids
@@ -27,7 +39,11 @@ from app.store import inputs
 from app.store.projectors import checkpoint_part
 from app.wire import AssistantMessage
 
+log = logging.getLogger("opensession.turn")
+
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
+
+Opening = Callable[[Transaction], Awaitable[None]]
 INTERRUPTED_STEP = "Provider turn interrupted"
 
 
@@ -85,6 +101,71 @@ class AssistantRecorder:
         self.parts: list[dict[str, Any]] = []
         self._started: dict[str, int] = {}  # tool call id -> when it started running
         self.start_tree: str | None = None  # the file snapshot the step started from
+        self._step_start: dict[str, Any] | None = None
+        # Writes that open the step, not yet committed (``open_later``), and the timer that
+        # commits them alone after the grace.
+        self._opening: Opening | None = None
+        self._opening_timer: asyncio.TimerHandle | None = None
+        self._opening_alone: asyncio.Task[None] | None = None
+
+    # -- the step's opening ------------------------------------------------------------------------
+
+    def open_later(self, opening: Opening, grace: float) -> None:
+        """Make ``opening`` part of the step's first transaction (``transaction``), or commit it
+        alone after ``grace`` seconds. The caller ends it with ``stop_opening``."""
+        self._opening = opening
+        self._opening_timer = asyncio.get_running_loop().call_later(grace, self._open_alone)
+
+    def _open_alone(self) -> None:
+        self._opening_timer = None
+        if self._opening is not None:
+            self._opening_alone = asyncio.create_task(self._commit_opening(), name=f"opening:{self.info['id']}")
+
+    async def _commit_opening(self) -> None:
+        try:
+            await self.open_now()
+        except Exception as exc:  # the step's next write makes it, or meets the same failure
+            log.debug("the opening of %s waits for the step's next write: %s", self.info["id"], exc)
+
+    async def open_now(self) -> None:
+        """Commit the step's opening now, if it is still to be made."""
+        if self._opening is not None:
+            async with self.transaction():
+                pass
+
+    async def stop_opening(self) -> None:
+        """The step is over: an opening not made by now never is (its step failed before writing
+        anything: its inputs wait for the next drain)."""
+        self._opening = None
+        if self._opening_timer is not None:
+            self._opening_timer.cancel()
+            self._opening_timer = None
+        alone, self._opening_alone = self._opening_alone, None
+        if alone is not None:
+            await asyncio.gather(alone, return_exceptions=True)
+
+    @asynccontextmanager
+    async def transaction(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[Transaction]:
+        """A transaction of the step's: its opening comes first in it if not committed yet (and
+        waits for the next one if this one fails)."""
+        opening: Opening | None = None
+        made = False
+
+        def committed() -> None:
+            nonlocal made
+            made = True
+
+        try:
+            async with self.log.transaction(urgent=urgent, at_once=at_once) as tx:
+                opening, self._opening = self._opening, None
+                if opening is not None:
+                    await opening(tx)
+                    tx.scope.after_commit(committed)
+                yield tx
+        except BaseException:
+            if opening is not None and not made and self._opening is None:
+                self._opening = opening
+            raise
 
     async def _emit(self, tx: Transaction, event_type: str, props: dict[str, Any]) -> None:
         await tx.emit(event_type, props, session_id=self.session_id, directory=self.directory)
@@ -122,8 +203,10 @@ class AssistantRecorder:
     async def begin(self, tx: Transaction, start_tree: str | None) -> None:
         """Create the message and its step-start (carrying the tree the step starts from)."""
         self.start_tree = start_tree
+        if self._step_start is None:  # an opening whose transaction failed is made again
+            self._step_start = self._new_part("step-start", **_tree_field(start_tree))
         await self.emit_info(tx)
-        await self.emit_part(tx, self._new_part("step-start", **_tree_field(start_tree)))
+        await self.emit_part(tx, self._step_start)
         await self._emit_next(
             tx,
             "step.started",
@@ -149,7 +232,7 @@ class AssistantRecorder:
             # someone watches the session it commits at once, not with the writes of the rest of
             # the loop pass: a commit of its own costs CPU, waiting costs two loop passes.
             watched = self.log.bus.watched(session=self.session_id, directory=self.directory)
-            async with self.log.transaction(urgent=True, at_once=watched) as tx:
+            async with self.transaction(urgent=True, at_once=watched) as tx:
                 await self._close_open(tx)
                 self._open = _StreamingPart(self._new_part(kind, text="", time={"start": now_ms()}))
                 await self.emit_part(tx, dict(self._open.part))
@@ -201,7 +284,7 @@ class AssistantRecorder:
     # -- tool calls: pending -> running -> completed | error ---------------------------------------
 
     async def tool_pending(self, call_id: str, name: str) -> dict[str, Any]:
-        async with self.log.transaction() as tx:
+        async with self.transaction() as tx:
             await self._close_open(tx)
             part = self._new_part(
                 "tool", callID=call_id, tool=name, state={"status": "pending", "input": {}, "raw": ""}
@@ -215,14 +298,14 @@ class AssistantRecorder:
         not UTF-8: they are made ``readable``, or the record could not be stored (and the part
         would stay running)."""
         part["state"] = readable(state)
-        async with self.log.transaction() as tx:
+        async with self.transaction() as tx:
             await self.emit_part(tx, dict(part))
             await self._emit_next(tx, kind, callID=part["callID"], **readable(fields))
 
     async def tool_running(self, part: dict[str, Any], args: dict[str, Any], raw: str) -> None:
         self._started[part["callID"]] = now_ms()
         part["state"] = {"status": "running", "input": args, "time": {"start": self._started[part["callID"]]}}
-        async with self.log.transaction() as tx:
+        async with self.transaction() as tx:
             await self.emit_part(tx, dict(part))
             await self._emit_next(tx, "tool.input.ended", callID=part["callID"], text=raw)
             await self._emit_next(

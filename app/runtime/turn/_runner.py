@@ -306,6 +306,8 @@ class Runner:
             return False
         finally:
             slot.release()
+            if turn.recorder is not None:
+                await turn.recorder.stop_opening()
 
     async def _step_in(
         self,
@@ -391,18 +393,26 @@ class Runner:
     async def _open(
         self, kind: StepKind, plan: StepPlan, batch: list[InputRow], turn: Turn
     ) -> tuple[AssistantRecorder, str | None]:
-        """Promote the inputs the step answers and open its reply, in one transaction; returns
-        the reply's recorder and the tree the step starts from."""
+        """Promote the inputs the step answers and open its reply, in one transaction: the step's
+        first (``AssistantRecorder.open_later``), unless the step reads what it writes (a V2
+        prompt's user message, written as it is promoted) or its kind opens at once. Returns the
+        reply's recorder and the tree the step starts from."""
         recorder = turn.recorder = AssistantRecorder(
             self.infra.log, plan.info, plan.directory, self.infra.settings.part_flush_seconds
         )
         turn.inputs += [row.id for row in batch]
+        plan.entering = frozenset(row.id for row in batch)
         start = turn.last_tree or await self.snapshots.track(plan.directory)
         turn.first = turn.first or start
-        async with self.infra.log.transaction() as tx:
+
+        async def opening(tx: Transaction) -> None:
             await self._promote(tx, plan.session, batch)
             await recorder.begin(tx, start)
             await kind.opened(tx, plan)
+
+        recorder.open_later(opening, self.infra.settings.step_opening_grace_seconds)
+        if kind.opens_at_once or any(StoredPrompt.from_json(row.prompt).deferred for row in batch):
+            await recorder.open_now()
         return recorder, start
 
     async def _finish(
@@ -422,7 +432,7 @@ class Runner:
         end, changed = await self._step_changes(plan.directory, start, ran_tools)
         turn.last_tree = end
         with tracing.span("commit"):
-            async with self.infra.log.transaction() as tx:
+            async with recorder.transaction() as tx:
                 usage = await recorder.finish_step(tx, finish, model, end, changed)
                 metrics.RECORDER.model_usage(plan.ref.provider_id, plan.ref.model_id, usage_of(usage))
                 await recorder.complete(tx, [] if more else turn.inputs)
@@ -466,7 +476,7 @@ class Runner:
                 if not is_retryable(exc) or attempt > MAX_RETRIES:
                     raise
                 delay = retry_delay_ms(exc, attempt)
-                async with self.infra.log.transaction() as tx:
+                async with recorder.transaction() as tx:
                     await recorder.end_part(tx)  # the retry streams into new parts, as in OpenCode
                     await tx.emit(
                         "session.next.retried",
@@ -527,7 +537,7 @@ class Runner:
         so undo reaches them."""
         turn.error = error["name"]
         end, changed = await self._step_changes(recorder.directory, recorder.start_tree, recorder.ran_tools())
-        async with self.infra.log.transaction() as tx:
+        async with recorder.transaction() as tx:
             await recorder.add_patch(tx, changed)
             props = {"sessionID": recorder.session_id, "error": error}
             tx.publish(Event("session.error", props, recorder.session_id, recorder.directory))

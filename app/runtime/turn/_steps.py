@@ -53,6 +53,8 @@ class StepPlan:
     info: AssistantMessage  # the assistant message the step writes
     window: Window | None = None  # a compaction's history, read before the step's reply exists
     summary: Summary | None = None  # what a compaction stored
+    # The inputs the step promotes: in its request though its opening may not be stored yet.
+    entering: frozenset[str] = frozenset()
 
     @property
     def session_id(self) -> str:
@@ -72,6 +74,10 @@ def _first_user_text(request: ChatRequest) -> str:
 
 
 class StepKind(Protocol):
+    # Whether the step's opening is committed before its request is made (else with its first
+    # write: ``AssistantRecorder.open_later``).
+    opens_at_once: bool
+
     def agent(self, prompt: StoredPrompt) -> str: ...
 
     async def prepare(self, plan: StepPlan) -> None:
@@ -103,6 +109,7 @@ class ModelStep:
     inputs: InputsDomain
     titles: TitleGenerator
     config: ConfigLoader
+    opens_at_once = False  # its request reads the window, not its own opening
 
     def agent(self, prompt: StoredPrompt) -> str:
         return prompt.agent or "build"
@@ -126,7 +133,7 @@ class ModelStep:
             model=model,
             system=system + skills,
             # Prompts admitted but still waiting (read with the window) are not shown to the model yet.
-            messages=await model_messages(tail, context.waiting, model, plan.directory),
+            messages=await model_messages(tail, context.waiting - plan.entering, model, plan.directory),
             session_id=plan.session_id,
             tools=tools,
             **tuning,
@@ -189,6 +196,7 @@ class ModelStep:
 class CompactionStep:
     history: HistoryDomain
     queries: Queries
+    opens_at_once = True  # announced as started before the summary is asked for
 
     def agent(self, prompt: StoredPrompt) -> str:
         return "compaction"
