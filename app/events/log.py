@@ -58,8 +58,9 @@ class Transaction:
         # it), by id, for read-your-writes before commit.
         self.overlay: dict[str, Session] = {}
         # Session infos the transaction's start read under the hold (JSON text; None: no such
-        # session), not decoded until asked for.
+        # session), not decoded until asked for, and their revert journals (None: none).
         self.held_infos: dict[str, str | None] = {}
+        self.held_journals: dict[str, str | None] = {}
 
     async def hold(self, session_id: str) -> None:
         """Before reading a session to change it: where other transactions write it at the same
@@ -238,6 +239,7 @@ class EventLog:
                 tx.first_cursor = opened.cursor
                 tx.next_seq.update(opened.next_seq)
                 tx.held_infos.update(opened.infos)
+                tx.held_journals.update(opened.journals)
             yield tx
             self.topology.committing(scope, tx.events, tx.next_seq)
 

@@ -41,12 +41,14 @@ FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence",
 
 @dataclass(frozen=True)
 class Opened:
-    """The cursor the transaction's events follow, the next seq of the session it holds and that
-    session's info as read under the hold (JSON text; None: no such session)."""
+    """The cursor the transaction's events follow, the next seq of the session it holds, and that
+    session's info (JSON text; None: no such session) and revert journal (None: none) as read
+    under the hold."""
 
     cursor: int
     next_seq: dict[str, int]
     infos: dict[str, str | None]
+    journals: dict[str, str | None]
 
 
 class LeaseLost(Exception):
@@ -175,8 +177,10 @@ class ClusterLogTopology:
         if fence is not None and head.lease != fence[1:]:
             raise LeaseLost(fence[0])
         if held is None:
-            return Opened(head.first_cursor, {}, {})
-        return Opened(head.first_cursor, {held: head.last_seq + 1}, {held: head.session_info})
+            return Opened(head.first_cursor, {}, {}, {})
+        return Opened(
+            head.first_cursor, {held: head.last_seq + 1}, {held: head.session_info}, {held: head.revert_journal}
+        )
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
         # Delivered by the database at commit, in commit order.

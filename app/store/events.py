@@ -20,15 +20,17 @@ class WriteHead(NamedTuple):
     last_seq: int  # the held session's newest seq (-1 before its first event, or none held)
     lease: tuple[str, int] | None  # the held session's lease: (owner, token)
     session_info: str | None  # the held session's info as JSON text (None: no such session)
+    revert_journal: str | None  # the held session's revert journal (None: no revert under way)
 
 
 async def write_head(scope: WriteScope, session_id: str | None) -> WriteHead:
     """Where the transaction's cursors start, and for ``session_id`` its hold (kept to the
-    commit), then its ``last_seq``, lease holder and info, in one round trip (shared databases)."""
-    first, seq, owner, token, info = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
+    commit), then its ``last_seq``, lease holder, info and revert journal, in one round trip
+    (shared databases)."""
+    first, seq, owner, token, info, journal = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
     scope.transaction_id = int(first) >> CURSOR_BITS
     lease = None if owner is None else (owner, int(token))
-    return WriteHead(int(first), -1 if seq is None else int(seq), lease, info)
+    return WriteHead(int(first), -1 if seq is None else int(seq), lease, info, journal)
 
 
 async def hold_session(scope: WriteScope, session_id: str) -> int:

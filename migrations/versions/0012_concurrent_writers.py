@@ -18,6 +18,8 @@ Create Date: 2026-12-04
 
 from alembic import op
 
+from migrations.write_head import write_head
+
 revision = "0012"
 down_revision = "0011"
 branch_labels = None
@@ -33,19 +35,7 @@ END
 $$
 """
 
-WRITE_HEAD = """
-CREATE OR REPLACE FUNCTION opensession_write_head(
-    session text, OUT first_cursor bigint, OUT last_seq bigint, OUT lease_owner text, OUT lease_token bigint
-) LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    first_cursor := pg_current_xact_id()::text::bigint << 20;
-    IF session <> '' THEN
-        last_seq := opensession_hold_session(session);
-        SELECT l.owner, l.token INTO lease_owner, lease_token FROM leases l WHERE l.session_id = session;
-    END IF;
-END
-$$
-"""
+WRITE_HEAD = write_head(0, create="CREATE OR REPLACE FUNCTION")
 
 SETTLED = """
 CREATE OR REPLACE FUNCTION opensession_settled() RETURNS bigint

@@ -22,29 +22,12 @@ Create Date: 2026-12-05
 
 from alembic import op
 
+from migrations.write_head import write_head
+
 revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None
-
-
-def _write_head(*, with_info: bool) -> str:
-    """``opensession_write_head`` as migration 0012 made it, or with the session's info too."""
-    info_out = ",\n    OUT session_info text" if with_info else ""
-    info_read = "\n        SELECT s.info INTO session_info FROM sessions s WHERE s.id = session;" if with_info else ""
-    return f"""
-CREATE FUNCTION opensession_write_head(
-    session text, OUT first_cursor bigint, OUT last_seq bigint, OUT lease_owner text, OUT lease_token bigint{info_out}
-) LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    first_cursor := pg_current_xact_id()::text::bigint << 20;
-    IF session <> '' THEN
-        last_seq := opensession_hold_session(session);
-        SELECT l.owner, l.token INTO lease_owner, lease_token FROM leases l WHERE l.session_id = session;{info_read}
-    END IF;
-END
-$$
-"""
 
 
 CLAIM = """
@@ -85,7 +68,7 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute("DROP FUNCTION opensession_write_head(text)")  # its result type changes
-    op.execute(_write_head(with_info=True))
+    op.execute(write_head(1))
     op.execute(CLAIM)
     op.execute(RELEASE)
 
@@ -96,4 +79,4 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION opensession_release(text, text, bigint, bigint)")
     op.execute("DROP FUNCTION opensession_claim(text, text, bigint, bigint)")
     op.execute("DROP FUNCTION opensession_write_head(text)")
-    op.execute(_write_head(with_info=False))
+    op.execute(write_head(0))

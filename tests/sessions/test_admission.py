@@ -5,8 +5,11 @@ never answered."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
+from typing import Any
 
+import asyncpg
 import pytest
 
 from app.runtime.errors import Conflict
@@ -62,3 +65,31 @@ async def test_no_reply_is_stored_but_never_waits_to_be_answered(runtime: Runtim
     await runtime.admission.admit(sid, _text("just a note", "msg_n1", no_reply=True))
     assert await runtime.infra.queries.unsettled_inputs(sid) == []
     assert [m["info"]["id"] for m in await runtime.history.get_messages(sid)] == ["msg_n1"]
+
+
+COUNTED: ContextVar[bool] = ContextVar("counted", default=False)
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_an_admission_on_postgresql_is_two_round_trips(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write head (the session's hold, its info and revert journal, read together) and the
+    script that writes and commits: nothing else is read on the way (``noReply``: no drain)."""
+    sid = await _session(runtime)
+    await runtime.admission.admit(sid, _text("warm", no_reply=True))  # the connection is begun, statements prepared
+    calls: list[str] = []
+
+    def counted(name: str) -> Callable[..., Any]:
+        original = getattr(asyncpg.Connection, name)
+
+        async def call(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+            if COUNTED.get():  # the admission's task, or one it started (its commit)
+                calls.append(query.split("\n", 1)[0][:80])
+            return await original(self, query, *args, **kwargs)
+
+        return call
+
+    for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+        monkeypatch.setattr(asyncpg.Connection, name, counted(name))
+    COUNTED.set(True)
+    await runtime.admission.admit(sid, _text("counted", no_reply=True))
+    assert len(calls) == 2, calls

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.events.log import Transaction
 from app.jsonutil import dumps, loads
 from app.store import reverts
 from app.store.database import Reader, WriteScope
@@ -32,7 +33,18 @@ class Journal:
 
 async def pending(reader: Reader, session_id: str) -> Journal | None:
     """The session's journal, if a revert or unrevert is under way."""
-    text = await reverts.journal(reader, session_id)
+    return _decoded(await reverts.journal(reader, session_id))
+
+
+async def pending_in(tx: Transaction, session_id: str) -> Journal | None:
+    """``pending`` inside ``tx``: as its start read it under the session's hold, where it did (once:
+    a later read sees what ``tx`` itself wrote)."""
+    if session_id in tx.held_journals:
+        return _decoded(tx.held_journals.pop(session_id))
+    return await pending(tx.scope, session_id)
+
+
+def _decoded(text: str | None) -> Journal | None:
     if text is None:
         return None
     data = loads(text)

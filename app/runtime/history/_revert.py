@@ -36,7 +36,7 @@ import logging
 from app.events.log import EventLog, Transaction
 from app.runtime.errors import MessageNotFound, RevertFailed, SessionBusy, SessionNotFound
 from app.runtime.history._diffs import SessionDiffs, plan_revert
-from app.runtime.history._journal import Journal, finished, pending, record, under_way
+from app.runtime.history._journal import Journal, finished, pending, pending_in, record, under_way
 from app.runtime.history._service import History
 from app.runtime.payloads import next_event
 from app.store import inputs
@@ -50,7 +50,7 @@ async def commit_staged(tx: Transaction, history: History, session: Session) -> 
     removed message ids. A marker whose message is already gone is simply cleared. SessionBusy
     while a revert or unrevert is under way: its files are moving, and a prompt admitted now
     would land between the two halves of it."""
-    if await pending(tx.scope, session["id"]) is not None:
+    if await pending_in(tx, session["id"]) is not None:
         raise SessionBusy(session["id"])
     revert = session.get("revert")
     if not revert:

@@ -199,30 +199,14 @@ class Admission:
             raise
 
     async def _admit(self, session_id: str, request: PromptRequest, reserve: bool) -> Admitted:
-        session = await self.sessions.get(session_id)
-        agent = request.agent or session.get("agent") or DEFAULT_AGENT
-        ref = self.model_for(session, request.model, request.agent)
-        requested = request.variant
-        if requested is None and request.deferred and request.model is None and session.get("model"):
-            # A V2 prompt names no model: it uses the session's, with the variant chosen with it.
-            chosen = session["model"].get("variant")
-            requested = chosen if chosen != "default" else None
-        variant = self.variant_for(session["directory"], agent, ref, requested)
         canonical = request.canonical()
-        directory = session["directory"]
         view = request.prompt_view()
-        stored = StoredPrompt(
-            request=canonical,
-            agent=agent,
-            model={"providerID": ref.provider_id, "modelID": ref.model_id} | ({"variant": variant} if variant else {}),
-            prompt=view,
-            parts=request.parts,
-            system=request.system,
-            tools=request.tools,
-            deferred=request.deferred,
-            compaction=request.compaction,
-        )
         async with self.log.transaction(urgent=True, hold=session_id) as tx:
+            # The session as it stands under its hold (on a shared database read with the hold
+            # itself: no round trip of its own).
+            session = await self.sessions.current(tx, session_id)
+            stored = self._stored(session, request, canonical, view)
+            directory = session["directory"]
             # Made under the session's hold, so the ids of a session's prompts (the order clients
             # list them in) ascend in the order they are admitted, and answered.
             message_id, created = request.message_id or ids.message_id(), now_ms()
@@ -231,7 +215,7 @@ class Admission:
             if not self.history.coordinator.is_active(session_id):
                 # Never under a running turn (Reverts keeps a staged revert from coexisting with
                 # one; this guards the invariant): the turn would lose its own prompt and reply.
-                await commit_staged(tx, self.history, await self.sessions.current(tx, session_id))
+                await commit_staged(tx, self.history, session)
             admitted = await tx.emit(
                 "session.next.prompt.admitted",
                 next_event(session_id, messageID=message_id, prompt=view, delivery=request.delivery),
@@ -247,11 +231,11 @@ class Admission:
                     replaced = set(request.tools)
                     kept = [r for r in s.get("permission") or [] if r["permission"] not in replaced]
                     s["permission"] = kept + tools_rules(request.tools)
-                s["agent"] = agent
+                s["agent"] = stored.agent
                 s["model"] = {
-                    "id": ref.model_id,
-                    "providerID": ref.provider_id,
-                    "variant": variant or "default",
+                    "id": stored.model["modelID"],
+                    "providerID": stored.model["providerID"],
+                    "variant": stored.model.get("variant") or "default",
                 }
 
             await self.sessions.mutate(tx, session_id, remember_choice)
@@ -269,6 +253,30 @@ class Admission:
             if reserve:
                 self.topology.reserve(tx, session_id)
         return Admitted(record, created=True)
+
+    def _stored(
+        self, session: Session, request: PromptRequest, canonical: dict[str, Any], view: dict[str, Any]
+    ) -> StoredPrompt:
+        """The prompt as stored: the request with the agent, model and variant it runs with."""
+        agent = request.agent or session.get("agent") or DEFAULT_AGENT
+        ref = self.model_for(session, request.model, request.agent)
+        requested = request.variant
+        if requested is None and request.deferred and request.model is None and session.get("model"):
+            # A V2 prompt names no model: it uses the session's, with the variant chosen with it.
+            chosen = session["model"].get("variant")
+            requested = chosen if chosen != "default" else None
+        variant = self.variant_for(session["directory"], agent, ref, requested)
+        return StoredPrompt(
+            request=canonical,
+            agent=agent,
+            model={"providerID": ref.provider_id, "modelID": ref.model_id} | ({"variant": variant} if variant else {}),
+            prompt=view,
+            parts=request.parts,
+            system=request.system,
+            tools=request.tools,
+            deferred=request.deferred,
+            compaction=request.compaction,
+        )
 
     @staticmethod
     async def _check_reuse(tx: Transaction, session_id: str, message_id: str, canonical: dict[str, Any]) -> None:
