@@ -27,6 +27,7 @@ from sqlalchemy import (
     ClauseElement,
     String,
     Table,
+    and_,
     bindparam,
     cast,
     delete,
@@ -399,6 +400,16 @@ INPUT_BY_ID = Clause(select(inputs).where(inputs.c.id == bindparam("id")), quick
 UNSETTLED_INPUTS = Clause(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
+    .order_by(inputs.c.admitted_seq),
+    quick=True,
+)
+
+# What a drain reads before each step, in one read: the session's info (no row: no session) with
+# each of its unsettled inputs, in admission order (one row of NULL inputs when it has none).
+SESSION_WORK = Clause(
+    select(sessions.c.info, *inputs.columns)
+    .select_from(sessions.outerjoin(inputs, and_(inputs.c.session_id == sessions.c.id, inputs.c.completed.is_(False))))
+    .where(sessions.c.id == bindparam("session_id"))
     .order_by(inputs.c.admitted_seq),
     quick=True,
 )

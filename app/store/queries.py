@@ -25,6 +25,15 @@ class RawMessage:
         return {"info": loads(self.info), "parts": [loads(p) for p in self.parts]}
 
 
+@dataclass(frozen=True, slots=True)
+class SessionWork:
+    """What a drain reads before each step: the session as it stands (None: deleted) and its
+    inputs admitted and not yet answered, in admission order."""
+
+    session: Session | None
+    inputs: list[InputRow]
+
+
 @dataclass(slots=True)
 class InputRow:
     id: str
@@ -303,6 +312,13 @@ class Queries:
     async def input(self, input_id: str) -> InputRow | None:
         row = await self.db.fetch_one(sql.INPUT_BY_ID, {"id": input_id})
         return InputRow(*row) if row else None
+
+    async def session_work(self, session_id: str) -> SessionWork:
+        """The session and its unsettled inputs, in one read."""
+        rows = await self.db.fetch(sql.SESSION_WORK, {"session_id": session_id})
+        if not rows:
+            return SessionWork(None, [])
+        return SessionWork(loads(rows[0][0]), [InputRow(*row[1:]) for row in rows if row[1] is not None])
 
     async def unsettled_inputs(self, session_id: str) -> list[InputRow]:
         """Inputs admitted and not yet answered, in admission order."""

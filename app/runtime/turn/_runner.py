@@ -66,7 +66,7 @@ from app.runtime.turn._steps import CompactionStep, ModelStep, StepKind, StepPla
 from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import inputs
-from app.store.queries import InputRow
+from app.store.queries import InputRow, SessionWork
 from app.wire import AssistantMessage, Session
 
 log = logging.getLogger("opensession.runner")
@@ -187,9 +187,9 @@ class Runner:
         if session_id in self.left_open:
             await self._close_left_open(session_id)
         try:
-            while batch := next_batch(await self.infra.queries.unsettled_inputs(session_id)):
+            while batch := next_batch((work := await self._work(session_id)).inputs):
                 signal.check()
-                await self._turn(session_id, batch, signal)
+                await self._turn(work.session, batch, signal)
         except Aborted as exc:
             if exc.reason == "abort" and signal.settle_through is not None:
                 await self._settle_waiting(session_id, signal.settle_through)
@@ -215,28 +215,39 @@ class Runner:
             await self.sessions.close_failed(self.infra, session_id, answered, UNRECORDED, self.snapshots.changed_since)
         self.left_open.discard(session_id)
 
-    async def _turn(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
-        with tracing.span("turn", **{"session.id": session_id}):
-            await self._turn_steps(session_id, batch, signal)
+    async def _work(self, session_id: str) -> SessionWork:
+        """The session as it stands and its unsettled inputs (one read: each step's first)."""
+        work = await self.infra.queries.session_work(session_id)
+        if work.session is None and work.inputs:
+            raise SessionNotFound(session_id)
+        return work
 
-    async def _turn_steps(self, session_id: str, batch: list[InputRow], signal: AbortSignal) -> None:
+    async def _turn(self, session: Session | None, batch: list[InputRow], signal: AbortSignal) -> None:
+        assert session is not None, "a session with inputs exists (SessionWork)"
+        with tracing.span("turn", **{"session.id": session["id"]}):
+            await self._turn_steps(session, batch, signal)
+
+    async def _turn_steps(self, session: Session, batch: list[InputRow], signal: AbortSignal) -> None:
         """Steps until the model stops asking for tools: each continuation answers the same
         prompt, and steers admitted meanwhile join it at the step boundary."""
         turn = Turn()
         try:
             steps = 1
             with reading():  # each step reads the configuration once (an edit applies to the next)
-                more = await self._step(session_id, batch, signal, turn)
+                more = await self._step(session, batch, signal, turn)
             while more:
+                work = await self._work(session["id"])
+                if work.session is None:
+                    raise SessionNotFound(session["id"])
                 steers = [
                     row
-                    for row in await self.infra.queries.unsettled_inputs(session_id)
+                    for row in work.inputs
                     if row.delivery == "steer" and row.promoted_seq is None and not is_compaction(row)
                 ]
                 steps += 1
                 with reading():
                     more = await self._step(
-                        session_id, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
+                        work.session, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
                     )
         except Aborted as exc:
             if exc.reason != "abort":  # a shutdown: the next start goes on with the turn
@@ -281,7 +292,7 @@ class Runner:
 
     async def _step(
         self,
-        session_id: str,
+        session: Session,
         batch: list[InputRow],
         signal: AbortSignal,
         turn: Turn,
@@ -295,13 +306,13 @@ class Runner:
         grants it a slot and gives the slot back when its stream ends (``_pacing``)."""
         slot = await signal.race(self.pacer.acquire())
         try:
-            return await self._step_in(slot, session_id, batch, signal, turn, parent=parent, last_step=last_step)
+            return await self._step_in(slot, session, batch, signal, turn, parent=parent, last_step=last_step)
         except (Aborted, LeaseLost, DatabaseUnavailable):
             raise
         except Exception as exc:  # a write refused (a full disk) or a fault: the turn reports it
             if turn.recorder is None:
                 raise
-            log.exception("a step of %s failed", session_id)
+            log.exception("a step of %s failed", session["id"])
             await self._fail(turn.recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
             return False
         finally:
@@ -312,7 +323,7 @@ class Runner:
     async def _step_in(
         self,
         slot: Slot,
-        session_id: str,
+        session: Session,
         batch: list[InputRow],
         signal: AbortSignal,
         turn: Turn,
@@ -324,7 +335,8 @@ class Runner:
         turn.recorder = None  # until this step has its own
         answered = batch[-1] if batch else parent
         assert answered is not None
-        kind, plan = await self._plan(session_id, answered)
+        kind, plan = await self._plan(session, answered)
+        session_id = plan.session_id
         turn.start(plan.ref)
         logs.DIRECTORY.set(plan.directory)
         await kind.prepare(plan)
@@ -364,9 +376,10 @@ class Runner:
         await kind.after(plan, finished.session, request, finished.usage, model)
         return more
 
-    async def _plan(self, session_id: str, answered: InputRow) -> tuple[StepKind, StepPlan]:
-        """Which kind of step answers ``answered``'s prompt, with which model, into which reply."""
-        session = await self.sessions.service.get(session_id)
+    async def _plan(self, session: Session, answered: InputRow) -> tuple[StepKind, StepPlan]:
+        """Which kind of step answers ``answered``'s prompt, with which model, into which reply
+        (``session`` as the step's first read found it)."""
+        session_id = session["id"]
         prompt = StoredPrompt.from_json(answered.prompt)
         kind: StepKind = self._compaction_step if prompt.compaction is not None else self._model_step
         ref, variant = prompt.model_ref, prompt.variant
