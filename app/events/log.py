@@ -182,7 +182,7 @@ class EventLog:
         self._cursor = 0
         # This server instance, as other processes on a shared database know it (leases, relay).
         self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
-        self.topology = log_topology(db, bus, self.origin, lambda after: self.since(after))
+        self.topology = log_topology(db, bus, self.origin, lambda after, upto: self.since(after, upto=upto))
         self._turns = SessionTurns()
 
     async def start(self) -> None:
@@ -252,7 +252,9 @@ class EventLog:
         rows = await events.of_session_after(self.db, session_id, after, limit)
         return [_row_to_event(row) for row in rows]
 
-    async def since(self, cursor: int, *, limit: int = 1000, directory: str | None = None) -> list[Event]:
-        """Durable events after a whole-server cursor, oldest first."""
-        rows = await events.since(self.db, cursor, limit, directory, settled=self.topology.concurrent)
+    async def since(
+        self, cursor: int, *, limit: int = 1000, directory: str | None = None, upto: int | None = None
+    ) -> list[Event]:
+        """Durable events after a whole-server cursor (up to cursor ``upto``), oldest first."""
+        rows = await events.since(self.db, cursor, limit, directory, settled=self.topology.concurrent, upto=upto)
         return [_row_to_event(row) for row in rows]

@@ -44,7 +44,7 @@ POLL_SECONDS = 1.0
 SETTLE_RETRY_S = (0.002, 0.05)
 SPREAD_UP_TO = 8
 
-Since = Callable[[int], Awaitable[list[Event]]]
+Since = Callable[[int, int], Awaitable[list[Event]]]  # (after, upto): the settled events between
 Item = int | dict[str, Any]  # a durable cursor, or an ephemeral event
 
 
@@ -199,20 +199,19 @@ class ClusterRelay:
         Until ``upto`` is settled the log is read again, with a growing pause; one that settles
         with nothing left up to it (its events deleted since) ends the wait.
 
-        Events past ``upto`` that a read returns wait for their own item in the queue: what was
+        Events past ``upto`` are not read: they wait for their own item in the queue, so what was
         queued before that item (the deltas a stream published after its part opened, the idle
-        status after a turn's end) goes out before them. A read that returns only such events
-        means everything up to ``upto`` is settled and published (or deleted)."""
+        status after a turn's end) goes out before them. (Reading them, and dropping them, made
+        a backlog of commits read each other's events again and again.)"""
         pause, longest = SETTLE_RETRY_S
         settled_past = settled  # ``upto`` was settled before the last read
         while self.bus.cursor < upto:
-            read = await self.since(self.bus.cursor)
-            events = [e for e in read if e.cursor <= upto]
+            events = await self.since(self.bus.cursor, upto)
             for event in events:
                 self._publish(event)
             if events:
                 continue
-            if read or settled_past:
+            if settled_past:
                 return
             settled_past = await stored_events.settled(self.db) > upto
             if not settled_past:

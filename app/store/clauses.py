@@ -428,10 +428,13 @@ def open_assistant_messages(*, of_session: bool) -> Clause:
     return Clause(query)
 
 
-def events_since(*, settled: bool, in_directory: bool) -> Clause:
-    """Up to ``limit`` events past ``cursor``, in order (of one ``directory``); ``settled``: only
-    below ``opensession_settled()``, where transactions commit concurrently (PostgreSQL)."""
+def events_since(*, settled: bool, in_directory: bool, upto: bool) -> Clause:
+    """Up to ``limit`` events past ``cursor``, in order (of one ``directory``; ``upto``: up to that
+    cursor); ``settled``: only below ``opensession_settled()``, where transactions commit
+    concurrently (PostgreSQL)."""
     query = select(events).where(events.c.id > bindparam("cursor"))
+    if upto:
+        query = query.where(events.c.id <= bindparam("upto"))
     if settled:
         query = query.where(events.c.id < select(func.opensession_settled()).scalar_subquery())
     if in_directory:
@@ -555,7 +558,10 @@ def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, sea
 # it here.
 Reach = tuple[dict[str, bool], ...]
 VARIANTS: dict[Callable[..., Clause], Reach] = {
-    events_since: ({},),
+    events_since: (
+        {"upto": False},  # replays (EventLog.since)
+        {"settled": True, "in_directory": False, "upto": True},  # the relay's catch-ups (ClusterRelay)
+    ),
     open_assistant_messages: ({},),
     open_tool_parts: ({},),
     messages_page: (

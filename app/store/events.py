@@ -84,15 +84,24 @@ async def of_session_after(reader: Reader, session_id: str, after: int, limit: i
 
 
 async def since(
-    reader: Reader, cursor: int, limit: int, directory: str | None = None, *, settled: bool = False
+    reader: Reader,
+    cursor: int,
+    limit: int,
+    directory: str | None = None,
+    *,
+    settled: bool = False,
+    upto: int | None = None,
 ) -> list[Row]:
-    """Up to ``limit`` events past ``cursor`` (of one directory), in order; ``settled``: only
-    those below ``settled()`` (concurrent writers: one committed past a transaction still running
-    could otherwise be read before that transaction's, lower, ones)."""
+    """Up to ``limit`` events past ``cursor`` (of one directory; up to cursor ``upto``), in order;
+    ``settled``: only those below ``settled()`` (concurrent writers: one committed past a
+    transaction still running could otherwise be read before that transaction's, lower, ones)."""
     params: dict[str, object] = {"cursor": cursor, "limit": limit}
     if directory is not None:
         params["directory"] = directory
-    return await reader.fetch(sql.events_since(settled=settled, in_directory=directory is not None), params)
+    if upto is not None:
+        params["upto"] = upto
+    statement = sql.events_since(settled=settled, in_directory=directory is not None, upto=upto is not None)
+    return await reader.fetch(statement, params)
 
 
 async def settled(reader: Reader) -> int:
