@@ -182,7 +182,7 @@ class EventLog:
         self._cursor = 0
         # This server instance, as other processes on a shared database know it (leases, relay).
         self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
-        self.topology = log_topology(db, bus, self.origin, lambda after, upto: self.since(after, upto=upto))
+        self.topology = log_topology(db, bus, self.origin, self._settled_up_to)
         self._turns = SessionTurns()
 
     async def start(self) -> None:
@@ -252,9 +252,13 @@ class EventLog:
         rows = await events.of_session_after(self.db, session_id, after, limit)
         return [_row_to_event(row) for row in rows]
 
-    async def since(
-        self, cursor: int, *, limit: int = 1000, directory: str | None = None, upto: int | None = None
-    ) -> list[Event]:
-        """Durable events after a whole-server cursor (up to cursor ``upto``), oldest first."""
-        rows = await events.since(self.db, cursor, limit, directory, settled=self.topology.concurrent, upto=upto)
+    async def since(self, cursor: int, *, limit: int = 1000, directory: str | None = None) -> list[Event]:
+        """Durable events after a whole-server cursor, oldest first."""
+        rows = await events.since(self.db, cursor, limit, directory, settled=self.topology.concurrent)
         return [_row_to_event(row) for row in rows]
+
+    async def _settled_up_to(self, cursor: int, upto: int, limit: int) -> tuple[list[Event], int]:
+        """The relay's read (shared databases): up to ``limit`` settled events after ``cursor`` up
+        to ``upto``, oldest first, and the settled horizon."""
+        rows, horizon = await events.settled_up_to(self.db, cursor, upto, limit)
+        return [_row_to_event(row) for row in rows], horizon

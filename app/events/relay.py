@@ -44,7 +44,10 @@ POLL_SECONDS = 1.0
 SETTLE_RETRY_S = (0.002, 0.05)
 SPREAD_UP_TO = 8
 
-Since = Callable[[int, int], Awaitable[list[Event]]]  # (after, upto): the settled events between
+# (after, upto, limit) -> up to ``limit`` settled events between, and the settled horizon
+# (``events.settled_up_to``)
+Since = Callable[[int, int, int], Awaitable[tuple[list[Event], int]]]
+READ_LIMIT = 1000
 Item = int | dict[str, Any]  # a durable cursor, or an ephemeral event
 
 
@@ -104,6 +107,16 @@ def notifications(origin: str, events: list[Event]) -> list[str]:
     return payloads
 
 
+def _durable_only(kind: str, value: Any) -> int | None:
+    """The cursor a queue item is to be published up to, when it carries durable events only
+    (a local commit without ephemeral events, a notification of commits elsewhere); else None."""
+    if kind == "local" and value and all(event.durable for event in value):
+        return int(max(event.cursor for event in value))
+    if kind == "remote" and value and all(isinstance(item, int) for item in value):
+        return int(max(value))
+    return None
+
+
 class ClusterRelay:
     def __init__(self, db: Database, bus: EventBus, origin: str, since: Since) -> None:
         self.db = db
@@ -114,6 +127,7 @@ class ClusterRelay:
         self._outbox: asyncio.Queue[Event] = asyncio.Queue()  # ephemeral events to tell the others
         self._tasks: list[asyncio.Task[None]] = []
         self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
+        self._held: list[tuple[str, Any]] = []  # an item taken from the queue to look at, not yet run
 
     async def start(self) -> None:
         await self.db.listen(CHANNEL, self._received)
@@ -162,9 +176,21 @@ class ClusterRelay:
 
     async def _publish_loop(self) -> None:
         while True:
-            kind, value = await self._queue.get()
+            kind, value = self._held.pop() if self._held else await self._queue.get()
             try:
-                if kind == "local":
+                upto = _durable_only(kind, value)
+                if upto is not None:
+                    # With the items queued right after it that carry durable events only (a
+                    # backlog of commits under load): one catch-up to the last of them.
+                    while not self._held and not self._queue.empty():
+                        item = self._queue.get_nowait()
+                        later = _durable_only(*item)
+                        if later is None:
+                            self._held.append(item)
+                        else:
+                            upto = max(upto, later)
+                    await self._catch_up(upto)
+                elif kind == "local":
                     last = max((e.cursor for e in value if e.durable), default=None)
                     if last is not None:
                         await self._catch_up(last)  # its durable events, read back in place
@@ -204,19 +230,16 @@ class ClusterRelay:
         status after a turn's end) goes out before them. (Reading them, and dropping them, made
         a backlog of commits read each other's events again and again.)"""
         pause, longest = SETTLE_RETRY_S
-        settled_past = settled  # ``upto`` was settled before the last read
         while self.bus.cursor < upto:
-            events = await self.since(self.bus.cursor, upto)
+            events, horizon = await self.since(self.bus.cursor, upto, READ_LIMIT)
             for event in events:
                 self._publish(event)
+            if (settled or horizon > upto) and len(events) < READ_LIMIT:
+                return  # all up to ``upto`` had settled when read, and it read all there was
             if events:
                 continue
-            if settled_past:
-                return
-            settled_past = await stored_events.settled(self.db) > upto
-            if not settled_past:
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, longest)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)
 
     async def _send_loop(self) -> None:
         """Sends what was published while the previous send was on its way as one batch: under

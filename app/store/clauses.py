@@ -278,6 +278,23 @@ HOLD = Clause(
     select(func.pg_advisory_xact_lock(literal_column("1869636974"), func.hashtext(bindparam("key", type_=String))))
 )
 SETTLED = Clause(select(func.opensession_settled()))
+# The relay's catch-up (app/events/relay.py): up to ``limit`` settled events past ``cursor`` and up
+# to ``upto``, in order, then a row of the settled horizon (its other columns NULL): whether
+# ``upto`` has settled comes with the events, not in a round trip of its own.
+_SETTLED_UPTO = (
+    select(events)
+    .where(
+        events.c.id > bindparam("cursor"),
+        events.c.id <= bindparam("upto"),
+        events.c.id < select(func.opensession_settled()).scalar_subquery(),
+    )
+    .order_by(events.c.id)
+    .limit(bindparam("limit"))
+    .subquery()
+)
+RELAY_CATCH_UP = Clause(
+    union_all(select(_SETTLED_UPTO), select(func.opensession_settled(), *[null() for _ in events.columns[1:]]))
+)
 # The newest cursor no transaction can still add an event below (where a process starts publishing).
 SETTLED_CURSOR = Clause(
     select(func.coalesce(func.max(events.c.id), literal_column("0"))).where(
@@ -428,13 +445,10 @@ def open_assistant_messages(*, of_session: bool) -> Clause:
     return Clause(query)
 
 
-def events_since(*, settled: bool, in_directory: bool, upto: bool) -> Clause:
-    """Up to ``limit`` events past ``cursor``, in order (of one ``directory``; ``upto``: up to that
-    cursor); ``settled``: only below ``opensession_settled()``, where transactions commit
-    concurrently (PostgreSQL)."""
+def events_since(*, settled: bool, in_directory: bool) -> Clause:
+    """Up to ``limit`` events past ``cursor``, in order (of one ``directory``); ``settled``: only
+    below ``opensession_settled()``, where transactions commit concurrently (PostgreSQL)."""
     query = select(events).where(events.c.id > bindparam("cursor"))
-    if upto:
-        query = query.where(events.c.id <= bindparam("upto"))
     if settled:
         query = query.where(events.c.id < select(func.opensession_settled()).scalar_subquery())
     if in_directory:
@@ -558,10 +572,7 @@ def session_list(*, directory: bool, roots: bool, parent: bool, start: bool, sea
 # it here.
 Reach = tuple[dict[str, bool], ...]
 VARIANTS: dict[Callable[..., Clause], Reach] = {
-    events_since: (
-        {"upto": False},  # replays (EventLog.since)
-        {"settled": True, "in_directory": False, "upto": True},  # the relay's catch-ups (ClusterRelay)
-    ),
+    events_since: ({},),
     open_assistant_messages: ({},),
     open_tool_parts: ({},),
     messages_page: (

@@ -84,24 +84,24 @@ async def of_session_after(reader: Reader, session_id: str, after: int, limit: i
 
 
 async def since(
-    reader: Reader,
-    cursor: int,
-    limit: int,
-    directory: str | None = None,
-    *,
-    settled: bool = False,
-    upto: int | None = None,
+    reader: Reader, cursor: int, limit: int, directory: str | None = None, *, settled: bool = False
 ) -> list[Row]:
-    """Up to ``limit`` events past ``cursor`` (of one directory; up to cursor ``upto``), in order;
-    ``settled``: only those below ``settled()`` (concurrent writers: one committed past a
-    transaction still running could otherwise be read before that transaction's, lower, ones)."""
+    """Up to ``limit`` events past ``cursor`` (of one directory), in order; ``settled``: only
+    those below ``settled()`` (concurrent writers: one committed past a transaction still running
+    could otherwise be read before that transaction's, lower, ones)."""
     params: dict[str, object] = {"cursor": cursor, "limit": limit}
     if directory is not None:
         params["directory"] = directory
-    if upto is not None:
-        params["upto"] = upto
-    statement = sql.events_since(settled=settled, in_directory=directory is not None, upto=upto is not None)
-    return await reader.fetch(statement, params)
+    return await reader.fetch(sql.events_since(settled=settled, in_directory=directory is not None), params)
+
+
+async def settled_up_to(reader: Reader, cursor: int, upto: int, limit: int) -> tuple[list[Row], int]:
+    """Up to ``limit`` settled events past ``cursor`` and up to ``upto``, in order, and the
+    settled horizon (``settled``) as the same read saw it (shared databases)."""
+    rows = await reader.fetch(sql.RELAY_CATCH_UP, {"cursor": cursor, "upto": upto, "limit": limit})
+    found = sorted((row for row in rows if row[1] is not None), key=lambda row: int(row[0]))
+    horizon = next(int(row[0]) for row in rows if row[1] is None)
+    return found, horizon
 
 
 async def settled(reader: Reader) -> int:
