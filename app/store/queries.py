@@ -27,10 +27,10 @@ class RawMessage:
 
 @dataclass(frozen=True, slots=True)
 class SessionWork:
-    """What a drain reads before each step: the session as it stands (None: deleted) and its
-    inputs admitted and not yet answered, in admission order."""
+    """What a drain reads before each step: the session as it stands and its inputs admitted and
+    not yet answered, in admission order."""
 
-    session: Session | None
+    session: Session
     inputs: list[InputRow]
 
 
@@ -313,11 +313,11 @@ class Queries:
         row = await self.db.fetch_one(sql.INPUT_BY_ID, {"id": input_id})
         return InputRow(*row) if row else None
 
-    async def session_work(self, session_id: str) -> SessionWork:
-        """The session and its unsettled inputs, in one read."""
+    async def session_work(self, session_id: str) -> SessionWork | None:
+        """The session and its unsettled inputs, in one read (None: no such session)."""
         rows = await self.db.fetch(sql.SESSION_WORK, {"session_id": session_id})
         if not rows:
-            return SessionWork(None, [])
+            return None
         return SessionWork(loads(rows[0][0]), [InputRow(*row[1:]) for row in rows if row[1] is not None])
 
     async def unsettled_inputs(self, session_id: str) -> list[InputRow]:

@@ -66,7 +66,7 @@ from app.runtime.turn._steps import CompactionStep, ModelStep, StepKind, StepPla
 from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import inputs
-from app.store.queries import InputRow, SessionWork
+from app.store.queries import InputRow
 from app.wire import AssistantMessage, Session
 
 log = logging.getLogger("opensession.runner")
@@ -187,7 +187,8 @@ class Runner:
         if session_id in self.left_open:
             await self._close_left_open(session_id)
         try:
-            while batch := next_batch((work := await self._work(session_id)).inputs):
+            # Each step's first read: the session as it stands and its unsettled inputs.
+            while (work := await self.infra.queries.session_work(session_id)) and (batch := next_batch(work.inputs)):
                 signal.check()
                 await self._turn(work.session, batch, signal)
         except Aborted as exc:
@@ -215,15 +216,7 @@ class Runner:
             await self.sessions.close_failed(self.infra, session_id, answered, UNRECORDED, self.snapshots.changed_since)
         self.left_open.discard(session_id)
 
-    async def _work(self, session_id: str) -> SessionWork:
-        """The session as it stands and its unsettled inputs (one read: each step's first)."""
-        work = await self.infra.queries.session_work(session_id)
-        if work.session is None and work.inputs:
-            raise SessionNotFound(session_id)
-        return work
-
-    async def _turn(self, session: Session | None, batch: list[InputRow], signal: AbortSignal) -> None:
-        assert session is not None, "a session with inputs exists (SessionWork)"
+    async def _turn(self, session: Session, batch: list[InputRow], signal: AbortSignal) -> None:
         with tracing.span("turn", **{"session.id": session["id"]}):
             await self._turn_steps(session, batch, signal)
 
@@ -236,8 +229,8 @@ class Runner:
             with reading():  # each step reads the configuration once (an edit applies to the next)
                 more = await self._step(session, batch, signal, turn)
             while more:
-                work = await self._work(session["id"])
-                if work.session is None:
+                work = await self.infra.queries.session_work(session["id"])
+                if work is None:
                     raise SessionNotFound(session["id"])
                 steers = [
                     row
