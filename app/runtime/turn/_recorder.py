@@ -12,10 +12,10 @@ the final part event carries the complete text (equal to the concatenated deltas
 Opening late (``open_later``): the writes that open a step (its inputs promoted, the message and
 its step-start) go with the step's first write of its own (the first part the stream opens, or
 its end), or on their own once a grace (``Settings.step_opening_grace_seconds``) has passed
-without one. A model that answers
-at once thus costs one commit less per step, and one that takes its time still shows its reply
-begun within the grace. Until the opening commits nothing of the step is stored: a crash, a lost
-lease or a lost database before it leaves the inputs waiting, to be answered as if never begun.
+without one. A model that answers at once thus costs one commit less per step, and one that
+takes its time still shows its reply begun within the grace. Until the opening commits nothing
+of the step is stored: a crash, a lost lease or a lost database before it leaves the inputs
+waiting, to be answered as if never begun.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from app.wire import AssistantMessage
 log = logging.getLogger("opensession.turn")
 
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
-
-Opening = Callable[[Transaction], Awaitable[None]]
 INTERRUPTED_STEP = "Provider turn interrupted"
+
+Opening = Callable[[Transaction], Awaitable[None]]  # the writes that open a step, in a transaction
 
 
 def tokens_of(usage: Usage) -> dict[str, Any]:
