@@ -173,6 +173,33 @@ def test_permission_and_shell_from_the_other_process(two: tuple[ProcessServer, P
     assert shell.status_code == 200, shell.text
 
 
+def test_an_always_answer_reaches_every_process_at_once(two: tuple[ProcessServer, ProcessServer]) -> None:
+    """Each process keeps the project's saved "always" rules it read (a step reads them); one
+    saved through another process is told to it at once, well before its copy would age out
+    (``MEMO_MAX_AGE_S``), so its next step runs the command without asking again."""
+    a, b = two
+    ask_bash = [{"permission": "bash", "pattern": "*", "action": "ask"}]
+    on_a = httpx.post(f"{a.url}/session", json={"permission": ask_bash}).json()["id"]
+    on_b = httpx.post(f"{b.url}/session", json={"permission": ask_bash}).json()["id"]
+    with EventCollector(f"{b.url}/event") as events:
+        httpx.post(f"{b.url}/session/{on_b}/prompt_async", json=text_prompt("TOOL:bash echo saved-once"))
+        asked = events.wait_for(lambda f: f.type == "permission.asked", timeout=15).properties
+        # Meanwhile a step on A reads the project's saved rules (none yet) and keeps them.
+        assert httpx.post(f"{a.url}/session/{on_a}/message", json=text_prompt("hello"), timeout=30).status_code == 200
+        reply = httpx.post(f"{b.url}/permission/{asked['id']}/reply", json={"reply": "always"})
+        assert reply.status_code == 200 and reply.json() is True
+        events.wait_idle(on_b, timeout=15)
+    time.sleep(0.3)  # the word of the change crosses (milliseconds)
+    with EventCollector(f"{a.url}/event") as events:
+        events.wait_for(lambda f: f.type == "server.connected")
+        ran = httpx.post(f"{a.url}/session/{on_a}/prompt_async", json=text_prompt("TOOL:bash echo saved-once"))
+        assert ran.status_code == 204
+        events.wait_idle(on_a, timeout=15)
+        assert not [f for f in events.of_session(on_a) if f.type == "permission.asked"]
+    tools = [p for m in httpx.get(f"{a.url}/session/{on_a}/message").json() for p in m["parts"] if p["type"] == "tool"]
+    assert tools[-1]["state"]["status"] == "completed" and "saved-once" in tools[-1]["state"]["output"]
+
+
 def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_dir: Path, config_dir: Path) -> None:
     a = process_server(cluster_url, project_dir, config_dir)
     b = process_server(cluster_url, project_dir, config_dir)

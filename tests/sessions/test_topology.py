@@ -56,9 +56,13 @@ async def test_one_process_owns_every_session_and_announces_busy_with_the_wake()
 
     async with coordinator.hold("ses_2"):  # granted at once, nothing announced
         assert coordinator.is_held("ses_2") and len(announced) == 2
-    memo: Memo[str, list[str]] = topology.memo()
-    memo["project"] = ["rule"]
+    memo: Memo[str, list[str]] = topology.memo("rules")
+    memo.put_read("project", ["rule"], memo.generation)
     assert memo.get("project") == ["rule"]  # the only writer keeps what it reads
+    overtaken = memo.generation
+    memo.clear()  # a change committed while a read was on its way
+    memo.put_read("project", ["stale"], overtaken)
+    assert memo.get("project") is None
     await topology.stop()
 
 
@@ -109,6 +113,6 @@ async def test_a_cluster_hold_takes_the_lease_but_is_no_work(
         assert await sessions.topology.leased("ses_2")  # no other process may drain it meanwhile
         assert await sessions.statuses() == {}  # but this process's own hold reads idle, as on SQLite
     assert not await sessions.topology.leased("ses_2") and announced == []
-    memo: Memo[str, list[str]] = sessions.topology.memo()
-    memo["project"] = ["rule"]
-    assert memo.get("project") is None  # other processes write too: nothing read is kept
+    memo: Memo[str, list[str]] = sessions.topology.memo("rules")
+    memo.put_read("project", ["rule"], memo.generation)
+    assert memo.get("project") == ["rule"]  # kept: the other processes say when they change it

@@ -10,6 +10,8 @@ from app.runtime.agents._questions import Questions
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions import Topology
 
+SAVED_PERMISSIONS = "saved-permissions"  # the topology's cache of each project's "always" answers
+
 
 @dataclass(frozen=True, slots=True)
 class AgentsDomain:
@@ -20,4 +22,6 @@ class AgentsDomain:
     @classmethod
     def build(cls, infra: Infrastructure, topology: Topology) -> AgentsDomain:
         agents = Agents(infra.config)
-        return cls(agents, Permissions(infra.log, infra.config, agents, topology.memo()), Questions(infra.log))
+        saved = topology.memo(SAVED_PERMISSIONS)
+        permissions = Permissions(infra.log, infra.config, agents, saved, lambda: topology.changed(SAVED_PERMISSIONS))
+        return cls(agents, permissions, Questions(infra.log))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -103,16 +104,22 @@ class Permissions(PendingRequests[Pending]):
     ASKED = "permission.asked"
     SETTLED = ("permission.replied",)
 
-    def __init__(self, log: EventLog, config: ConfigLoader, agents: Agents, saved: Memo[str, list[Rule]]) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        config: ConfigLoader,
+        agents: Agents,
+        saved: Memo[str, list[Rule]],
+        changed: Callable[[], Awaitable[None]],
+    ) -> None:
         super().__init__()
         self.log = log
         self.config = config
         self.agents = agents
-        # Saved rules per project (every step reads them), kept where this process is the
-        # database's only writer (the topology's memo). ``_saves`` counts changes, so a read
-        # that raced one is not kept.
+        # Saved rules per project (every step reads them), kept; a change here empties it once
+        # committed and ``changed`` tells the other processes to empty theirs.
         self._saved = saved
-        self._saves = 0
+        self._changed = changed
 
     def not_found(self, request_id: str) -> Exception:
         return PermissionNotFound(request_id)
@@ -130,16 +137,11 @@ class Permissions(PendingRequests[Pending]):
         kept = self._saved.get(project_id)
         if kept is not None:
             return kept
-        saves = self._saves
+        generation = self._saved.generation
         saved = await saved_permissions.of_project(self.log.db, project_id)
-        rules = [{"permission": s.permission, "pattern": s.pattern, "action": "allow"} for s in saved]
-        if saves == self._saves:
-            self._saved[project_id] = rules
+        rules: list[Rule] = [{"permission": s.permission, "pattern": s.pattern, "action": "allow"} for s in saved]
+        self._saved.put_read(project_id, rules, generation)
         return rules
-
-    def _changed_saved(self) -> None:
-        self._saves += 1
-        self._saved.clear()
 
     @staticmethod
     def disabled_tools(rules: list[Rule], names: list[str]) -> set[str]:
@@ -244,12 +246,13 @@ class Permissions(PendingRequests[Pending]):
 
     async def _save(self, pending: Pending) -> None:
         async with self.log.db.write() as scope:
-            scope.when_durable(self._changed_saved)  # once readers see it
+            scope.when_durable(self._saved.clear)  # once readers see it
             for pattern in pending.info["always"]:
                 saved = SavedPermission(
                     ids.new_id("permission"), pending.project_id, pending.info["permission"], pattern, now_ms()
                 )
                 saved_permissions.save(scope, saved)
+        await self._changed()
 
     async def saved(self) -> list[dict[str, Any]]:
         every = await saved_permissions.every(self.log.db)
@@ -258,7 +261,8 @@ class Permissions(PendingRequests[Pending]):
     async def forget(self, saved_id: str) -> None:
         async with self.log.db.write() as scope:
             saved_permissions.forget(scope, saved_id)
-            scope.when_durable(self._changed_saved)  # once readers see it
+            scope.when_durable(self._saved.clear)  # once readers see it
+        await self._changed()
 
 
 def _v2_request(info: dict[str, Any]) -> dict[str, Any]:

@@ -75,6 +75,9 @@ FOLLOWED_REQUEST_EVENTS = frozenset(
 # long a wait for one lasts before the lease is read again (its owner may have died).
 STATUS_EVENTS = frozenset({"session.status", "session.idle"})
 ELSEWHERE_RECHECK_S = 1.0
+# How long rows a process keeps (``memo``) are trusted: another process tells it of a change at
+# once, and this bounds a change whose word was lost (a listener reconnecting after an outage).
+MEMO_MAX_AGE_S = 5.0
 
 
 class ClusterTopology:
@@ -94,7 +97,8 @@ class ClusterTopology:
         self._watchdog: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[Any]] = set()
         # Further control operations, by name (the Runtime adds what other domains answer).
-        self.handlers: dict[str, Handler] = {}
+        self.handlers: dict[str, Handler] = {"forget": self._forget}
+        self._memos: dict[str, Memo[Any, Any]] = {}
         # What other domains finish in a session taken over (given its id), after its turn.
         self.takeovers: list[Takeover] = []
         self._following: asyncio.Task[None] | None = None
@@ -132,8 +136,16 @@ class ClusterTopology:
     def on_takeover(self, finish: Takeover) -> None:
         self.takeovers.append(finish)
 
-    def memo(self) -> Memo[Any, Any]:
-        return _Unkept()  # other processes write too: what was read may be stale at once
+    def memo(self, name: str) -> Memo[Any, Any]:
+        return self._memos.setdefault(name, Memo(MEMO_MAX_AGE_S))
+
+    async def changed(self, name: str) -> None:
+        await self.send(EVERYONE, "forget", "", memo=name)
+
+    async def _forget(self, message: dict[str, Any]) -> None:
+        memo = self._memos.get(message.get("memo", ""))
+        if memo is not None:
+            memo.clear()
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -341,19 +353,6 @@ class ClusterTopology:
                     observe(event)
         finally:
             watched.close()
-
-
-class _Unkept:
-    """A cache that keeps nothing."""
-
-    def get(self, key: Any, /) -> None:
-        return None
-
-    def __setitem__(self, key: Any, value: Any, /) -> None:
-        return None
-
-    def clear(self) -> None:
-        return None
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:

@@ -14,9 +14,10 @@ is forwarded, reserved or taken over.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from app.events.log import Transaction
 from app.events.model import Event
@@ -24,7 +25,6 @@ from app.runtime.sessions._coordinator import Claims, Lease
 from app.runtime.sessions._recovery import StepChanges
 
 K = TypeVar("K")
-K_contra = TypeVar("K_contra", contravariant=True)
 V = TypeVar("V")
 
 # A control operation another process forwards here (a permission reply, a question's answer).
@@ -46,14 +46,35 @@ class Controlled(Protocol):
     async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool: ...
 
 
-class Memo(Protocol[K_contra, V]):
-    """A cache of rows this process reads (``dict`` is one)."""
+class Memo(Generic[K, V]):
+    """A cache of rows this process reads, emptied whenever they change (``clear``, here, and on
+    every process through ``Topology.changed``). ``generation`` counts the clears: a read that one
+    overtook is not kept (``put_read``). ``max_age``: how long an entry is trusted at all (None:
+    for ever), where the word of a change made elsewhere could be lost."""
 
-    def get(self, key: K_contra, /) -> V | None: ...
+    def __init__(self, max_age: float | None = None) -> None:
+        self._entries: dict[K, tuple[V, float]] = {}
+        self._max_age = max_age
+        self.generation = 0
 
-    def __setitem__(self, key: K_contra, value: V, /) -> None: ...
+    def get(self, key: K) -> V | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        value, read_at = entry
+        if self._max_age is not None and time.monotonic() - read_at > self._max_age:
+            del self._entries[key]
+            return None
+        return value
 
-    def clear(self) -> None: ...
+    def put_read(self, key: K, value: V, generation: int) -> None:
+        """Keep ``value``, read since ``generation`` began, unless a clear came meanwhile."""
+        if generation == self.generation:
+            self._entries[key] = (value, time.monotonic())
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.generation += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +146,14 @@ class Topology(Claims, Protocol):
         and no admitted prompt is about to be claimed."""
         ...
 
-    def memo(self) -> Memo[K, V]:
-        """A cache for rows this process reads: kept only where no other process writes them."""
+    def memo(self, name: str) -> Memo[Any, Any]:
+        """This process's cache ``name`` of rows it reads; where other processes write them too,
+        they empty it when they do (``changed``)."""
+        ...
+
+    async def changed(self, name: str) -> None:
+        """What cache ``name`` holds was changed here (and its ``clear`` is due once committed):
+        tell the other processes to empty theirs."""
         ...
 
     async def leases_held(self, draining: int) -> int:
@@ -194,8 +221,11 @@ class LocalTopology:
     async def await_idle(self, session_id: str) -> None:
         return None
 
-    def memo(self) -> Memo[K, V]:
-        return {}
+    def memo(self, name: str) -> Memo[Any, Any]:
+        return Memo()
+
+    async def changed(self, name: str) -> None:
+        return None  # no other process keeps one
 
     async def leases_held(self, draining: int) -> int:
         return draining  # each drain is granted its lease at once
