@@ -140,7 +140,10 @@ class ClusterTopology:
         return self._memos.setdefault(name, Memo(MEMO_MAX_AGE_S))
 
     async def changed(self, name: str) -> None:
-        await self.send(EVERYONE, "forget", "", memo=name)
+        try:
+            await self.send(EVERYONE, "forget", "", memo=name)
+        except Exception:  # the change itself is committed; the others' copies age out instead
+            log.warning("could not tell the other processes that %s changed", name, exc_info=True)
 
     async def _forget(self, message: dict[str, Any]) -> None:
         memo = self._memos.get(message.get("memo", ""))

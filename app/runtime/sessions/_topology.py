@@ -153,7 +153,8 @@ class Topology(Claims, Protocol):
 
     async def changed(self, name: str) -> None:
         """What cache ``name`` holds was changed here (and its ``clear`` is due once committed):
-        tell the other processes to empty theirs."""
+        tell the other processes to empty theirs. Never raises: a word that cannot be sent is as
+        good as lost (their copies age out)."""
         ...
 
     async def leases_held(self, draining: int) -> int:
