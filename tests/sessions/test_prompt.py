@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import httpx
 
+from app.settings import Settings
 from tests.helpers import assistant_text, create_session, text_prompt
-from tests.servers import ThreadServer
+from tests.servers import ThreadServer, thread_server
 from tests.sse import EventCollector
 
 
@@ -172,3 +173,24 @@ def test_a_slow_models_reply_shows_begun_before_its_first_token(server: ThreadSe
         events.wait_idle(sid)
     reply = client.get(f"/session/{sid}/message").json()[1]
     assert reply["info"]["error"]["name"] == "MessageAbortedError" and "completed" in reply["info"]["time"]
+
+
+def test_an_abort_before_the_reply_is_begun_leaves_it_aborted(settings: Settings) -> None:
+    """Aborted while its opening still waits for the model's first token (a grace longer than
+    the test): the opening is made with the abort, so the prompt has its reply, marked aborted,
+    and is not answered again."""
+    settings = settings.model_copy(update={"step_opening_grace_seconds": 60.0})
+    with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        sid = create_session(client)["id"]
+        with EventCollector(f"{server.url}/event") as events:
+            events.wait_for(lambda f: f.type == "server.connected")
+            assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:60 never")).status_code == 204
+            events.wait_for(lambda f: f.type == "session.status" and f.properties["sessionID"] == sid)
+            assert client.get(f"/session/{sid}/message").json()[-1]["info"]["role"] == "user"  # not begun yet
+            assert client.post(f"/session/{sid}/abort").json() is True
+            events.wait_idle(sid)
+        history = client.get(f"/session/{sid}/message").json()
+        assert [m["info"]["role"] for m in history] == ["user", "assistant"]
+        assert history[1]["info"]["error"]["name"] == "MessageAbortedError"
+        assert [p["type"] for p in history[1]["parts"]] == ["step-start"]
+        assert client.get("/session/status").json() == {}
