@@ -54,6 +54,21 @@ def _restart(database_url: str, project_dir: Path, config_dir: Path) -> ProcessS
     return restarted
 
 
+def _recovered(database_url: str, project_dir: Path, config_dir: Path, sid: str, replies: int) -> list[dict]:
+    """The session's history once a restarted server has settled ``replies`` replies in it,
+    with nothing left open."""
+    restarted = _restart(database_url, project_dir, config_dir)
+    try:
+        history = _settled(restarted.url, sid)
+        while len([m for m in history if m["info"]["role"] == "assistant"]) < replies:
+            time.sleep(0.1)
+            history = _settled(restarted.url, sid)
+        _assert_nothing_open(restarted.url, history)
+        return history
+    finally:
+        restarted.stop()
+
+
 @pytest.mark.slow
 def test_kill_9_during_a_turn_then_restart(database_url: str, project_dir: Path, config_dir: Path) -> None:
     server = process_server(database_url, project_dir, config_dir)
@@ -81,15 +96,7 @@ def test_kill_9_during_a_turn_then_restart(database_url: str, project_dir: Path,
     finally:
         server.stop()
 
-    restarted = _restart(database_url, project_dir, config_dir)
-    try:
-        history = _settled(restarted.url, sid)
-        while len([m for m in history if m["info"]["role"] == "assistant"]) < 3:
-            time.sleep(0.1)
-            history = _settled(restarted.url, sid)
-    finally:
-        restarted.stop()
-
+    history = _recovered(database_url, project_dir, config_dir, sid, replies=3)
     users = [m for m in history if m["info"]["role"] == "user"]
     replies = [m for m in history if m["info"]["role"] == "assistant"]
     assert [assistant_text(u) for u in users] == [SLOW_PROMPT, "queued behind"]
@@ -141,6 +148,32 @@ PHASES = {
         lambda ev: ev.wait_for(lambda f: _tool_status(f, "bash", "running"), 15),
     ),
 }
+
+
+@pytest.mark.slow
+def test_kill_9_before_a_step_is_begun_answers_its_prompt_once(
+    database_url: str, project_dir: Path, config_dir: Path
+) -> None:
+    """Killed while the step's opening waits for the model's first token (nothing of the step is
+    stored yet): after a restart the prompt is answered as if never begun, by one reply."""
+    server = process_server(database_url, project_dir, config_dir)
+    server.env["OPENSESSION_STEP_OPENING_GRACE_SECONDS"] = "60"  # longer than the test
+    server.start()
+    try:
+        sid = httpx.post(f"{server.url}/session").json()["id"]
+        with EventCollector(f"{server.url}/event") as events:
+            prompt = text_prompt("SLOW:1 answered once")
+            assert httpx.post(f"{server.url}/session/{sid}/prompt_async", json=prompt).status_code == 204
+            events.wait_for(lambda f: f.type == "session.status", timeout=15)
+            time.sleep(0.2)
+            assert [m["info"]["role"] for m in httpx.get(f"{server.url}/session/{sid}/message").json()] == ["user"]
+            server.kill9()
+    finally:
+        server.stop()
+    history = _recovered(database_url, project_dir, config_dir, sid, replies=1)
+    assert [m["info"]["role"] for m in history] == ["user", "assistant"]
+    assert history[1]["info"]["parentID"] == history[0]["info"]["id"]
+    assert assistant_text(history[1]) == "Echo: SLOW:1 answered once"
 
 
 @pytest.mark.slow
