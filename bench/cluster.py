@@ -261,12 +261,13 @@ def _measure(
         with servers(served, count, base, project, config) as procs:
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
-            cpu_before = sum(p.cpu_seconds() for p in procs)
+            cpu_before = [p.cpu_seconds() for p in procs]
             proxy_before = link.cpu_seconds() if link is not None else 0.0
             client_before, wall_before = time.process_time(), time.perf_counter()
             drive = asyncio.run(_drive([p.url for p in procs], per_session))
             client_share = (time.process_time() - client_before) / (time.perf_counter() - wall_before)
-            cpu = sum(p.cpu_seconds() for p in procs) - cpu_before
+            cpu_each = [p.cpu_seconds() - first for p, first in zip(procs, cpu_before, strict=True)]
+            cpu = sum(cpu_each)
             prompts = SESSIONS * per_session
             answers = max(drive.answers, 1)
             if drive.answers != prompts:
@@ -280,6 +281,8 @@ def _measure(
                 f"turns/s completed, {cpu / answers * 1000:.1f} ms server CPU per turn, client CPU "
                 f"{client_share:.0%} of the wall time"
             )
+            if count >= 2:  # how evenly the processes share the work
+                note += " (" + " / ".join(f"{c / max(cpu, 1e-9):.0%}" for c in cpu_each) + " by process)"
             if link is not None:
                 trips = link.round_trips() - trips_before
                 statements, commits = (

@@ -13,6 +13,10 @@ ADDED = [
         "revert_journal text",
         "SELECT r.journal INTO revert_journal FROM reverts r WHERE r.session_id = session;",
     ),  # 0014
+    (
+        "lease_expires bigint",
+        "SELECT l.expires_at INTO lease_expires FROM leases l WHERE l.session_id = session;",
+    ),  # 0015
 ]
 
 
@@ -33,3 +37,14 @@ BEGIN
 END
 $$
 """
+
+
+def replace_with(added: int) -> None:
+    """A migration step: the function as ``write_head(added)`` makes it, in place of the one there
+    (dropped first, as its result type changes). PostgreSQL only: SQLite has no functions."""
+    from alembic import op
+
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    op.execute("DROP FUNCTION opensession_write_head(text)")
+    op.execute(write_head(added))

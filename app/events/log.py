@@ -29,6 +29,7 @@ from app.events.topology import log_topology
 from app.jsonutil import dumps
 from app.store import events
 from app.store.database import Database, Row, WriteScope
+from app.store.events import HeldLease
 from app.store.projectors import Projection, project
 from app.wire import Session
 
@@ -61,6 +62,8 @@ class Transaction:
         # session), not decoded until asked for, and their revert journals (None: none).
         self.held_infos: dict[str, str | None] = {}
         self.held_journals: dict[str, str | None] = {}
+        # The drain leases of the sessions it holds, as read with the hold (shared databases only).
+        self.held_leases: dict[str, HeldLease | None] = {}
 
     async def hold(self, session_id: str) -> None:
         """Before reading a session to change it: where other transactions write it at the same
@@ -240,6 +243,7 @@ class EventLog:
                 tx.next_seq.update(opened.next_seq)
                 tx.held_infos.update(opened.infos)
                 tx.held_journals.update(opened.journals)
+                tx.held_leases.update(opened.leases)
             yield tx
             self.topology.committing(scope, tx.events, tx.next_seq)
 

@@ -32,6 +32,7 @@ from app.events.model import Event
 from app.events.relay import CHANNEL, ClusterRelay, Since, notifications
 from app.store import events as stored_events
 from app.store.database import Database, WriteScope
+from app.store.events import HeldLease
 
 # The drain lease a task writes under, on a shared database: ``(session_id, owner, token)``. Set by
 # the coordinator for the task that drains a session (and inherited by tasks it starts); every
@@ -42,13 +43,14 @@ FENCE: ContextVar[tuple[str, str, int] | None] = ContextVar("opensession_fence",
 @dataclass(frozen=True)
 class Opened:
     """The cursor the transaction's events follow, the next seq of the session it holds, and that
-    session's info (JSON text; None: no such session) and revert journal (None: none) as read
-    under the hold."""
+    session's info (JSON text; None: no such session), revert journal (None: none) and drain
+    lease (None: nobody's) as read under the hold."""
 
     cursor: int
     next_seq: dict[str, int]
     infos: dict[str, str | None]
     journals: dict[str, str | None]
+    leases: dict[str, HeldLease | None]
 
 
 class LeaseLost(Exception):
@@ -174,12 +176,16 @@ class ClusterLogTopology:
         fence = FENCE.get()
         held = self.held(hold)
         head = await stored_events.write_head(scope, held)
-        if fence is not None and head.lease != fence[1:]:
+        if fence is not None and (head.lease is None or head.lease[:2] != fence[1:]):
             raise LeaseLost(fence[0])
         if held is None:
-            return Opened(head.first_cursor, {}, {}, {})
+            return Opened(head.first_cursor, {}, {}, {}, {})
         return Opened(
-            head.first_cursor, {held: head.last_seq + 1}, {held: head.session_info}, {held: head.revert_journal}
+            head.first_cursor,
+            {held: head.last_seq + 1},
+            {held: head.session_info},
+            {held: head.revert_journal},
+            {held: head.lease},
         )
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:

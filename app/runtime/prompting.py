@@ -62,7 +62,7 @@ class Prompting:
             if directory is not None:
                 self.workspace.watch(directory)
                 self.extensions.warm(directory)  # MCP servers connect meanwhile; admission never waits
-            if resume and not request.no_reply:
+            if resume and not request.no_reply and admitted.wake:
                 self.coordinator.wake(session_id)
         return admitted
 

@@ -236,7 +236,8 @@ MAX_SEQ = Clause(select(func.max(events.c.seq)).where(events.c.session_id == bin
 # PostgreSQL only (so not ``quick``: SQLite never runs them); the functions are migration 0012's.
 # What a write transaction on a shared database reads first, in one round trip: where its cursors
 # start and, for the session its task drains (``session_id``; "" for none), the session's hold,
-# its last seq, its lease, its info (migration 0013) and its revert journal (0014).
+# its last seq, its lease, its info (migration 0013), its revert journal (0014) and when its lease
+# expires (0015).
 WRITE_HEAD = Clause(
     select(
         literal_column("first_cursor"),
@@ -245,6 +246,7 @@ WRITE_HEAD = Clause(
         literal_column("lease_token"),
         literal_column("session_info"),
         literal_column("revert_journal"),
+        literal_column("lease_expires"),
     ).select_from(func.opensession_write_head(bindparam("session_id", type_=String)))
 )
 

@@ -13,23 +13,33 @@ from app.store.database import Reader, Row, WriteScope
 CURSOR_BITS = 20
 
 
+class HeldLease(NamedTuple):
+    """A session's drain lease as a write transaction read it under the session's hold."""
+
+    owner: str
+    token: int
+    expires_at: int  # ms since the epoch
+
+
 class WriteHead(NamedTuple):
     """Where a write transaction on a shared database continues from (``write_head``)."""
 
     first_cursor: int  # its events' cursors follow this one (its transaction id, shifted)
     last_seq: int  # the held session's newest seq (-1 before its first event, or none held)
-    lease: tuple[str, int] | None  # the held session's lease: (owner, token)
+    lease: HeldLease | None  # the held session's lease (None: nobody holds it)
     session_info: str | None  # the held session's info as JSON text (None: no such session)
     revert_journal: str | None  # the held session's revert journal (None: no revert under way)
 
 
 async def write_head(scope: WriteScope, session_id: str | None) -> WriteHead:
     """Where the transaction's cursors start, and for ``session_id`` its hold (kept to the
-    commit), then its ``last_seq``, lease holder, info and revert journal, in one round trip
+    commit), then its ``last_seq``, lease, info and revert journal, in one round trip
     (shared databases)."""
-    first, seq, owner, token, info, journal = (await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""}))[0]
+    first, seq, owner, token, info, journal, expires = (
+        await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""})
+    )[0]
     scope.transaction_id = int(first) >> CURSOR_BITS
-    lease = None if owner is None else (owner, int(token))
+    lease = None if owner is None else HeldLease(owner, int(token), int(expires))
     return WriteHead(int(first), -1 if seq is None else int(seq), lease, info, journal)
 
 

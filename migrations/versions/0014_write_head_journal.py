@@ -8,9 +8,7 @@ Revises: 0013
 Create Date: 2026-12-06
 """
 
-from alembic import op
-
-from migrations.write_head import write_head
+from migrations.write_head import replace_with
 
 revision = "0014"
 down_revision = "0013"
@@ -19,14 +17,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    op.execute("DROP FUNCTION opensession_write_head(text)")  # its result type changes
-    op.execute(write_head(2))
+    replace_with(2)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    op.execute("DROP FUNCTION opensession_write_head(text)")
-    op.execute(write_head(1))
+    replace_with(1)

@@ -18,9 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
+from app.clock import now_ms
 from app.runtime.abort import AbortSignal
 from app.runtime.inputs import PromptRequest
 from app.runtime.sessions import ClusterTopology, DrainCoordinator, Lease
+from app.store import leases
 from app.wire import SessionStatus
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
@@ -211,6 +213,40 @@ def test_admission_reserves_the_lease_and_a_late_prompt_keeps_it(server: ThreadS
     assert all(seen.values()), seen
 
 
+def test_a_prompt_admitted_while_another_process_drains_is_left_to_that_drain(server: ThreadServer) -> None:
+    """On a shared database: an admission that reads (under the session's hold) a live lease of
+    another process neither reserves, claims nor wakes anything here: that drain's release finds
+    the prompt. A lease whose owner stopped renewing it is no such drain: the prompt wakes a
+    drain here, which takes the session over."""
+    runtime = server.runtime
+    cluster = runtime.admission.topology
+    if not isinstance(cluster, ClusterTopology):
+        pytest.skip("leases exist on a shared database only")
+    request = PromptRequest(parts=[{"type": "text", "text": "left to the owner"}])
+    elsewhere = "other-process"
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        now = now_ms()
+        live = (await runtime.sessions.create(server.settings.directory))["id"]
+        claimed = await leases.claim(runtime.infra.db, live, elsewhere, now + 60_000, now)
+        admitted = await runtime.admission.admit(live, request, reserve=True)
+        seen["not woken here"] = admitted.wake is False
+        seen["lease untouched"] = (await cluster.holders()).get(live) == elsewhere
+        assert claimed.token is not None
+        seen["its release finds the prompt"] = not await leases.release(
+            runtime.infra.db, live, elsewhere, claimed.token, unless_admitted_after=claimed.last_seq
+        )
+
+        expired = (await runtime.sessions.create(server.settings.directory))["id"]
+        await leases.claim(runtime.infra.db, expired, elsewhere, now - 1, now - 2)
+        seen["woken here"] = (await runtime.admission.admit(expired, request, reserve=True)).wake is True
+        return seen
+
+    seen = asyncio.run_coroutine_threadsafe(scenario(), server.loop).result(timeout=30)
+    assert all(seen.values()), seen
+
+
 class _Claims:
     """The coordinator's view of a shared database: one lease per session, and the seqs of the
     inputs admitted and not yet answered."""
@@ -265,3 +301,26 @@ async def test_a_prompt_admitted_as_the_drain_ends_gets_another_pass_of_the_same
     await asyncio.wait_for(coordinator.await_idle("ses_1"), 5)
     assert passes == 2 and claims.waiting == []
     assert announced == [("busy", True), ("idle", False)]  # one busy period; idle once the lease is gone
+
+
+async def test_a_failed_drain_keeps_the_lease_for_a_prompt_admitted_since_its_claim() -> None:
+    """A prompt admitted on another process while this drain runs is left to it (nothing wakes
+    it here): when the drain fails, it gives the lease up only if no such prompt waits, else it
+    goes round again and answers it."""
+    claims = _Claims()
+    passes = 0
+
+    async def drain(session_id: str, signal: AbortSignal) -> None:
+        nonlocal passes
+        passes += 1
+        if passes == 1:
+            claims.seq += 1
+            claims.waiting.append(claims.seq)  # admitted elsewhere during this pass
+            raise RuntimeError("the drain failed")
+        claims.waiting.clear()
+
+    coordinator = DrainCoordinator(drain, lambda session_id, status: None, claims)
+    coordinator.wake("ses_1")
+    await asyncio.sleep(0)
+    await asyncio.wait_for(coordinator.await_idle("ses_1"), 5)
+    assert passes == 2 and claims.waiting == [] and claims.leases == set()

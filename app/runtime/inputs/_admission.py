@@ -90,6 +90,7 @@ class PromptRequest:
 class Admitted:
     record: InputRow
     created: bool  # False when this was an idempotent retry
+    wake: bool = True  # False: another process's drain answers it (``Topology.reserve``)
 
     @property
     def message_id(self) -> str:
@@ -250,9 +251,8 @@ class Admission:
                 time_created=created,
             )
             inputs.insert(tx.scope, record)
-            if reserve:
-                self.topology.reserve(tx, session_id)
-        return Admitted(record, created=True)
+            wake = self.topology.reserve(tx, session_id) if reserve else True
+        return Admitted(record, created=True, wake=wake)
 
     def _stored(
         self, session: Session, request: PromptRequest, canonical: dict[str, Any], view: dict[str, Any]

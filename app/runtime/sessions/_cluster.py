@@ -8,9 +8,10 @@
   reserves a free session's lease for its own process in the admission's transaction
   (``reserve``), so the prompt is busy everywhere from its commit, before its drain claims the
   lease; a drain releases it before announcing idle, and keeps it when a prompt admitted since
-  its claim waits (``release(..., unless_admitted_after=)``). A lease a live owner holds without
-  a drain (its claim or release failed) is woken by that owner's watchdog; one whose owner died
-  expires and is taken over; so none stays busy without work.
+  its claim waits (``release(..., unless_admitted_after=)``). So a prompt admitted while another
+  process drains the session is left to that drain: nothing is claimed or woken for it. A lease
+  a live owner holds without a drain (its claim or release failed) is woken by that owner's
+  watchdog; one whose owner died expires and is taken over; so none stays busy without work.
 - Fencing: the drain task writes under ``FENCE`` (session, owner, token); every write
   transaction checks the lease inside the transaction, so an owner that lost its lease (paused,
   partitioned, presumed dead) can never write into the session again (``LeaseLost``).
@@ -158,11 +159,20 @@ class ClusterTopology:
     def fence(self, session_id: str, lease: Lease) -> None:
         FENCE.set((session_id, self.origin, lease.token))  # the calling task's writes check the lease
 
-    def reserve(self, tx: Transaction, session_id: str) -> None:
+    def reserve(self, tx: Transaction, session_id: str) -> bool:
         """In an admission's transaction: the session's lease for this process if nobody has it
         (its drain claims it next), so every process reads the session busy from this commit.
-        Once handed off, one that has already expired: busy, and any other process may claim it."""
+        Once handed off, one that has already expired: busy, and any other process may claim it.
+
+        A live lease of another process, as read under the hold, is left to it and nothing is
+        woken here: that drain's release (``release``, under the same hold) finds the prompt
+        waiting and goes round again. Claiming it only to be refused, and waking the owner, were
+        two round trips and a wasted pass of the owner's drain for every such prompt."""
+        held = tx.held_leases.get(session_id)
+        if held is not None and held.owner != self.origin and held.expires_at >= now_ms():
+            return False
         leases.reserve(tx.scope, session_id, self.origin, 0 if self._leaving else now_ms() + self.lease_ms)
+        return True
 
     async def claim(self, session_id: str) -> Lease | None:
         """The new lease, or None when another live process drains the session (it has been

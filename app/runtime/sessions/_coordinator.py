@@ -159,8 +159,8 @@ class DrainCoordinator:
         finally:
             woken = session_id in self._deferred
             if lease is not None and not woken:
-                # A prompt admitted meanwhile (here, or on a process whose wake is still on its
-                # way) keeps the lease for the drain that answers it.
+                # A prompt admitted meanwhile (here, or on a process that left it to this hold's
+                # lease) keeps the lease for the drain that answers it.
                 woken = await self._kept(session_id, lease, lease.seq)
             self._held.discard(session_id)
             self._deferred.discard(session_id)
@@ -239,7 +239,7 @@ class DrainCoordinator:
                 if entry.pending_wake:
                     continue
                 # Done: given up unless a prompt came in after the last read (admitted on another
-                # process, whose wake is still on its way); then one more pass, the same busy period.
+                # process, which left it to this drain); then one more pass, the same busy period.
                 if not await self._kept(session_id, lease, lease.seq):
                     holding = False
                     break
@@ -249,8 +249,10 @@ class DrainCoordinator:
             if lease is not None and holding and not shutting_down and not entry.pending_wake:
                 # Given up before idle is announced, so no process reads busy after that. After an
                 # abort, prompts it settles wait no more; prompts admitted later keep the lease.
+                # After a failure too, a prompt admitted since the claim keeps it (on another
+                # process, its admission left it to this drain: ``Topology.reserve``).
                 # (A stopping process leaves its leases to expire; a successor keeps this one.)
-                settled = entry.signal.settle_through if entry.signal.fired else None
+                settled = entry.signal.settle_through if entry.signal.fired else lease.seq
                 if await self._kept(session_id, lease, settled):
                     entry.pending_wake = True
             if self._entries.get(session_id) is entry:

@@ -120,8 +120,11 @@ class Topology(Claims, Protocol):
         ``held``, are no work)."""
         ...
 
-    def reserve(self, tx: Transaction, session_id: str) -> None:
-        """In an admission's transaction: make the session busy for every process from its commit."""
+    def reserve(self, tx: Transaction, session_id: str) -> bool:
+        """In an admission's transaction: make the session busy for every process from its commit.
+        Returns whether this process is to wake the session's drain; False when another live
+        process drains it already (its drain answers the prompt: it reads the inputs admitted
+        before it gives the lease up)."""
         ...
 
     def on_takeover(self, finish: Takeover) -> None:
@@ -204,8 +207,8 @@ class LocalTopology:
     async def reserved(self, held: Callable[[str], bool]) -> set[str]:
         return set()
 
-    def reserve(self, tx: Transaction, session_id: str) -> None:
-        return None
+    def reserve(self, tx: Transaction, session_id: str) -> bool:
+        return True
 
     def on_takeover(self, finish: Takeover) -> None:
         return None
