@@ -76,12 +76,17 @@ class Drive:
     answers: int
 
 
-async def _drive(urls: list[str], prompts_per_session: int) -> Drive:
-    """Create the sessions, send every prompt concurrently (round-robin over ``urls``), wait until
-    all are answered, and read back every session's transcript."""
+def _sessions(url: str) -> list[str]:
+    """The sessions the burst prompts, created before anything is counted (not part of a turn)."""
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        return [client.post(f"{url}/session").json()["id"] for _ in range(SESSIONS)]
+
+
+async def _drive(urls: list[str], sids: list[str], prompts_per_session: int) -> Drive:
+    """Send every prompt to ``sids`` concurrently (round-robin over ``urls``), wait until all are
+    answered, and read back every session's transcript."""
     limits = httpx.Limits(max_connections=SESSIONS * 2, max_keepalive_connections=SESSIONS * 2)
     async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as client:
-        sids = [(await client.post(f"{urls[0]}/session")).json()["id"] for _ in range(SESSIONS)]
         latencies: list[float] = []
 
         # The prompts go through light keep-alive connections (``Poster``), one per session and
@@ -259,12 +264,13 @@ def _measure(
     with workspace("opensession-cluster-") as (base, project, config):
         served = link.url(db) if link is not None else db
         with servers(served, count, base, project, config) as procs:
+            sids = _sessions(procs[0].url)
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
             cpu_before = [p.cpu_seconds() for p in procs]
             proxy_before = link.cpu_seconds() if link is not None else 0.0
             client_before, wall_before = time.process_time(), time.perf_counter()
-            drive = asyncio.run(_drive([p.url for p in procs], per_session))
+            drive = asyncio.run(_drive([p.url for p in procs], sids, per_session))
             client_share = (time.process_time() - client_before) / (time.perf_counter() - wall_before)
             cpu_each = [p.cpu_seconds() - first for p, first in zip(procs, cpu_before, strict=True)]
             cpu = sum(cpu_each)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -36,6 +36,11 @@ from app.wire import Session
 # On a shared database, how many events one transaction may record (its cursors are its
 # transaction id times this, plus one per event).
 CURSORS_PER_TRANSACTION = 1 << events.CURSOR_BITS
+
+
+class Unwanted(Exception):
+    """A transaction found, once its turn came, that it has nothing to write any more
+    (``EventLog.transaction(wanted=)``); nothing of it reached the database."""
 
 
 class TooManyEvents(RuntimeError):
@@ -226,16 +231,25 @@ class EventLog:
 
     @asynccontextmanager
     async def transaction(
-        self, *, urgent: bool = False, at_once: bool = False, hold: str | None = None
+        self,
+        *,
+        urgent: bool = False,
+        at_once: bool = False,
+        hold: str | None = None,
+        wanted: Callable[[], bool] | None = None,
     ) -> AsyncIterator[Transaction]:
         """A write transaction recording events; ``urgent`` ones (a client waits on them: an
         admission, the part a streamed delta opens) go before drain loops' other writes, and an
         ``at_once`` one is durable without waiting for the others of its loop pass
         (``Database.write``). ``hold``: the session it changes, held from the start
-        (``Transaction.hold``, without a round trip of its own)."""
+        (``Transaction.hold``, without a round trip of its own). ``wanted`` is asked once the
+        transaction's turn has come, before it reads or writes anything: False raises
+        ``Unwanted`` (what it was to write was written meanwhile, by another transaction)."""
         held = self.topology.held(hold)
         queue = None if held is None else self._turns.turn(held)
         async with self.db.write(urgent=urgent, at_once=at_once, queue=queue) as scope:
+            if wanted is not None and not wanted():
+                raise Unwanted
             opened = await self.topology.opened(scope, hold)
             tx = Transaction(scope, self)
             if opened is not None:  # other transactions write too: continue from where they stand

@@ -5,7 +5,7 @@ never answered."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -15,17 +15,6 @@ import pytest
 from app.runtime.errors import Conflict
 from app.runtime.inputs import PromptRequest
 from app.runtime.service import Runtime
-from app.settings import Settings
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    runtime = Runtime(settings)
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
 
 
 def _text(text: str, message_id: str | None = None, *, no_reply: bool = False) -> PromptRequest:

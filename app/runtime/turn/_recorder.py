@@ -24,12 +24,12 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.events.log import EventLog, Transaction
+from app.events.log import EventLog, Transaction, Unwanted
 from app.events.model import Event
 from app.jsonutil import readable
 from app.providers.base import Finish, ModelInfo, Usage
@@ -128,10 +128,12 @@ class AssistantRecorder:
             log.debug("the opening of %s waits for the step's next write: %s", self.info["id"], exc)
 
     async def open_now(self) -> None:
-        """Commit the step's opening now, if it is still to be made."""
+        """Commit the step's opening now, if it is still to be made (when its turn comes: the
+        step's first transaction may have made it while this one waited)."""
         if self._opening is not None:
-            async with self.transaction():
-                pass
+            with suppress(Unwanted):
+                async with self.transaction(wanted=lambda: self._opening is not None):
+                    pass
 
     async def stop_opening(self) -> None:
         """The step is over: an opening not made by now never is (its step failed before writing
@@ -145,7 +147,9 @@ class AssistantRecorder:
             await asyncio.gather(alone, return_exceptions=True)
 
     @asynccontextmanager
-    async def transaction(self, *, urgent: bool = False, at_once: bool = False) -> AsyncIterator[Transaction]:
+    async def transaction(
+        self, *, urgent: bool = False, at_once: bool = False, wanted: Callable[[], bool] | None = None
+    ) -> AsyncIterator[Transaction]:
         """A transaction of the step's: its opening comes first in it if not committed yet (and
         waits for the next one if this one fails)."""
         opening: Opening | None = None
@@ -156,7 +160,7 @@ class AssistantRecorder:
             made = True
 
         try:
-            async with self.log.transaction(urgent=urgent, at_once=at_once) as tx:
+            async with self.log.transaction(urgent=urgent, at_once=at_once, wanted=wanted) as tx:
                 opening, self._opening = self._opening, None
                 if opening is not None:
                     await opening(tx)
