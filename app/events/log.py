@@ -138,6 +138,9 @@ class Transaction:
             data=data,
             time=event.time,
         )
+        # Published as stored, not as the caller's objects may stand by then (a streamed part
+        # goes on changing after its update was recorded).
+        event.raw = data
         self.events.append(event)
         return event
 
@@ -275,8 +278,8 @@ class EventLog:
         rows = await events.since(self.db, cursor, limit, directory, settled=self.topology.concurrent)
         return [_row_to_event(row) for row in rows]
 
-    async def _settled_up_to(self, cursor: int, upto: int, limit: int) -> tuple[list[Event], int]:
+    async def _settled_up_to(self, cursor: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
         """The relay's read (shared databases): up to ``limit`` settled events after ``cursor`` up
-        to ``upto``, oldest first, and the settled horizon."""
-        rows, horizon = await events.settled_up_to(self.db, cursor, upto, limit)
+        to ``upto``, oldest first (but those of the transactions ``skip``), and the settled horizon."""
+        rows, horizon = await events.settled_up_to(self.db, cursor, upto, limit, skip)
         return [_row_to_event(row) for row in rows], horizon

@@ -12,8 +12,9 @@ its own bus, in one order, through one queue:
 
 Every process reads the log only below the settled cursor (``app.events.topology``), so
 "everything after the last cursor I published" is gap-free on every process, though transactions
-commit in any order. Its own commits too are published as read back from the log once settled,
-with their ephemeral events after them.
+commit in any order. Its own commits are published in the same order, once settled, with their
+ephemeral events after them: from memory, as committed (``_own``); the catch-up's read leaves
+their transactions out (it only needs the horizon and other processes' events around them).
 A notification carries ``{"o": origin, "items": [cursor | event, ...]}``; an ephemeral event too
 large for one notification (a permission request with a long diff) travels in pieces,
 ``{"o": origin, "piece": [index, count], "text": ...}``, reassembled by the receiver (one
@@ -33,6 +34,7 @@ from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.store import events as stored_events
 from app.store.database import Database
+from app.store.events import CURSOR_BITS
 
 log = logging.getLogger("opensession.relay")
 
@@ -44,9 +46,9 @@ POLL_SECONDS = 1.0
 SETTLE_RETRY_S = (0.002, 0.05)
 SPREAD_UP_TO = 8
 
-# (after, upto, limit) -> up to ``limit`` settled events between, and the settled horizon
-# (``events.settled_up_to``)
-Since = Callable[[int, int, int], Awaitable[tuple[list[Event], int]]]
+# (after, upto, limit, skip) -> up to ``limit`` settled events between, but those of the
+# transactions ``skip``, and the settled horizon (``events.settled_up_to``)
+Since = Callable[[int, int, int, list[int]], Awaitable[tuple[list[Event], int]]]
 READ_LIMIT = 1000
 Item = int | dict[str, Any]  # a durable cursor, or an ephemeral event
 
@@ -128,6 +130,9 @@ class ClusterRelay:
         self._tasks: list[asyncio.Task[None]] = []
         self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
         self._held: list[tuple[str, Any]] = []  # an item taken from the queue to look at, not yet run
+        # This process's committed durable events not published yet, by cursor: published from
+        # here, not read back from the log.
+        self._own: dict[int, Event] = {}
 
     async def start(self) -> None:
         await self.db.listen(CHANNEL, self._received)
@@ -149,6 +154,9 @@ class ClusterRelay:
 
     def committed(self, events: list[Event]) -> None:
         """A local transaction committed (its notifications were sent inside it)."""
+        for event in events:
+            if event.durable:
+                self._own[event.cursor] = event
         self._queue.put_nowait(("local", events))
 
     def published(self, event: Event) -> None:
@@ -231,10 +239,24 @@ class ClusterRelay:
         a backlog of commits read each other's events again and again.)"""
         pause, longest = SETTLE_RETRY_S
         while self.bus.cursor < upto:
-            events, horizon = await self.since(self.bus.cursor, upto, READ_LIMIT)
+            after, own = self.bus.cursor, []
+            for cursor in list(self._own):
+                if cursor <= after:  # read back before its commit was reported here: published
+                    del self._own[cursor]
+                elif cursor <= upto:
+                    own.append(cursor)
+            own.sort()
+            skip = sorted({cursor >> CURSOR_BITS for cursor in own})
+            events, horizon = await self.since(after, upto, READ_LIMIT, skip)
+            # Own events go out with the read ones, in cursor order, as far as the read reached:
+            # below the horizon (no older transaction can still commit before them).
+            reached = events[-1].cursor if len(events) >= READ_LIMIT else min(upto, horizon - 1)
+            ready = [self._own.pop(cursor) for cursor in own if cursor <= reached]
+            if ready:
+                events = sorted(events + ready, key=lambda event: event.cursor)
             for event in events:
                 self._publish(event)
-            if (settled or horizon > upto) and len(events) < READ_LIMIT:
+            if (settled or horizon > upto) and len(events) - len(ready) < READ_LIMIT:
                 return  # all up to ``upto`` had settled when read, and it read all there was
             if events:
                 continue

@@ -39,9 +39,10 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from app.store.events import CURSOR_BITS
 from app.store.schema import (
     events,
     inputs,
@@ -281,14 +282,17 @@ HOLD = Clause(
 )
 SETTLED = Clause(select(func.opensession_settled()))
 # The relay's catch-up (app/events/relay.py): up to ``limit`` settled events past ``cursor`` and up
-# to ``upto``, in order, then a row of the settled horizon (its other columns NULL): whether
-# ``upto`` has settled comes with the events, not in a round trip of its own.
+# to ``upto``, in order, but those of the transactions ``skip`` (ids: the relay has their events),
+# then a row of the settled horizon (its other columns NULL): whether ``upto`` has settled comes
+# with the events, not in a round trip of its own.
 _SETTLED_UPTO = (
     select(events)
     .where(
         events.c.id > bindparam("cursor"),
         events.c.id <= bindparam("upto"),
         events.c.id < select(func.opensession_settled()).scalar_subquery(),
+        events.c.id.op(">>")(literal_column(str(CURSOR_BITS)))
+        != func.all(bindparam("skip", type_=postgresql.ARRAY(BigInteger))),
     )
     .order_by(events.c.id)
     .limit(bindparam("limit"))

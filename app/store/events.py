@@ -105,10 +105,12 @@ async def since(
     return await reader.fetch(sql.events_since(settled=settled, in_directory=directory is not None), params)
 
 
-async def settled_up_to(reader: Reader, cursor: int, upto: int, limit: int) -> tuple[list[Row], int]:
-    """Up to ``limit`` settled events past ``cursor`` and up to ``upto``, in order, and the
-    settled horizon (``settled``) as the same read saw it (shared databases)."""
-    rows = await reader.fetch(sql.RELAY_CATCH_UP, {"cursor": cursor, "upto": upto, "limit": limit})
+async def settled_up_to(reader: Reader, cursor: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Row], int]:
+    """Up to ``limit`` settled events past ``cursor`` and up to ``upto``, in order, but those of
+    the transactions ``skip`` (their ids), and the settled horizon (``settled``) as the same read
+    saw it (shared databases)."""
+    params = {"cursor": cursor, "upto": upto, "limit": limit, "skip": skip}
+    rows = await reader.fetch(sql.RELAY_CATCH_UP, params)
     found = sorted((row for row in rows if row[1] is not None), key=lambda row: int(row[0]))
     horizon = next(int(row[0]) for row in rows if row[1] is None)
     return found, horizon

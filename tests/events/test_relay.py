@@ -1,6 +1,7 @@
 """The cluster relay's one publishing order (``app.events.relay``), with the log it reads back
-stood in for: what a process queued is published in that order, and a backlog of commits is read
-back in as few reads as that order allows."""
+stood in for: what a process queued is published in that order, a backlog of commits is read
+back in as few reads as that order allows, and a process's own commits are never read back: they
+go out from memory, among the other processes' events in cursor order, once settled."""
 
 from __future__ import annotations
 
@@ -9,18 +10,22 @@ from collections.abc import Callable
 
 from app.events.bus import EventBus
 from app.events.model import Event
-from app.events.relay import ClusterRelay
+from app.events.relay import ClusterRelay, notifications
 from app.store.database import Params, Row
+from app.store.events import CURSOR_BITS
 from app.store.statement import Statement
 
 HORIZON = 1000  # every commit below has settled
 
 
 class _Notifications:
-    """The relay's database where nothing is read but the settled horizon (its poll)."""
+    """The relay's database where nothing is read but the settled horizon (its poll); ``heard``
+    delivers a notification."""
+
+    heard: Callable[[str], None]
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
-        return None
+        self.heard = callback
 
     async def ensure_listening(self) -> None:
         return None
@@ -40,9 +45,10 @@ async def test_a_backlog_of_commits_is_read_back_once_between_ephemeral_events()
     log = {cursor: _durable(cursor) for cursor in range(1, 7)}
     reads: list[tuple[int, int]] = []
 
-    async def since(after: int, upto: int, limit: int) -> tuple[list[Event], int]:
+    async def since(after: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
         reads.append((after, upto))
-        return [event for cursor, event in sorted(log.items()) if after < cursor <= upto][:limit], HORIZON
+        found = [e for c, e in sorted(log.items()) if after < c <= upto and c >> CURSOR_BITS not in skip]
+        return found[:limit], HORIZON
 
     bus = EventBus(100)
     seen = bus.subscribe()
@@ -70,3 +76,47 @@ async def test_a_backlog_of_commits_is_read_back_once_between_ephemeral_events()
     # One read for the first three, one for the fourth, one for the fifth (its status must follow
     # it), one for the sixth: never a read per commit of a run, never past an ephemeral event.
     assert reads == [(0, 3), (3, 4), (4, 5), (5, 6)]
+
+
+async def test_own_commits_are_not_read_back_and_wait_for_older_transactions() -> None:
+    """Transaction 5 committed here; 4 (another process's, older) still runs, then commits; 6
+    (another's, newer) committed meanwhile. 5's events wait for 4 to end, go out after 4's and
+    before 6's, and no read returns them."""
+
+    def of(transaction: int, count: int) -> list[Event]:
+        return [_durable((transaction << CURSOR_BITS) + index) for index in range(1, count + 1)]
+
+    older, own, newer = of(4, 2), of(5, 3), of(6, 1)
+    horizon = 4 << CURSOR_BITS  # transaction 4 runs: nothing from it on has settled
+    returned: list[int] = []
+
+    async def since(after: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
+        stored = [*older, *own, *newer] if horizon > 4 << CURSOR_BITS else [*own, *newer]
+        found = [
+            e for e in stored if after < e.cursor <= upto and e.cursor < horizon and e.cursor >> CURSOR_BITS not in skip
+        ]
+        returned.extend(e.cursor for e in found[:limit])
+        return found[:limit], horizon
+
+    bus = EventBus(100)
+    seen = bus.subscribe()
+    database = _Notifications()
+    relay = ClusterRelay(database, bus, "here", since)  # type: ignore[arg-type]  # stands in for the log
+    await relay.start()
+    try:
+        relay.committed(own)
+        for payload in notifications("there", newer):  # as the other process sent them
+            database.heard(payload)
+        await asyncio.sleep(0.1)
+        assert bus.cursor == 0  # transaction 4 may still commit below them
+        horizon = 7 << CURSOR_BITS
+        order: list[int] = []
+        async with asyncio.timeout(5):
+            while len(order) < 6:
+                event = await seen.next(5)
+                assert event is not None
+                order.append(event.cursor)
+    finally:
+        await relay.stop()
+    assert order == [e.cursor for e in (*older, *own, *newer)]
+    assert not set(returned) & {e.cursor for e in own}
