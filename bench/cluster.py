@@ -185,6 +185,25 @@ class DelayedLink:
         self.proc.wait(10)
 
 
+def _postgres_cpu(cluster: Cluster) -> float:
+    """CPU seconds (user + system) of the PostgreSQL server: the postmaster, its live children
+    (the servers' backends, the WAL writer...) and the children it has reaped."""
+    assert cluster._directory is not None
+    postmaster = int((cluster._directory / "data" / "postmaster.pid").read_text().split()[0])
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        pid = int(stat.parent.name)
+        if pid == postmaster:
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        elif int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _counters(cluster: Cluster, db: str) -> tuple[int, int]:
     """Statements and COMMITs run so far on ``db`` (``pg_stat_statements``)."""
     import asyncpg
@@ -269,6 +288,7 @@ def _measure(
             trips_before = link.round_trips() if link is not None else 0
             cpu_before = [p.cpu_seconds() for p in procs]
             proxy_before = link.cpu_seconds() if link is not None else 0.0
+            postgres_before = _postgres_cpu(cluster) if link is not None else 0.0
             client_before, wall_before = time.process_time(), time.perf_counter()
             drive = asyncio.run(_drive([p.url for p in procs], sids, per_session))
             client_share = (time.process_time() - client_before) / (time.perf_counter() - wall_before)
@@ -295,8 +315,10 @@ def _measure(
                     after - first for after, first in zip(_counters(cluster, db), before, strict=True)
                 )
                 proxy_cpu = link.cpu_seconds() - proxy_before
+                postgres_cpu = _postgres_cpu(cluster) - postgres_before
                 note += (
-                    f", delay proxy {proxy_cpu / answers * 1000:.1f} ms CPU per turn"
+                    f", PostgreSQL {postgres_cpu / answers * 1000:.1f} ms and delay proxy"
+                    f" {proxy_cpu / answers * 1000:.1f} ms CPU per turn"
                     f", per turn: {trips / answers:.1f} round trips, {commits / answers:.1f} commits, "
                     f"{statements / answers:.1f} statements"
                 )

@@ -86,6 +86,38 @@ async def test_a_transaction_stores_hostile_values_exactly(pg: PostgresDatabase)
         assert stored[0][0] == row["todos"]
 
 
+async def test_a_run_of_plain_inserts_is_one_statement_and_upserts_stay_apart(pg: PostgresDatabase) -> None:
+    """A transaction's events (hostile texts among them) go as one multi-row INSERT and read back
+    exactly; an upsert between them ends the run, and two upserts of one row stay two statements
+    (merged, PostgreSQL would refuse to change the row twice)."""
+    rows = [
+        {
+            "id": cursor,
+            "event_id": f"evt_{cursor}",
+            "session_id": "ses_a",
+            "directory": text,
+            "seq": cursor,
+            "type": "t",
+            "data": text,
+            "time": -cursor,
+        }
+        for cursor, text in enumerate(HOSTILE_TEXTS, start=1)
+    ]
+    upsert = {"session_id": "ses_a", "todos": "[1]"}
+    queued = [(sql.INSERT_EVENT, row) for row in rows[:-1]]
+    queued += [(sql.UPSERT_TODOS, upsert), (sql.UPSERT_TODOS, upsert | {"todos": "[2]"}), (sql.INSERT_EVENT, rows[-1])]
+    texts = pg_script.render(queued)
+    assert texts is not None and len(texts) == 4, texts
+    async with pg.write() as scope:
+        for statement, params in queued:
+            scope.execute(statement, params)
+    stored = await events.settled_up_to(pg, 0, len(rows), 100, [])
+    assert [(r[0], r[3], r[6], r[7]) for r in stored[0]] == [
+        (r["id"], r["directory"], r["data"], r["time"]) for r in rows
+    ]
+    assert (await pg.fetch(sql.TODOS, {"session_id": "ses_a"}))[0][0] == "[2]"
+
+
 async def test_a_transaction_of_writes_is_one_round_trip_and_a_failed_one_leaves_nothing(
     pg: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
