@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from app.store import events, pg_script, sql
-from app.store.database import DatabaseUnavailable, open_database
+from app.store.database import DatabaseUnavailable, Queued, open_database
 from app.store.postgres import PostgresDatabase
 from tests.postgres import Cluster
 
@@ -103,8 +103,8 @@ async def test_a_run_of_plain_inserts_is_one_statement_and_upserts_stay_apart(pg
         }
         for cursor, text in enumerate(HOSTILE_TEXTS, start=1)
     ]
-    upsert = {"session_id": "ses_a", "todos": "[1]"}
-    queued = [(sql.INSERT_EVENT, row) for row in rows[:-1]]
+    upsert: dict[str, object] = {"session_id": "ses_a", "todos": "[1]"}
+    queued: Queued = [(sql.INSERT_EVENT, row) for row in rows[:-1]]
     queued += [(sql.UPSERT_TODOS, upsert), (sql.UPSERT_TODOS, upsert | {"todos": "[2]"}), (sql.INSERT_EVENT, rows[-1])]
     texts = pg_script.render(queued)
     assert texts is not None and len(texts) == 4, texts
