@@ -31,6 +31,7 @@ from sqlalchemy import (
     bindparam,
     cast,
     delete,
+    exists,
     func,
     literal_column,
     null,
@@ -359,40 +360,69 @@ MESSAGE_COUNT = Clause(
 # yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
 # join copied each message's info onto every part row and looked up an input for every row, so a
 # long history cost more to read (bench/README.md, "A step's fixed costs").
-def _window(*, every_part: bool) -> Clause:
-    """A session's window in one read: its messages past ``seq`` (kind 0: id, info, in entry
-    order), their parts (kind 1: message id, data, in message and part id order) and the prompts
-    admitted but not yet promoted (kind 2: id). ``every_part``: without a snapshot every part of
-    the session is in the window, one range of its index."""
-    message_rows = select(
-        literal_column("0").label("kind"),
-        messages.c.id.label("a"),
-        messages.c.info.label("b"),
-        messages.c.seq.label("s"),
-        messages.c.id.label("t"),
-    ).where(messages.c.session_id == bindparam("session_id"), messages.c.seq > bindparam("seq"))
-    part_rows = select(literal_column("1"), parts.c.message_id, parts.c.data, literal_column("0"), parts.c.id).where(
-        parts.c.session_id == bindparam("session_id")
+def _window() -> Clause:
+    """A session's window in one read: its latest summary (kind 3: message id, text, through seq,
+    reason, version, time created; no row without one), its messages past that summary's seq
+    (kind 0: id, info, in entry order), their parts (kind 1: message id, data, in message and part
+    id order; without a summary every part of the session, one range of its index) and the
+    prompts admitted but not yet promoted (kind 2: id). Which parts branch runs is decided once
+    per read (the planner's one-time filter on the summary's existence)."""
+    latest = (
+        select(snapshots)
+        .where(snapshots.c.session_id == bindparam("session_id"))
+        .order_by(snapshots.c.version.desc())
+        .limit(literal_column("1"))
+        .cte("latest")
     )
-    if not every_part:
-        part_rows = part_rows.select_from(messages.join(parts, parts.c.message_id == messages.c.id)).where(
-            messages.c.seq > bindparam("seq")
+    through = select(latest.c.through_seq).scalar_subquery()
+    after = func.coalesce(through, literal_column("-1"))  # without a summary: every message
+    no_value = cast(null(), BigInteger)
+    summary_rows = select(
+        literal_column("3").label("kind"),
+        latest.c.message_id.label("a"),
+        latest.c.summary.label("b"),
+        latest.c.through_seq.label("s"),
+        latest.c.reason.label("t"),
+        latest.c.version.label("v"),
+        latest.c.time_created.label("w"),
+    )
+    message_rows = select(
+        literal_column("0"), messages.c.id, messages.c.info, messages.c.seq, messages.c.id, no_value, no_value
+    ).where(messages.c.session_id == bindparam("session_id"), messages.c.seq > after)
+    part_columns: tuple[Any, ...] = (
+        literal_column("1"),
+        parts.c.message_id,
+        parts.c.data,
+        literal_column("0"),
+        parts.c.id,
+    )
+    every_part = select(*part_columns, no_value, no_value).where(
+        parts.c.session_id == bindparam("session_id"), ~exists(select(latest.c.version))
+    )
+    later_parts = (
+        select(*part_columns, no_value, no_value)
+        .select_from(messages.join(parts, parts.c.message_id == messages.c.id))
+        .where(
+            messages.c.session_id == bindparam("session_id"),
+            parts.c.session_id == bindparam("session_id"),
+            messages.c.seq > through,
+            exists(select(latest.c.version)),  # decided once: without a summary, not run at all
         )
+    )
     waiting_rows = select(
-        literal_column("2"), inputs.c.id, cast(null(), String), literal_column("0"), inputs.c.id
+        literal_column("2"), inputs.c.id, cast(null(), String), literal_column("0"), inputs.c.id, no_value, no_value
     ).where(
         inputs.c.session_id == bindparam("session_id"),
         inputs.c.completed.is_(False),
         inputs.c.promoted_seq.is_(None),
     )
-    query = union_all(message_rows, part_rows, waiting_rows).order_by(
+    query = union_all(summary_rows, message_rows, every_part, later_parts, waiting_rows).order_by(
         literal_column("kind"), literal_column("s"), literal_column("a"), literal_column("t")
     )
     return Clause(query, quick=True)
 
 
-WINDOW_ALL = _window(every_part=True)
-WINDOW_AFTER_SEQ = _window(every_part=False)
+WINDOW = _window()
 # Every directory that has sessions, with its latest activity, most recent first (GET /project):
 # one row per directory, read from the (directory, time_updated) index alone.
 SESSION_DIRECTORIES = Clause(

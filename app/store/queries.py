@@ -246,22 +246,26 @@ class Queries:
         row = await self.db.fetch_one(sql.MESSAGE_COUNT, {"session_id": session_id})
         return int(row[0]) if row else 0
 
-    async def messages_after_seq(self, session_id: str, seq: int) -> tuple[list[MessageWithParts], set[str]]:
-        """Messages that entered the session after log position ``seq`` (-1: all), in entry order,
-        and the ids of those that are prompts admitted but not yet promoted into a step."""
-        params = {"session_id": session_id, "seq": seq}
+    async def window(self, session_id: str) -> tuple[Row | None, list[MessageWithParts], set[str]]:
+        """In one read: the session's latest summary (a ``snapshots`` row; None: none), the
+        messages that entered after it (all without one), in entry order, and the ids of those
+        that are prompts admitted but not yet promoted into a step."""
+        summary: Row | None = None
         found: dict[str, RawMessage] = {}
         waiting: set[str] = set()
-        for kind, key, data, _, _ in await self.db.fetch(sql.WINDOW_ALL if seq < 0 else sql.WINDOW_AFTER_SEQ, params):
+        for kind, key, data, seq, tail, version, created in await self.db.fetch(sql.WINDOW, {"session_id": session_id}):
             if kind == 0:
                 found[key] = RawMessage(key, data, [])
             elif kind == 1:
                 message = found.get(key)
                 if message is not None:
                     message.parts.append(data)
-            elif key in found:
-                waiting.add(key)
-        return [m.decode() for m in found.values()], waiting
+            elif kind == 2:
+                if key in found:
+                    waiting.add(key)
+            else:  # the summary: message id, text, through seq, reason, version, time created
+                summary = (session_id, version, seq, key, tail, data, created)
+        return summary, [m.decode() for m in found.values()], waiting
 
     async def latest_summary(self, session_id: str) -> Row | None:
         return await self.db.fetch_one(sql.LATEST_SUMMARY, {"session_id": session_id})

@@ -15,6 +15,8 @@ from app.events.bus import EventBus
 from app.events.log import EventLog
 from app.runtime.errors import Conflict
 from app.runtime.history import Summaries
+from app.runtime.inputs import PromptRequest
+from app.runtime.service import Runtime
 from app.store.database import open_database
 from app.store.queries import Queries
 from tests.helpers import create_session, text_prompt
@@ -140,3 +142,34 @@ def test_concurrent_summary_writers_one_wins(database_url: str) -> None:
     losers = [r for r in outcomes if isinstance(r, Conflict)]
     assert len(winners) == 1 and len(losers) == 1
     assert latest == winners[0] and latest.version == 1  # type: ignore[attr-defined]
+
+
+async def test_a_steps_window_is_one_read_summary_included(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window a step sends the model: the latest summary and the messages after it (every
+    message without one), read in one query."""
+    sid = (await runtime.sessions.create(runtime.settings.directory))["id"]
+    for text in ("one", "two", "three"):
+        await runtime.admission.admit(sid, PromptRequest(parts=[{"type": "text", "text": text}], no_reply=True))
+    reads: list[object] = []
+    fetch = runtime.infra.db.fetch
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        if asyncio.current_task() is reading:  # not the relay's reads, running meanwhile
+            reads.append(args[0])
+        return await fetch(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime.infra.db, "fetch", counted)
+    reading = asyncio.current_task()
+    whole = await runtime.summaries.window(sid)
+    assert whole.summary is None and len(whole.tail) == 3 and len(reads) == 1
+    second = whole.tail[1]["info"]["id"]
+    history = await runtime.infra.log.session_since(sid, -1)
+    entered = [int(e.seq or 0) for e in history if e.type == "message.updated" and e.properties["info"]["id"] == second]
+    await runtime.summaries.write(
+        sid, replaces=0, through_seq=entered[-1], message_id=second, reason="manual", summary="s"
+    )
+    reads.clear()
+    later = await runtime.summaries.window(sid)
+    assert len(reads) == 1
+    assert later.summary is not None and later.summary.text == "s" and later.summary.through_seq == entered[-1]
+    assert [m["info"]["id"] for m in later.tail] == [whole.tail[2]["info"]["id"]]

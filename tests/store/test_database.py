@@ -406,7 +406,8 @@ async def test_quick_reads_run_inline_and_see_only_committed_writes(tmp_path: Pa
 @pytest.mark.parametrize("name", sorted(_quick_statements()))
 def test_a_quick_read_never_scans_a_table(tmp_path: Path, name: str) -> None:
     """What runs inline on the loop's thread must stay small whatever the database holds: every
-    table it reads is searched through an index."""
+    table it reads is searched through an index (a scan of a materialized result is no table's:
+    its rows were searched for)."""
     import re
     import sqlite3
 
@@ -421,4 +422,6 @@ def test_a_quick_read_never_scans_a_table(tmp_path: Path, name: str) -> None:
     with sqlite3.connect(tmp_path / "plan.db") as conn:
         params = dict.fromkeys(re.findall(r":(\w+)", statement.sqlite), 1)
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement.sqlite}", params)]
-    assert plan and not [step for step in plan if step.startswith("SCAN")], plan
+    materialized = {step.split()[1] for step in plan if step.startswith("MATERIALIZE ")}
+    scans = [step for step in plan if step.startswith("SCAN") and step.split()[1] not in materialized]
+    assert plan and not scans, plan

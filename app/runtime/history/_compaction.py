@@ -107,8 +107,8 @@ class Summaries:
         return Summary(*row) if row else None
 
     async def window(self, session_id: str) -> Window:
-        summary = await self.latest(session_id)
-        tail, waiting = await self.queries.messages_after_seq(session_id, summary.through_seq if summary else -1)
+        row, tail, waiting = await self.queries.window(session_id)
+        summary = Summary(*row) if row else None
         return Window(summary, [m for m in tail if not is_bookkeeping(m)], frozenset(waiting))
 
     async def write(
