@@ -251,6 +251,8 @@ class _Claims:
     """The coordinator's view of a shared database: one lease per session, and the seqs of the
     inputs admitted and not yet answered."""
 
+    release_sees_admissions = True
+
     def __init__(self) -> None:
         self.leases: set[str] = set()
         self.waiting: list[int] = []
@@ -324,3 +326,39 @@ async def test_a_failed_drain_keeps_the_lease_for_a_prompt_admitted_since_its_cl
     await asyncio.sleep(0)
     await asyncio.wait_for(coordinator.await_idle("ses_1"), 5)
     assert passes == 2 and claims.waiting == [] and claims.leases == set()
+
+
+class _LocalClaims(_Claims):
+    """One process's claims: releasing checks nothing."""
+
+    release_sees_admissions = False
+
+    async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool:
+        self.leases.discard(session_id)
+        return True
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["release sees admissions", "release checks nothing"])
+async def test_a_wake_during_a_drain_costs_a_pass_only_where_the_release_cannot_tell(checked: bool) -> None:
+    """A prompt admitted (and its drain woken) while the drain runs, and answered by that drain's
+    next read: where the release sees admissions (a shared database) it confirms nothing waits,
+    and no pass goes to find nothing; where it cannot tell, the wake makes one more pass."""
+    claims = _Claims() if checked else _LocalClaims()
+    passes = 0
+    coordinator: DrainCoordinator
+
+    async def drain(session_id: str, signal: AbortSignal) -> None:
+        nonlocal passes
+        passes += 1
+        if passes == 1:
+            claims.seq += 1
+            claims.waiting.append(claims.seq)  # admitted during the turn, its drain woken...
+            coordinator.wake(session_id)
+            await asyncio.sleep(0)
+            claims.waiting.clear()  # ...and answered by the same pass (its next read found it)
+
+    coordinator = DrainCoordinator(drain, lambda session_id, status: None, claims)
+    coordinator.wake("ses_1")
+    await asyncio.sleep(0)
+    await asyncio.wait_for(coordinator.await_idle("ses_1"), 5)
+    assert passes == (1 if checked else 2) and claims.leases == set()

@@ -153,6 +153,8 @@ class ClusterTopology:
 
     # -- leases ------------------------------------------------------------------------------
 
+    release_sees_admissions = True  # ``release`` checks them under the session's hold
+
     def claim_at_once(self, session_id: str) -> Lease | None:
         return None  # only the database knows who may drain it: ``claim``
 

@@ -47,8 +47,16 @@ IDLE: IdleStatus = {"type": "idle"}
 class _Entry:
     signal: AbortSignal = field(default_factory=AbortSignal)
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    pending_wake: bool = False
+    pending_wake: bool = False  # the drain goes round once more
+    # Woken while it ran (a prompt admitted meanwhile): another pass unless its release sees
+    # that no prompt admitted since its claim waits (``Claims.release_sees_admissions``).
+    woken: bool = False
     task: asyncio.Task[None] | None = None
+
+    @property
+    def again(self) -> bool:
+        """Whether another drain is due once this one has ended."""
+        return self.pending_wake or self.woken
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,10 @@ class Lease:
 
 class Claims(Protocol):
     """Drain ownership (the topology's): a drain runs only under a claimed lease."""
+
+    release_sees_admissions: bool
+    """Whether ``release(..., unless_admitted_after=)`` checks for prompts admitted since (a
+    shared database): then a wake during a drain costs no pass of its own."""
 
     def claim_at_once(self, session_id: str) -> Lease | None:
         """The lease, when it is granted without asking anyone (one process); else None: ``claim``."""
@@ -103,7 +115,7 @@ class DrainCoordinator:
         entry = self._entries.get(session_id)
         if entry is not None:
             # Picked up by the running loop, or by a successor if the loop is already settling.
-            entry.pending_wake = True
+            entry.woken = True
             return
         self._start(session_id)
 
@@ -213,7 +225,7 @@ class DrainCoordinator:
                 return
             holding = True
             while True:
-                entry.pending_wake = False
+                entry.pending_wake = entry.woken = False
                 # The first pass runs ``work`` when given (run_exclusive), later passes drain.
                 drain, work = work or self._drain, None
                 try:
@@ -236,17 +248,19 @@ class DrainCoordinator:
                     break
                 if entry.signal.fired:
                     break
-                if entry.pending_wake:
+                if entry.pending_wake or (entry.woken and not self._claims.release_sees_admissions):
                     continue
-                # Done: given up unless a prompt came in after the last read (admitted on another
-                # process, which left it to this drain); then one more pass, the same busy period.
+                # Done: given up unless a prompt came in after the last read (admitted here, or on
+                # another process, which left it to this drain); then one more pass, the same busy
+                # period. (Where the release cannot tell, a wake meanwhile made that pass above.)
+                entry.woken = False  # the release answers what woke it so far; a wake from now is new
                 if not await self._kept(session_id, lease, lease.seq):
                     holding = False
                     break
                 entry.pending_wake = True
         finally:
             shutting_down = entry.signal.fired and entry.signal.reason == "shutdown"
-            if lease is not None and holding and not shutting_down and not entry.pending_wake:
+            if lease is not None and holding and not shutting_down and not entry.again:
                 # Given up before idle is announced, so no process reads busy after that. After an
                 # abort, prompts it settles wait no more; prompts admitted later keep the lease.
                 # After a failure too, a prompt admitted since the claim keeps it (on another
@@ -262,7 +276,7 @@ class DrainCoordinator:
             elif lease is not None:
                 self.set_status(session_id, IDLE)
             entry.done.set()
-            if entry.pending_wake and not shutting_down and session_id not in self._entries:
+            if entry.again and not shutting_down and session_id not in self._entries:
                 self._start(session_id)
 
     async def interrupt(self, session_id: str, reason: str = "abort", *, settle_through: int | None = None) -> bool:
@@ -273,7 +287,7 @@ class DrainCoordinator:
         entry = self._entries.get(session_id)
         if entry is None:
             return False
-        entry.pending_wake = False
+        entry.pending_wake = entry.woken = False
         entry.signal.fire(reason, settle_through=settle_through)
         await entry.done.wait()
         return True

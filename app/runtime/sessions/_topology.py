@@ -174,6 +174,8 @@ class LocalTopology:
     patience = Patience(rounds=1, seconds=None)  # a drain of this process would be answering it
     snapshots_beside_project = False  # where OpenCode keeps them: the data directory
 
+    release_sees_admissions = False  # releasing is a no-op: a wake during a drain makes a pass
+
     def claim_at_once(self, session_id: str) -> Lease | None:
         return OWN
 
