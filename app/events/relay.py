@@ -45,11 +45,6 @@ POLL_SECONDS = 1.0
 # up to the limit: transactions end within milliseconds unless one is large (an import).
 SETTLE_RETRY_S = (0.002, 0.05)
 SPREAD_UP_TO = 8
-# Catch-ups on runs of commits (durable events only) start at most this often: under load one
-# read then covers the commits of the interval, where a read per commit was most of the relay's
-# cost on a process that drains little (py-spy, ``bench/cluster.py`` with three processes). A
-# quiet log is read at once.
-CATCH_UP_EVERY_S = 0.01
 
 # (after, upto, limit, skip) -> up to ``limit`` settled events between, but those of the
 # transactions ``skip``, and the settled horizon (``events.settled_up_to``)
@@ -138,7 +133,6 @@ class ClusterRelay:
         # This process's committed durable events not published yet, by cursor: published from
         # here, not read back from the log.
         self._own: dict[int, Event] = {}
-        self._last_catch_up = 0.0  # when the last catch-up on a run of commits began (loop time)
 
     async def start(self) -> None:
         await self.db.listen(CHANNEL, self._received)
@@ -194,11 +188,6 @@ class ClusterRelay:
             try:
                 upto = _durable_only(kind, value)
                 if upto is not None:
-                    loop = asyncio.get_running_loop()
-                    due = self._last_catch_up + CATCH_UP_EVERY_S - loop.time()
-                    if due > 0:
-                        await asyncio.sleep(due)
-                    self._last_catch_up = loop.time()
                     # With the items queued right after it that carry durable events only (a
                     # backlog of commits under load): one catch-up to the last of them.
                     while not self._held and not self._queue.empty():
