@@ -131,7 +131,8 @@ class ClusterRelay:
         self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
         self._held: list[tuple[str, Any]] = []  # an item taken from the queue to look at, not yet run
         # This process's committed durable events not published yet, by cursor: published from
-        # here, not read back from the log.
+        # here, not read back from the log. Each is past ``bus.cursor`` (a catch-up publishes
+        # those it reaches, and the read ones, in one ordered pass).
         self._own: dict[int, Event] = {}
 
     async def start(self) -> None:
@@ -155,7 +156,8 @@ class ClusterRelay:
     def committed(self, events: list[Event]) -> None:
         """A local transaction committed (its notifications were sent inside it)."""
         for event in events:
-            if event.durable:
+            # One at or below the bus's cursor was read back before its commit was reported here.
+            if event.durable and event.cursor > self.bus.cursor:
                 self._own[event.cursor] = event
         self._queue.put_nowait(("local", events))
 
@@ -239,15 +241,9 @@ class ClusterRelay:
         a backlog of commits read each other's events again and again.)"""
         pause, longest = SETTLE_RETRY_S
         while self.bus.cursor < upto:
-            after, own = self.bus.cursor, []
-            for cursor in list(self._own):
-                if cursor <= after:  # read back before its commit was reported here: published
-                    del self._own[cursor]
-                elif cursor <= upto:
-                    own.append(cursor)
-            own.sort()
+            own = sorted(cursor for cursor in self._own if cursor <= upto)
             skip = sorted({cursor >> CURSOR_BITS for cursor in own})
-            events, horizon = await self.since(after, upto, READ_LIMIT, skip)
+            events, horizon = await self.since(self.bus.cursor, upto, READ_LIMIT, skip)
             # Own events go out with the read ones, in cursor order, as far as the read reached:
             # below the horizon (no older transaction can still commit before them).
             reached = events[-1].cursor if len(events) >= READ_LIMIT else min(upto, horizon - 1)
