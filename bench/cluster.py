@@ -94,8 +94,11 @@ async def _drive(urls: list[str], sids: list[str], prompts_per_session: int) -> 
         posters = {(sid, port): await Poster(port).connect() for sid in sids for port in dict.fromkeys(ports)}
         in_order = {key: asyncio.Lock() for key in posters}  # one request at a time per connection
 
-        async def send(index: int, sid: str) -> None:
-            key = (sid, ports[index % len(ports)])
+        # Like a round-robin balancer, each session's prompts go to the processes in turn, and
+        # its first prompt (whose process claims the session's drain) to the next process after
+        # the previous session's: sessions are spread over the processes, not all drained by one.
+        async def send(index: int, position: int, sid: str) -> None:
+            key = (sid, ports[(index + position) % len(ports)])
             async with in_order[key]:
                 started = time.perf_counter()
                 status, body = await posters[key].post(
@@ -105,7 +108,9 @@ async def _drive(urls: list[str], sids: list[str], prompts_per_session: int) -> 
             assert status == 204, body
 
         started = time.perf_counter()
-        await asyncio.gather(*(send(i, sid) for i in range(prompts_per_session) for sid in sids))
+        await asyncio.gather(
+            *(send(i, position, sid) for i in range(prompts_per_session) for position, sid in enumerate(sids))
+        )
         admitted = time.perf_counter() - started
         for poster in posters.values():
             poster.close()
