@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from app.events.log import EventLog
 from app.wire import Session
 
 
@@ -80,3 +82,16 @@ def marking_mcp_project(tmp_path: Path) -> tuple[Path, Path]:
     command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
     (directory / "opencode.json").write_text(json.dumps({"mcp": {"x": {"type": "local", "command": command}}}))
     return directory, marker
+
+
+def count_commits(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The durable event types of each transaction the log commits from now on."""
+    committed: list[list[str]] = []
+    committing = log.topology.committing
+
+    def counted(scope: Any, events: list[Any], next_seq: dict[str, int]) -> None:
+        committed.append([e.type for e in events if e.durable])
+        committing(scope, events, next_seq)
+
+    monkeypatch.setattr(log.topology, "committing", counted)
+    return committed

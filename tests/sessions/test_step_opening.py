@@ -15,9 +15,10 @@ import asyncpg
 import pytest
 
 from app import ids
-from app.events.log import EventLog, Transaction, Unwanted
+from app.events.log import Transaction, Unwanted
 from app.runtime.service import Runtime
 from app.runtime.turn._recorder import AssistantRecorder
+from tests.helpers import count_commits
 
 
 async def _emit(tx: Transaction, session_id: str, event_type: str) -> None:
@@ -26,19 +27,6 @@ async def _emit(tx: Transaction, session_id: str, event_type: str) -> None:
 
 async def _session(runtime: Runtime) -> str:
     return str((await runtime.sessions.create(runtime.settings.directory))["id"])
-
-
-def _count_commits(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The durable event types of each transaction the log commits from now on."""
-    committed: list[list[str]] = []
-    committing = log.topology.committing
-
-    def counted(scope: Any, events: list[Any], next_seq: dict[str, int]) -> None:
-        committed.append([e.type for e in events if e.durable])
-        committing(scope, events, next_seq)
-
-    monkeypatch.setattr(log.topology, "committing", counted)
-    return committed
 
 
 async def test_a_transaction_no_longer_wanted_when_its_turn_comes_sends_nothing(
@@ -99,7 +87,7 @@ async def test_an_opening_made_by_the_step_meanwhile_is_not_committed_again(
             await _emit(tx, sid, "test.first_part")
 
     recorder.open_later(opening, grace=60)
-    committed = _count_commits(log, monkeypatch)
+    committed = count_commits(log, monkeypatch)
     async with log.transaction():  # the writes before: the step and the grace's commit wait
         first = asyncio.create_task(step())
         await asyncio.sleep(0.02)

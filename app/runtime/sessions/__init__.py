@@ -20,7 +20,7 @@ from app.runtime.sessions._cluster import ClusterTopology
 from app.runtime.sessions._coordinator import BUSY, DrainCoordinator, Lease
 from app.runtime.sessions._domain import SessionsDomain
 from app.runtime.sessions._project import cached_project_id, project_id, project_info
-from app.runtime.sessions._service import SessionService, is_default_title, zero_tokens
+from app.runtime.sessions._service import Mutation, SessionService, is_default_title, zero_tokens
 from app.runtime.sessions._topology import LocalTopology, Memo, Topology
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Lease",
     "LocalTopology",
     "Memo",
+    "Mutation",
     "SessionService",
     "SessionsDomain",
     "Topology",

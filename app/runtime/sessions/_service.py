@@ -306,8 +306,9 @@ class SessionService:
         tx.scope.after_commit(lambda: self._cache.put(info))
         return info
 
-    async def update(self, session_id: str, change: Mutation) -> Session:
-        async with self.log.transaction(hold=session_id) as tx:
+    async def update(self, session_id: str, change: Mutation, *, wanted: Callable[[], bool] | None = None) -> Session:
+        """``change`` in a transaction of its own (``wanted``: as ``EventLog.transaction``)."""
+        async with self.log.transaction(hold=session_id, wanted=wanted) as tx:
             return await self.mutate(tx, session_id, change)
 
     async def recent(

@@ -102,12 +102,6 @@ def _add_usage(totals: Session, step: dict[str, Any]) -> None:
         tokens["cache"][key] = tokens["cache"].get(key, 0) + step["tokens"]["cache"][key]
 
 
-@dataclass(frozen=True, slots=True)
-class _Finished:
-    session: Session  # as it stands after the step
-    usage: dict[str, Any]  # the step's tokens and cost
-
-
 @dataclass
 class Turn:
     """What the steps of one turn share: the inputs it answers so far (settled together when the
@@ -342,11 +336,16 @@ class Runner:
             return False
         tuning = tune(model, settings, plan.variant, session_id).request_fields()
         request = await kind.request(plan, model, tuning, last_step)
+
+        def first_event() -> None:
+            turn.first_event()
+            kind.answering(plan, request)
+
         try:
             try:
                 with tracing.span("model.call", provider=plan.ref.provider_id, model=plan.ref.model_id):
                     finish, calls, parts = await self._stream_with_retries(
-                        session_id, recorder, provider, request, signal, turn.first_event
+                        session_id, recorder, provider, request, signal, first_event
                     )
             finally:
                 slot.release()  # the tools run without it
@@ -365,8 +364,8 @@ class Runner:
             await self._fail(recorder, turn, {"name": "UnknownError", "data": {"message": exc.message}})
             return False
         more = outcome.called and not outcome.blocked and not last_step
-        finished = await self._finish(kind, plan, recorder, turn, finish, model, start, outcome.called, more)
-        await kind.after(plan, finished.session, request, finished.usage, model)
+        usage = await self._finish(kind, plan, recorder, turn, finish, model, start, outcome.called, more)
+        await kind.after(plan, usage, model)
         return more
 
     async def _plan(self, session: Session, answered: InputRow) -> tuple[StepKind, StepPlan]:
@@ -432,9 +431,9 @@ class Runner:
         start: str | None,
         ran_tools: bool,
         more: bool,
-    ) -> _Finished:
+    ) -> dict[str, Any]:
         """Close the step in one transaction: its usage added to the session's, the turn's
-        inputs settled when it is the last step."""
+        inputs settled when it is the last step. Returns the step's usage (tokens and cost)."""
         end, changed = await self._step_changes(plan.directory, start, ran_tools)
         turn.last_tree = end
         with tracing.span("commit"):
@@ -442,13 +441,19 @@ class Runner:
                 usage = await recorder.finish_step(tx, finish, model, end, changed)
                 metrics.RECORDER.model_usage(plan.ref.provider_id, plan.ref.model_id, usage_of(usage))
                 await recorder.complete(tx, [] if more else turn.inputs)
-                # As it now stands: a title stored during the step is not asked for again.
-                session = await self.sessions.service.mutate(tx, plan.session_id, lambda s: _add_usage(s, usage))
+                also = kind.ending(tx, plan)
+
+                def change(info: Session) -> None:
+                    _add_usage(info, usage)
+                    if also is not None:
+                        also(info)
+
+                await self.sessions.service.mutate(tx, plan.session_id, change)
                 await kind.closed(tx, plan)
         if changed and end:
             session = await self.sessions.service.get(plan.session_id)
             await self.history.diffs.after_step(session, plan.answered.id, turn.first, end)
-        return _Finished(session, usage)
+        return usage
 
     @property
     def snapshots(self) -> FileSnapshots:

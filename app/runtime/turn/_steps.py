@@ -32,6 +32,7 @@ from app.runtime.history import (
 )
 from app.runtime.inputs import InputsDomain, StoredPrompt, compaction_request
 from app.runtime.payloads import next_event
+from app.runtime.sessions import Mutation
 from app.runtime.tools import TOOLS, available_text, function_specs, offered_for
 from app.runtime.turn._recorder import AssistantRecorder
 from app.runtime.turn._title import TitleGenerator
@@ -90,15 +91,20 @@ class StepKind(Protocol):
         self, plan: StepPlan, model: ModelInfo, tuning: dict[str, Any], last_step: bool
     ) -> ChatRequest: ...
 
+    def answering(self, plan: StepPlan, request: ChatRequest) -> None:
+        """Once the model's first event came (the provider took the step's request)."""
+
     async def streamed(self, plan: StepPlan, recorder: AssistantRecorder) -> None:
         """After the model's stream ended, before its tool calls run."""
 
-    async def closed(self, tx: Transaction, plan: StepPlan) -> None:
-        """In the transaction that finishes the step."""
+    def ending(self, tx: Transaction, plan: StepPlan) -> Mutation | None:
+        """In the transaction that finishes the step: a change to the session's info, made with
+        the step's usage (one update of the session, not two)."""
 
-    async def after(
-        self, plan: StepPlan, session: Session, request: ChatRequest, usage: dict[str, Any], model: ModelInfo
-    ) -> None:
+    async def closed(self, tx: Transaction, plan: StepPlan) -> None:
+        """In the transaction that finishes the step, after the session's update."""
+
+    async def after(self, plan: StepPlan, usage: dict[str, Any], model: ModelInfo) -> None:
         """Once the step is committed."""
 
 
@@ -139,16 +145,19 @@ class ModelStep:
             **tuning,
         )
 
+    def answering(self, plan: StepPlan, request: ChatRequest) -> None:
+        self.titles.schedule(plan.session, _first_user_text(request), plan.ref)
+
     async def streamed(self, plan: StepPlan, recorder: AssistantRecorder) -> None:
         return None
+
+    def ending(self, tx: Transaction, plan: StepPlan) -> Mutation | None:
+        return self.titles.with_step_end(tx.scope, plan.session_id)
 
     async def closed(self, tx: Transaction, plan: StepPlan) -> None:
         return None
 
-    async def after(
-        self, plan: StepPlan, session: Session, request: ChatRequest, usage: dict[str, Any], model: ModelInfo
-    ) -> None:
-        self.titles.schedule(session, _first_user_text(request), plan.ref)
+    async def after(self, plan: StepPlan, usage: dict[str, Any], model: ModelInfo) -> None:
         if self._auto_compaction(plan.directory) and overflows(usage["tokens"], model):
             await self.inputs.admission.admit(plan.session_id, compaction_request("auto", plan.ref, plan.variant))
 
@@ -224,6 +233,9 @@ class CompactionStep:
             **tuning,
         )
 
+    def answering(self, plan: StepPlan, request: ChatRequest) -> None:
+        return None
+
     async def streamed(self, plan: StepPlan, recorder: AssistantRecorder) -> None:
         """Record the streamed summary as the session's newest snapshot, covering the window."""
         window = plan.window
@@ -240,6 +252,9 @@ class CompactionStep:
             reason=self._reason(plan),
             summary=recorder.text(),
         )
+
+    def ending(self, tx: Transaction, plan: StepPlan) -> Mutation | None:
+        return None
 
     async def closed(self, tx: Transaction, plan: StepPlan) -> None:
         if plan.summary is None:  # the step failed before its summary was stored
@@ -258,9 +273,7 @@ class CompactionStep:
         )
         tx.publish(Event("session.compacted", {"sessionID": plan.session_id}, plan.session_id, plan.directory))
 
-    async def after(
-        self, plan: StepPlan, session: Session, request: ChatRequest, usage: dict[str, Any], model: ModelInfo
-    ) -> None:
+    async def after(self, plan: StepPlan, usage: dict[str, Any], model: ModelInfo) -> None:
         return None
 
     @staticmethod
