@@ -10,6 +10,13 @@ its own bus, in one order, through one queue:
 - a slow poll of the log (up to what had settled when the poll was queued), so a lost
   notification delays an event but never loses it.
 
+A process that has heard from no other lately (``alone``: one process on its database) sends
+no notifications at all, but one a second to say it is there; one that starts says so at once,
+and the others answer at once, so each learns of the other before it serves a request. (Alone,
+the notifications were a round trip per batch of ephemeral events and a statement per commit,
+heard by nobody but its own listener.) Being wrong costs time, never events: a commit nobody was
+told of is read back by the next catch-up or poll.
+
 Every process reads the log only below the settled cursor (``app.events.topology``), so
 "everything after the last cursor I published" is gap-free on every process, though transactions
 commit in any order. Its own commits are published in the same order, once settled, with their
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
@@ -41,6 +49,7 @@ log = logging.getLogger("opensession.relay")
 CHANNEL = "opensession_events"
 MAX_PAYLOAD = 7500  # PostgreSQL's limit is 8000 bytes
 POLL_SECONDS = 1.0
+PEER_SECONDS = 5 * POLL_SECONDS  # a process not heard from for this long is taken as gone
 # A cursor not settled yet (an older transaction still running) is read again after this, doubled
 # up to the limit: transactions end within milliseconds unless one is large (an import).
 SETTLE_RETRY_S = (0.002, 0.05)
@@ -125,8 +134,15 @@ class ClusterRelay:
         self.bus = bus
         self.since = since
         self.origin = origin
+        # How this process's own notifications begin (every payload is ``{"o": origin, ...}``,
+        # keys in that order): its listener gets them too, and they are dropped unparsed.
+        self._own_prefix = dumps({"o": origin})[:-1] + ","
+        self._presence = dumps({"o": origin, "items": []})  # "I am here", and nothing else
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self._outbox: asyncio.Queue[Event] = asyncio.Queue()  # ephemeral events to tell the others
+        # Ephemeral events to tell the others; None: say this process is here.
+        self._outbox: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._peers: dict[str, float] = {}  # other processes' origins -> when last heard from
+        self._last_sent = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
         self._held: list[tuple[str, Any]] = []  # an item taken from the queue to look at, not yet run
@@ -137,6 +153,7 @@ class ClusterRelay:
 
     async def start(self) -> None:
         await self.db.listen(CHANNEL, self._received)
+        self._outbox.put_nowait(None)
         self._tasks = [
             asyncio.create_task(self._publish_loop(), name="relay:publish"),
             asyncio.create_task(self._send_loop(), name="relay:send"),
@@ -150,6 +167,14 @@ class ClusterRelay:
             with suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+
+    @property
+    def alone(self) -> bool:
+        """Whether no other process was heard from lately: then nobody is told of anything."""
+        gone = time.monotonic() - PEER_SECONDS
+        for origin in [origin for origin, heard in self._peers.items() if heard < gone]:
+            del self._peers[origin]
+        return not self._peers
 
     # -- what enters the queue -------------------------------------------------------------------
 
@@ -167,10 +192,13 @@ class ClusterRelay:
         self._outbox.put_nowait(event)
 
     def _received(self, payload: str) -> None:
+        if payload.startswith(self._own_prefix):
+            return
         message = loads(payload)
         origin = message.get("o")
-        if origin == self.origin:
-            return
+        if origin not in self._peers:
+            self._outbox.put_nowait(None)  # a newcomer: it learns of this process at once
+        self._peers[origin] = time.monotonic()
         if "piece" in message:
             index, count = message["piece"]
             pieces = self._pieces.setdefault(origin, [])
@@ -180,7 +208,8 @@ class ClusterRelay:
             if index + 1 == count:
                 self._queue.put_nowait(("remote", [loads("".join(self._pieces.pop(origin)))]))
             return
-        self._queue.put_nowait(("remote", message.get("items") or []))
+        if items := message.get("items"):
+            self._queue.put_nowait(("remote", items))
 
     # -- the one publishing order ----------------------------------------------------------------
 
@@ -266,8 +295,15 @@ class ClusterRelay:
             batch = [await self._outbox.get()]
             while not self._outbox.empty():
                 batch.append(self._outbox.get_nowait())
+            events = [] if self.alone else [event for event in batch if event is not None]
+            payloads = notifications(self.origin, events)
+            if not payloads and None in batch:
+                payloads = [self._presence]
+            if not payloads:
+                continue
             try:
-                await self.db.notify(CHANNEL, *notifications(self.origin, batch))
+                await self.db.notify(CHANNEL, *payloads)
+                self._last_sent = time.monotonic()
             except Exception:
                 log.exception("relay could not notify other processes")
 
@@ -276,6 +312,8 @@ class ClusterRelay:
         waits for its own item (or the next poll), as above."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
+            if time.monotonic() - self._last_sent >= POLL_SECONDS:
+                self._outbox.put_nowait(None)  # nothing else said this process is here
             try:  # back when the database is: notifications resume, the poll catches up
                 await self.db.ensure_listening()
                 horizon = await stored_events.settled(self.db)

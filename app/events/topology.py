@@ -189,9 +189,10 @@ class ClusterLogTopology:
         )
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
-        # Delivered by the database at commit, in commit order.
-        for payload in notifications(self.origin, events):
-            stored_events.notify(scope, CHANNEL, payload)
+        # Delivered by the database at commit, in commit order (to nobody when alone: not sent).
+        if not self._relay.alone:
+            for payload in notifications(self.origin, events):
+                stored_events.notify(scope, CHANNEL, payload)
         scope.when_durable(lambda: self._relay.committed(events))
 
     def publish(self, event: Event) -> None:

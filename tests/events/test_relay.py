@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from app.events.bus import EventBus
 from app.events.model import Event
 from app.events.relay import ClusterRelay, notifications
+from app.jsonutil import dumps, loads
 from app.store.database import Params, Row
 from app.store.events import CURSOR_BITS
 from app.store.statement import Statement
@@ -120,3 +122,63 @@ async def test_own_commits_are_not_read_back_and_wait_for_older_transactions() -
         await relay.stop()
     assert order == [e.cursor for e in (*older, *own, *newer)]
     assert not set(returned) & {e.cursor for e in own}
+
+
+async def test_a_process_drops_its_own_notifications_and_takes_the_others() -> None:
+    """Every listener hears every notification, its own process's too: those are dropped, as a
+    notification from an origin whose name only begins like this one's is not."""
+    bus = EventBus(100)
+    seen = bus.subscribe()
+    database = _Notifications()
+    relay = ClusterRelay(database, bus, "here", _reads_nothing)  # type: ignore[arg-type]  # stands in for the log
+    await relay.start()
+    try:
+        delta = Event("message.part.delta", {"delta": "x"}, "ses_a", "/p")
+        for origin in ("here", "here-too", "there"):
+            for payload in notifications(origin, [delta]):
+                database.heard(payload)
+        heard = [await seen.next(5) for _ in range(2)]
+        assert await seen.next(0.1) is None
+    finally:
+        await relay.stop()
+    assert [event.type if event else None for event in heard] == ["message.part.delta"] * 2
+
+
+async def test_a_process_alone_tells_nobody_and_answers_a_newcomer_at_once() -> None:
+    sent: list[dict[str, Any]] = []
+
+    class Recorded(_Notifications):
+        async def notify(self, channel: str, *payloads: str) -> None:
+            sent.extend(loads(payload) for payload in payloads)
+
+    async def until_sent(count: int) -> None:
+        async with asyncio.timeout(5):
+            while len(sent) < count:
+                await asyncio.sleep(0.001)
+
+    database = Recorded()
+    relay = ClusterRelay(database, EventBus(100), "here", _reads_nothing)  # type: ignore[arg-type]  # stands in for the log
+    await relay.start()
+    try:
+        await until_sent(1)
+        assert sent == [{"o": "here", "items": []}]  # it says it is here, once started
+        assert relay.alone
+        relay.published(Event("message.part.delta", {"delta": "unheard"}, "ses_a", "/p"))
+        await asyncio.sleep(0.05)
+        assert len(sent) == 1  # nobody to tell
+        database.heard(dumps({"o": "there", "items": []}))  # another process starts
+        await until_sent(2)
+        assert sent[1] == {"o": "here", "items": []}  # answered at once
+        assert not relay.alone
+        relay.published(Event("message.part.delta", {"delta": "heard"}, "ses_a", "/p"))
+        await until_sent(3)
+        assert [item["p"] for item in sent[2]["items"]] == [{"delta": "heard"}]
+        database.heard(dumps({"o": "there", "items": []}))  # one it knows: no answer
+        await asyncio.sleep(0.05)
+        assert len(sent) == 3
+    finally:
+        await relay.stop()
+
+
+async def _reads_nothing(after: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
+    return [], HORIZON
