@@ -6,12 +6,13 @@ go out from memory, among the other processes' events in cursor order, once sett
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
-from app.events.bus import EventBus
+from app.events.bus import EventBus, Subscription
 from app.events.model import Event
-from app.events.relay import ClusterRelay, notifications
+from app.events.relay import ClusterRelay, Since, notifications
 from app.jsonutil import dumps, loads
 from app.store.database import Params, Row
 from app.store.events import CURSOR_BITS
@@ -37,6 +38,19 @@ class _Notifications:
 
     async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
         return [(HORIZON,)]
+
+
+@asynccontextmanager
+async def _running(database: _Notifications, since: Since) -> AsyncIterator[tuple[ClusterRelay, Subscription]]:
+    """A relay over ``database`` (reading the log through ``since``), and a subscriber of its bus."""
+    bus = EventBus(100)
+    seen = bus.subscribe()
+    relay = ClusterRelay(database, bus, "here", since)  # type: ignore[arg-type]  # stands in for the log
+    await relay.start()
+    try:
+        yield relay, seen
+    finally:
+        await relay.stop()
 
 
 def _durable(cursor: int) -> Event:
@@ -100,17 +114,13 @@ async def test_own_commits_are_not_read_back_and_wait_for_older_transactions() -
         returned.extend(e.cursor for e in found[:limit])
         return found[:limit], horizon
 
-    bus = EventBus(100)
-    seen = bus.subscribe()
     database = _Notifications()
-    relay = ClusterRelay(database, bus, "here", since)  # type: ignore[arg-type]  # stands in for the log
-    await relay.start()
-    try:
+    async with _running(database, since) as (relay, seen):
         relay.committed(own)
         for payload in notifications("there", newer):  # as the other process sent them
             database.heard(payload)
         await asyncio.sleep(0.1)
-        assert bus.cursor == 0  # transaction 4 may still commit below them
+        assert relay.bus.cursor == 0  # transaction 4 may still commit below them
         horizon = 7 << CURSOR_BITS
         order: list[int] = []
         async with asyncio.timeout(5):
@@ -118,8 +128,6 @@ async def test_own_commits_are_not_read_back_and_wait_for_older_transactions() -
                 event = await seen.next(5)
                 assert event is not None
                 order.append(event.cursor)
-    finally:
-        await relay.stop()
     assert order == [e.cursor for e in (*older, *own, *newer)]
     assert not set(returned) & {e.cursor for e in own}
 
@@ -127,20 +135,14 @@ async def test_own_commits_are_not_read_back_and_wait_for_older_transactions() -
 async def test_a_process_drops_its_own_notifications_and_takes_the_others() -> None:
     """Every listener hears every notification, its own process's too: those are dropped, as a
     notification from an origin whose name only begins like this one's is not."""
-    bus = EventBus(100)
-    seen = bus.subscribe()
     database = _Notifications()
-    relay = ClusterRelay(database, bus, "here", _reads_nothing)  # type: ignore[arg-type]  # stands in for the log
-    await relay.start()
-    try:
+    async with _running(database, _reads_nothing) as (_relay, seen):
         delta = Event("message.part.delta", {"delta": "x"}, "ses_a", "/p")
         for origin in ("here", "here-too", "there"):
             for payload in notifications(origin, [delta]):
                 database.heard(payload)
         heard = [await seen.next(5) for _ in range(2)]
         assert await seen.next(0.1) is None
-    finally:
-        await relay.stop()
     assert [event.type if event else None for event in heard] == ["message.part.delta"] * 2
 
 
@@ -157,9 +159,7 @@ async def test_a_process_alone_tells_nobody_and_answers_a_newcomer_at_once() -> 
                 await asyncio.sleep(0.001)
 
     database = Recorded()
-    relay = ClusterRelay(database, EventBus(100), "here", _reads_nothing)  # type: ignore[arg-type]  # stands in for the log
-    await relay.start()
-    try:
+    async with _running(database, _reads_nothing) as (relay, _seen):
         await until_sent(1)
         assert sent == [{"o": "here", "items": []}]  # it says it is here, once started
         assert relay.alone
@@ -176,8 +176,6 @@ async def test_a_process_alone_tells_nobody_and_answers_a_newcomer_at_once() -> 
         database.heard(dumps({"o": "there", "items": []}))  # one it knows: no answer
         await asyncio.sleep(0.05)
         assert len(sent) == 3
-    finally:
-        await relay.stop()
 
 
 async def _reads_nothing(after: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
