@@ -360,13 +360,13 @@ MESSAGE_COUNT = Clause(
 # yet promoted into a step (the model's context leaves those out). Three reads, not one join: the
 # join copied each message's info onto every part row and looked up an input for every row, so a
 # long history cost more to read (bench/README.md, "A step's fixed costs").
-def _window() -> Clause:
-    """A session's window in one read: its latest summary (kind 3: message id, text, through seq,
-    reason, version, time created; no row without one), its messages past that summary's seq
-    (kind 0: id, info, in entry order), their parts (kind 1: message id, data, in message and part
-    id order; without a summary every part of the session, one range of its index) and the
-    prompts admitted but not yet promoted (kind 2: id). Which parts branch runs is decided once
-    per read (the planner's one-time filter on the summary's existence)."""
+def _window_rows() -> list[Any]:
+    """A session's window as rows of seven columns (kind, a, b, s, t, v, w): its latest summary
+    (kind 3: message id, text, through seq, reason, version, time created; no row without one), its
+    messages past that summary's seq (kind 0: id, info, in entry order) and their parts (kind 1:
+    message id, data, in message and part id order; without a summary every part of the session,
+    one range of its index). Which parts branch runs is decided once per read (the planner's
+    one-time filter on the summary's existence)."""
     latest = (
         select(snapshots)
         .where(snapshots.c.session_id == bindparam("session_id"))
@@ -376,7 +376,6 @@ def _window() -> Clause:
     )
     through = select(latest.c.through_seq).scalar_subquery()
     after = func.coalesce(through, literal_column("-1"))  # without a summary: every message
-    no_value = cast(null(), BigInteger)
     summary_rows = select(
         literal_column("3").label("kind"),
         latest.c.message_id.label("a"),
@@ -387,7 +386,7 @@ def _window() -> Clause:
         latest.c.time_created.label("w"),
     )
     message_rows = select(
-        literal_column("0"), messages.c.id, messages.c.info, messages.c.seq, messages.c.id, no_value, no_value
+        literal_column("0"), messages.c.id, messages.c.info, messages.c.seq, messages.c.id, _NO_VALUE, _NO_VALUE
     ).where(messages.c.session_id == bindparam("session_id"), messages.c.seq > after)
     part_columns: tuple[Any, ...] = (
         literal_column("1"),
@@ -396,11 +395,11 @@ def _window() -> Clause:
         literal_column("0"),
         parts.c.id,
     )
-    every_part = select(*part_columns, no_value, no_value).where(
+    every_part = select(*part_columns, _NO_VALUE, _NO_VALUE).where(
         parts.c.session_id == bindparam("session_id"), ~exists(select(latest.c.version))
     )
     later_parts = (
-        select(*part_columns, no_value, no_value)
+        select(*part_columns, _NO_VALUE, _NO_VALUE)
         .select_from(messages.join(parts, parts.c.message_id == messages.c.id))
         .where(
             messages.c.session_id == bindparam("session_id"),
@@ -409,20 +408,56 @@ def _window() -> Clause:
             exists(select(latest.c.version)),  # decided once: without a summary, not run at all
         )
     )
-    waiting_rows = select(
-        literal_column("2"), inputs.c.id, cast(null(), String), literal_column("0"), inputs.c.id, no_value, no_value
-    ).where(
-        inputs.c.session_id == bindparam("session_id"),
-        inputs.c.completed.is_(False),
-        inputs.c.promoted_seq.is_(None),
-    )
-    query = union_all(summary_rows, message_rows, every_part, later_parts, waiting_rows).order_by(
-        literal_column("kind"), literal_column("s"), literal_column("a"), literal_column("t")
-    )
-    return Clause(query, quick=True)
+    return [summary_rows, message_rows, every_part, later_parts]
 
 
-WINDOW = _window()
+_NO_VALUE = cast(null(), BigInteger)
+_UNSETTLED = and_(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
+_IN_ORDER: tuple[Any, ...] = (literal_column("kind"), literal_column("s"), literal_column("a"), literal_column("t"))
+# The window (``_window_rows``) and the prompts admitted but not yet promoted (kind 2: id).
+WINDOW = Clause(
+    union_all(
+        *_window_rows(),
+        select(
+            literal_column("2"),
+            inputs.c.id,
+            cast(null(), String),
+            literal_column("0"),
+            inputs.c.id,
+            _NO_VALUE,
+            _NO_VALUE,
+        ).where(_UNSETTLED, inputs.c.promoted_seq.is_(None)),
+    ).order_by(*_IN_ORDER),
+    quick=True,
+)
+# What a drain reads before each step, in one read: the session (kind 4: id, info; no row: no
+# session), its unsettled inputs in admission order (kind 5: id, prompt, admitted seq, delivery,
+# promoted seq, time created) and, when it has any, the window its step sends the model
+# (``_window_rows``; the one-time filter leaves it out of the read that finds nothing to do).
+STEP_WORK = Clause(
+    union_all(
+        select(
+            literal_column("4").label("kind"),
+            sessions.c.id.label("a"),
+            sessions.c.info.label("b"),
+            literal_column("0").label("s"),
+            sessions.c.id.label("t"),
+            _NO_VALUE.label("v"),
+            _NO_VALUE.label("w"),
+        ).where(sessions.c.id == bindparam("session_id")),
+        select(
+            literal_column("5"),
+            inputs.c.id,
+            inputs.c.prompt,
+            inputs.c.admitted_seq,
+            inputs.c.delivery,
+            inputs.c.promoted_seq,
+            inputs.c.time_created,
+        ).where(_UNSETTLED),
+        *[rows.where(exists(select(inputs.c.id).where(_UNSETTLED))) for rows in _window_rows()],
+    ).order_by(*_IN_ORDER),
+    quick=True,
+)
 # Every directory that has sessions, with its latest activity, most recent first (GET /project):
 # one row per directory, read from the (directory, time_updated) index alone.
 SESSION_DIRECTORIES = Clause(
@@ -453,16 +488,6 @@ INPUT_BY_ID = Clause(select(inputs).where(inputs.c.id == bindparam("id")), quick
 UNSETTLED_INPUTS = Clause(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))
-    .order_by(inputs.c.admitted_seq),
-    quick=True,
-)
-
-# What a drain reads before each step, in one read: the session's info (no row: no session) with
-# each of its unsettled inputs, in admission order (one row of NULL inputs when it has none).
-SESSION_WORK = Clause(
-    select(sessions.c.info, *inputs.columns)
-    .select_from(sessions.outerjoin(inputs, and_(inputs.c.session_id == sessions.c.id, inputs.c.completed.is_(False))))
-    .where(sessions.c.id == bindparam("session_id"))
     .order_by(inputs.c.admitted_seq),
     quick=True,
 )

@@ -25,13 +25,44 @@ class RawMessage:
         return {"info": loads(self.info), "parts": [loads(p) for p in self.parts]}
 
 
+# A session's window as read: its latest summary (a ``snapshots`` row; None: none), the messages
+# that entered after it (all without one), in entry order, and the ids of those that are prompts
+# admitted but not yet promoted into a step.
+WindowRows = tuple[Row | None, list[MessageWithParts], set[str]]
+
+
 @dataclass(frozen=True, slots=True)
-class SessionWork:
-    """What a drain reads before each step: the session as it stands and its inputs admitted and
-    not yet answered, in admission order."""
+class StepWork:
+    """What a drain reads before each step: the session as it stands, its inputs admitted and
+    not yet answered, in admission order, and, when it has any, the window its step sends the
+    model (read before the step writes anything)."""
 
     session: Session
     inputs: list[InputRow]
+    window: WindowRows | None
+
+
+class _WindowRows:
+    """Collects the rows of a window (``clauses._window_rows``), in the read's order."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.summary: Row | None = None
+        self.found: dict[str, RawMessage] = {}
+
+    def take(self, kind: int, key: str, data: str, seq: int, tail: str, version: int, created: int) -> None:
+        if kind == 0:
+            self.found[key] = RawMessage(key, data, [])
+        elif kind == 1:
+            message = self.found.get(key)
+            if message is not None:
+                message.parts.append(data)
+        else:  # the summary: message id, text, through seq, reason, version, time created
+            self.summary = (self.session_id, version, seq, key, tail, data, created)
+
+    def rows(self, waiting: set[str]) -> WindowRows:
+        """The window, ``waiting`` narrowed to the prompts it holds."""
+        return self.summary, [m.decode() for m in self.found.values()], waiting & self.found.keys()
 
 
 @dataclass(slots=True)
@@ -246,26 +277,15 @@ class Queries:
         row = await self.db.fetch_one(sql.MESSAGE_COUNT, {"session_id": session_id})
         return int(row[0]) if row else 0
 
-    async def window(self, session_id: str) -> tuple[Row | None, list[MessageWithParts], set[str]]:
-        """In one read: the session's latest summary (a ``snapshots`` row; None: none), the
-        messages that entered after it (all without one), in entry order, and the ids of those
-        that are prompts admitted but not yet promoted into a step."""
-        summary: Row | None = None
-        found: dict[str, RawMessage] = {}
-        waiting: set[str] = set()
-        for kind, key, data, seq, tail, version, created in await self.db.fetch(sql.WINDOW, {"session_id": session_id}):
-            if kind == 0:
-                found[key] = RawMessage(key, data, [])
-            elif kind == 1:
-                message = found.get(key)
-                if message is not None:
-                    message.parts.append(data)
-            elif kind == 2:
-                if key in found:
-                    waiting.add(key)
-            else:  # the summary: message id, text, through seq, reason, version, time created
-                summary = (session_id, version, seq, key, tail, data, created)
-        return summary, [m.decode() for m in found.values()], waiting
+    async def window(self, session_id: str) -> WindowRows:
+        """A session's window (``WindowRows``), in one read."""
+        window, waiting = _WindowRows(session_id), set()
+        for row in await self.db.fetch(sql.WINDOW, {"session_id": session_id}):
+            if row[0] == 2:
+                waiting.add(row[1])
+            else:
+                window.take(*row)
+        return window.rows(waiting)
 
     async def latest_summary(self, session_id: str) -> Row | None:
         return await self.db.fetch_one(sql.LATEST_SUMMARY, {"session_id": session_id})
@@ -317,12 +337,24 @@ class Queries:
         row = await self.db.fetch_one(sql.INPUT_BY_ID, {"id": input_id})
         return InputRow(*row) if row else None
 
-    async def session_work(self, session_id: str) -> SessionWork | None:
-        """The session and its unsettled inputs, in one read (None: no such session)."""
-        rows = await self.db.fetch(sql.SESSION_WORK, {"session_id": session_id})
-        if not rows:
+    async def step_work(self, session_id: str) -> StepWork | None:
+        """The session, its unsettled inputs and their window, in one read (None: no such session)."""
+        session: Session | None = None
+        inputs: list[InputRow] = []
+        window = _WindowRows(session_id)
+        for kind, key, data, seq, tail, version, created in await self.db.fetch(
+            sql.STEP_WORK, {"session_id": session_id}
+        ):
+            if kind == 4:
+                session = loads(data)
+            elif kind == 5:  # id, prompt, admitted seq, delivery, promoted seq, time created
+                inputs.append(InputRow(key, session_id, data, tail, seq, version, False, created))
+            else:
+                window.take(kind, key, data, seq, tail, version, created)
+        if session is None:
             return None
-        return SessionWork(loads(rows[0][0]), [InputRow(*row[1:]) for row in rows if row[1] is not None])
+        waiting = {row.id for row in inputs if row.promoted_seq is None}
+        return StepWork(session, inputs, window.rows(waiting) if inputs else None)
 
     async def unsettled_inputs(self, session_id: str) -> list[InputRow]:
         """Inputs admitted and not yet answered, in admission order."""

@@ -13,12 +13,15 @@ import pytest
 
 from app.events.bus import EventBus
 from app.events.log import EventLog
+from app.providers.base import ChatRequest
+from app.providers.echo import EchoProvider
 from app.runtime.errors import Conflict
 from app.runtime.history import Summaries
 from app.runtime.inputs import PromptRequest
 from app.runtime.service import Runtime
 from app.store.database import open_database
 from app.store.queries import Queries
+from app.store.statement import Statement
 from tests.helpers import create_session, text_prompt
 from tests.servers import OpenAIStub, StubReply, openai_stub
 from tests.sse import EventCollector
@@ -142,6 +145,36 @@ def test_concurrent_summary_writers_one_wins(database_url: str) -> None:
     losers = [r for r in outcomes if isinstance(r, Conflict)]
     assert len(winners) == 1 and len(losers) == 1
     assert latest == winners[0] and latest.version == 1  # type: ignore[attr-defined]
+
+
+async def test_a_steps_window_comes_with_its_work(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain reads each step's session, inputs and window in one query, and the model is sent
+    that window: a prompt answered at once is two reads, its step's and the one finding nothing
+    left; the session's earlier messages are in the request."""
+    sid = (await runtime.sessions.create(runtime.settings.directory))["id"]
+    await runtime.prompting.prompt_and_wait(sid, PromptRequest(parts=[{"type": "text", "text": "first"}]))
+    await runtime.prompting.wait_idle(sid)
+    reads: list[str] = []
+    fetch = runtime.infra.db.fetch
+
+    async def counted(statement: Statement, *args: object, **kwargs: object) -> object:
+        reads.append(statement.name)
+        return await fetch(statement, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime.infra.db, "fetch", counted)
+    sent: list[ChatRequest] = []
+    stream = EchoProvider.stream
+
+    def recorded(self: EchoProvider, request: ChatRequest) -> object:
+        sent.append(request)
+        return stream(self, request)
+
+    monkeypatch.setattr(EchoProvider, "stream", recorded)
+    await runtime.prompting.prompt_and_wait(sid, PromptRequest(parts=[{"type": "text", "text": "second"}]))
+    await runtime.prompting.wait_idle(sid)
+    assert reads.count("STEP_WORK") == 2 and "WINDOW" not in reads
+    contents = [m["content"] for m in sent[0].messages]
+    assert [c if isinstance(c, str) else c[0]["text"] for c in contents] == ["first", "Echo: first", "second"]
 
 
 async def test_a_steps_window_is_one_read_summary_included(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from app.providers.base import ModelInfo
 from app.runtime.errors import Conflict
 from app.runtime.history._context import tool_result
 from app.store import summaries
-from app.store.queries import Queries
+from app.store.queries import Queries, WindowRows
 from app.wire import MessageWithParts
 
 SUMMARY_SYSTEM = (
@@ -107,7 +107,12 @@ class Summaries:
         return Summary(*row) if row else None
 
     async def window(self, session_id: str) -> Window:
-        row, tail, waiting = await self.queries.window(session_id)
+        return self.window_of(await self.queries.window(session_id))
+
+    @staticmethod
+    def window_of(rows: WindowRows) -> Window:
+        """The window as read (``Queries.window``, or with a step's work)."""
+        row, tail, waiting = rows
         summary = Summary(*row) if row else None
         return Window(summary, [m for m in tail if not is_bookkeeping(m)], frozenset(waiting))
 

@@ -66,7 +66,7 @@ from app.runtime.turn._steps import CompactionStep, ModelStep, StepKind, StepPla
 from app.runtime.turn._title import TitleGenerator
 from app.runtime.turn._toolcalls import ToolCalls, TurnTools
 from app.store import inputs
-from app.store.queries import InputRow
+from app.store.queries import InputRow, StepWork
 from app.wire import AssistantMessage, Session
 
 log = logging.getLogger("opensession.runner")
@@ -181,10 +181,10 @@ class Runner:
         if session_id in self.left_open:
             await self._close_left_open(session_id)
         try:
-            # Each step's first read: the session as it stands and its unsettled inputs.
-            while (work := await self.infra.queries.session_work(session_id)) and (batch := next_batch(work.inputs)):
+            # Each step's first read: the session as it stands, its unsettled inputs and their window.
+            while (work := await self.infra.queries.step_work(session_id)) and (batch := next_batch(work.inputs)):
                 signal.check()
-                await self._turn(work.session, batch, signal)
+                await self._turn(work, batch, signal)
         except Aborted as exc:
             if exc.reason == "abort" and signal.settle_through is not None:
                 await self._settle_waiting(session_id, signal.settle_through)
@@ -210,22 +210,23 @@ class Runner:
             await self.sessions.close_failed(self.infra, session_id, answered, UNRECORDED, self.snapshots.changed_since)
         self.left_open.discard(session_id)
 
-    async def _turn(self, session: Session, batch: list[InputRow], signal: AbortSignal) -> None:
-        with tracing.span("turn", **{"session.id": session["id"]}):
-            await self._turn_steps(session, batch, signal)
+    async def _turn(self, work: StepWork, batch: list[InputRow], signal: AbortSignal) -> None:
+        with tracing.span("turn", **{"session.id": work.session["id"]}):
+            await self._turn_steps(work, batch, signal)
 
-    async def _turn_steps(self, session: Session, batch: list[InputRow], signal: AbortSignal) -> None:
+    async def _turn_steps(self, work: StepWork, batch: list[InputRow], signal: AbortSignal) -> None:
         """Steps until the model stops asking for tools: each continuation answers the same
         prompt, and steers admitted meanwhile join it at the step boundary."""
         turn = Turn()
         try:
             steps = 1
             with reading():  # each step reads the configuration once (an edit applies to the next)
-                more = await self._step(session, batch, signal, turn)
+                more = await self._step(work, batch, signal, turn)
             while more:
-                work = await self.infra.queries.session_work(session["id"])
-                if work is None:
-                    raise SessionNotFound(session["id"])
+                session_id = work.session["id"]
+                if (now := await self.infra.queries.step_work(session_id)) is None:
+                    raise SessionNotFound(session_id)
+                work = now
                 steers = [
                     row
                     for row in work.inputs
@@ -234,7 +235,7 @@ class Runner:
                 steps += 1
                 with reading():
                     more = await self._step(
-                        work.session, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
+                        work, steers, signal, turn, parent=batch[-1], last_step=steps >= MAX_STEPS_PER_TURN
                     )
         except Aborted as exc:
             if exc.reason != "abort":  # a shutdown: the next start goes on with the turn
@@ -279,7 +280,7 @@ class Runner:
 
     async def _step(
         self,
-        session: Session,
+        work: StepWork,
         batch: list[InputRow],
         signal: AbortSignal,
         turn: Turn,
@@ -293,13 +294,13 @@ class Runner:
         grants it a slot and gives the slot back when its stream ends (``_pacing``)."""
         slot = await signal.race(self.pacer.acquire())
         try:
-            return await self._step_in(slot, session, batch, signal, turn, parent=parent, last_step=last_step)
+            return await self._step_in(slot, work, batch, signal, turn, parent=parent, last_step=last_step)
         except (Aborted, LeaseLost, DatabaseUnavailable):
             raise
         except Exception as exc:  # a write refused (a full disk) or a fault: the turn reports it
             if turn.recorder is None:
                 raise
-            log.exception("a step of %s failed", session["id"])
+            log.exception("a step of %s failed", work.session["id"])
             await self._fail(turn.recorder, turn, {"name": "UnknownError", "data": {"message": str(exc)}})
             return False
         finally:
@@ -310,7 +311,7 @@ class Runner:
     async def _step_in(
         self,
         slot: Slot,
-        session: Session,
+        work: StepWork,
         batch: list[InputRow],
         signal: AbortSignal,
         turn: Turn,
@@ -322,7 +323,9 @@ class Runner:
         turn.recorder = None  # until this step has its own
         answered = batch[-1] if batch else parent
         assert answered is not None
-        kind, plan = await self._plan(session, answered)
+        kind, plan = await self._plan(work.session, answered)
+        if work.window is not None:
+            plan.window = self.history.summaries.window_of(work.window)
         session_id = plan.session_id
         turn.start(plan.ref)
         logs.DIRECTORY.set(plan.directory)
@@ -416,8 +419,11 @@ class Runner:
             await kind.opened(tx, plan)
 
         recorder.open_later(opening, self.infra.settings.step_opening_grace_seconds)
-        if kind.opens_at_once or any(StoredPrompt.from_json(row.prompt).deferred for row in batch):
+        deferred = any(StoredPrompt.from_json(row.prompt).deferred for row in batch)
+        if kind.opens_at_once or deferred:
             await recorder.open_now()
+        if deferred:
+            plan.window = None  # read before the prompts' own messages were written, just now
         return recorder, start
 
     async def _finish(

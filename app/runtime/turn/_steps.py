@@ -52,7 +52,9 @@ class StepPlan:
     variant: str | None
     agent: str
     info: AssistantMessage  # the assistant message the step writes
-    window: Window | None = None  # a compaction's history, read before the step's reply exists
+    # The history read before the step's reply exists: a compaction's, and a model step's when it
+    # was read with the step's work (None: read when the request is made).
+    window: Window | None = None
     summary: Summary | None = None  # what a compaction stored
     # The inputs the step promotes: in its request though its opening may not be stored yet.
     entering: frozenset[str] = frozenset()
@@ -129,7 +131,7 @@ class ModelStep:
     async def request(self, plan: StepPlan, model: ModelInfo, tuning: dict[str, Any], last_step: bool) -> ChatRequest:
         """The session's history after its newest snapshot's summary, with the agent's tools (none
         on a turn's last step, so a runaway tool loop ends)."""
-        context = await self.history.summaries.window(plan.session_id)
+        context = plan.window or await self.history.summaries.window(plan.session_id)
         tail = [m for m in context.tail if m["info"]["id"] != plan.info["id"]]
         summary = context.summary.text if context.summary else None
         tools, skills = (None, []) if last_step else await self._offered(plan.session, plan.agent, model)
