@@ -296,6 +296,13 @@ class DrainCoordinator:
         while (entry := self._entries.get(session_id)) is not None:
             await entry.done.wait()
 
+    @property
+    def release_sees_admissions(self) -> bool:
+        """Whether giving a drain's lease up finds by itself a prompt admitted since its claim
+        (and keeps the lease for another pass): then a drain need not read once more only to
+        learn that nothing waits."""
+        return self._claims.release_sees_admissions
+
     def is_active(self, session_id: str) -> bool:
         """Whether a drain runs or is due to start (woken during a hold)."""
         return session_id in self._entries or session_id in self._deferred

@@ -185,6 +185,10 @@ class Runner:
             while (work := await self.infra.queries.step_work(session_id)) and (batch := next_batch(work.inputs)):
                 signal.check()
                 await self._turn(work, batch, signal)
+                if len(batch) == len(work.inputs) and self.sessions.coordinator.release_sees_admissions:
+                    # The turn settled all it read; a prompt admitted since keeps the lease at its
+                    # release, for another pass: no read of its own to find nothing left.
+                    return
         except Aborted as exc:
             if exc.reason == "abort" and signal.settle_through is not None:
                 await self._settle_waiting(session_id, signal.settle_through)
