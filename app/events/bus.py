@@ -12,7 +12,9 @@ single event is always taken into an empty queue, whatever its size.
 
 Event streams do not subscribe one by one: the streams of one kind and route share a feed
 (app/events/feed.py), attached to the bus as a single ``Subscriber``; each stream's queue there
-has the same limits.
+has the same limits. The bus tells whether any feed is attached (``has_streams``), and who asked
+(``on_streams``) when that changes: other processes send streamed deltas only to a process that
+has streams (``app.events.relay``).
 """
 
 from __future__ import annotations
@@ -146,6 +148,8 @@ class EventBus:
         # Subscribers by route: EVERYTHING, ("directory", d) or ("session", s).
         self._routes: dict[Route, set[Subscriber]] = {}
         self.cursor = 0  # cursor of the last durable event published
+        self._streams: set[Subscriber] = set()  # the feeds attached (clients' event streams)
+        self._on_streams: list[Callable[[], None]] = []
 
     def subscribe(
         self,
@@ -163,9 +167,14 @@ class EventBus:
     def unsubscribe(self, subscription: Subscription) -> None:
         self.detach(subscription, subscription._route)
 
-    def attach(self, subscriber: Subscriber, on: Route) -> None:
-        """Offer ``subscriber`` every event published on route ``on`` from now on."""
+    def attach(self, subscriber: Subscriber, on: Route, *, stream: bool = False) -> None:
+        """Offer ``subscriber`` every event published on route ``on`` from now on (``stream``:
+        it is a feed of clients' event streams)."""
         self._routes.setdefault(on, set()).add(subscriber)
+        if stream:
+            self._streams.add(subscriber)
+            if len(self._streams) == 1:
+                self._streams_changed()
 
     def detach(self, subscriber: Subscriber, on: Route) -> None:
         subscribers = self._routes.get(on)
@@ -173,6 +182,23 @@ class EventBus:
             subscribers.discard(subscriber)
             if not subscribers:
                 del self._routes[on]
+        if subscriber in self._streams:
+            self._streams.discard(subscriber)
+            if not self._streams:
+                self._streams_changed()
+
+    @property
+    def has_streams(self) -> bool:
+        """Whether a client's event stream is attached (through its feed)."""
+        return bool(self._streams)
+
+    def on_streams(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever ``has_streams`` changes."""
+        self._on_streams.append(callback)
+
+    def _streams_changed(self) -> None:
+        for callback in self._on_streams:
+            callback()
 
     def watched(self, *, session: str, directory: str | None) -> bool:
         """Whether a subscriber here would be offered an event of ``session`` in ``directory``."""

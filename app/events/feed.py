@@ -288,7 +288,7 @@ class Feeds:
         if feed is None:
             feed = self._feeds[key] = Feed(self, key, make())
             feed.closed = self.closed
-            self.bus.attach(feed, route)
+            self.bus.attach(feed, route, stream=True)
         return feed.join()
 
     def close(self) -> None:

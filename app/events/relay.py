@@ -17,6 +17,13 @@ the notifications were a round trip per batch of ephemeral events and a statemen
 heard by nobody but its own listener.) Being wrong costs time, never events: a commit nobody was
 told of is read back by the next catch-up or poll.
 
+Streamed deltas (``*.delta``, most of the ephemeral events of a turn) go only to processes that
+have clients' event streams (``EventBus.has_streams``): each process says whether it has any
+with its presence, at once when that changes (a process not heard on it yet is taken to have
+some). A stream opened on a process that had none may miss the deltas sent in the moment before
+the others hear of it; the part's text comes complete with its next update, as for any stream
+that joins a reply midway. Statuses and requests go everywhere (a process waits on them).
+
 Every process reads the log only below the settled cursor (``app.events.topology``), so
 "everything after the last cursor I published" is gap-free on every process, though transactions
 commit in any order. Its own commits are published in the same order, once settled, with their
@@ -137,11 +144,11 @@ class ClusterRelay:
         # How this process's own notifications begin (every payload is ``{"o": origin, ...}``,
         # keys in that order): its listener gets them too, and they are dropped unparsed.
         self._own_prefix = dumps({"o": origin})[:-1] + ","
-        self._presence = dumps({"o": origin, "items": []})  # "I am here", and nothing else
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         # Ephemeral events to tell the others; None: say this process is here.
         self._outbox: asyncio.Queue[Event | None] = asyncio.Queue()
         self._peers: dict[str, float] = {}  # other processes' origins -> when last heard from
+        self._peer_streams: dict[str, bool] = {}  # whether each said it has clients' streams
         self._last_sent = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
@@ -153,6 +160,7 @@ class ClusterRelay:
 
     async def start(self) -> None:
         await self.db.listen(CHANNEL, self._received)
+        self.bus.on_streams(lambda: self._outbox.put_nowait(None))
         self._outbox.put_nowait(None)
         self._tasks = [
             asyncio.create_task(self._publish_loop(), name="relay:publish"),
@@ -174,7 +182,16 @@ class ClusterRelay:
         gone = time.monotonic() - PEER_SECONDS
         for origin in [origin for origin, heard in self._peers.items() if heard < gone]:
             del self._peers[origin]
+            self._peer_streams.pop(origin, None)
         return not self._peers
+
+    def _streams_elsewhere(self) -> bool:
+        """Whether another process may have clients' event streams (one not heard on it: yes)."""
+        return not self.alone and any(self._peer_streams.get(origin, True) for origin in self._peers)
+
+    def _presence(self) -> str:
+        """ "I am here", and whether this process has clients' event streams."""
+        return dumps({"o": self.origin, "items": [], "s": int(self.bus.has_streams)})
 
     # -- what enters the queue -------------------------------------------------------------------
 
@@ -199,6 +216,8 @@ class ClusterRelay:
         if origin not in self._peers:
             self._outbox.put_nowait(None)  # a newcomer: it learns of this process at once
         self._peers[origin] = time.monotonic()
+        if "s" in message:
+            self._peer_streams[origin] = bool(message["s"])
         if "piece" in message:
             index, count = message["piece"]
             pieces = self._pieces.setdefault(origin, [])
@@ -295,10 +314,12 @@ class ClusterRelay:
             batch = [await self._outbox.get()]
             while not self._outbox.empty():
                 batch.append(self._outbox.get_nowait())
-            events = [] if self.alone else [event for event in batch if event is not None]
+            told = not self.alone
+            streamed = self._streams_elsewhere()
+            events = [e for e in batch if e is not None and told and (streamed or not e.type.endswith(".delta"))]
             payloads = notifications(self.origin, events)
-            if not payloads and None in batch:
-                payloads = [self._presence]
+            if None in batch:
+                payloads.append(self._presence())
             if not payloads:
                 continue
             try:

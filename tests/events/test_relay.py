@@ -161,14 +161,14 @@ async def test_a_process_alone_tells_nobody_and_answers_a_newcomer_at_once() -> 
     database = Recorded()
     async with _running(database, _reads_nothing) as (relay, _seen):
         await until_sent(1)
-        assert sent == [{"o": "here", "items": []}]  # it says it is here, once started
+        assert sent == [{"o": "here", "items": [], "s": 0}]  # it says it is here, once started
         assert relay.alone
         relay.published(Event("message.part.delta", {"delta": "unheard"}, "ses_a", "/p"))
         await asyncio.sleep(0.05)
         assert len(sent) == 1  # nobody to tell
         database.heard(dumps({"o": "there", "items": []}))  # another process starts
         await until_sent(2)
-        assert sent[1] == {"o": "here", "items": []}  # answered at once
+        assert sent[1] == {"o": "here", "items": [], "s": 0}  # answered at once
         assert not relay.alone
         relay.published(Event("message.part.delta", {"delta": "heard"}, "ses_a", "/p"))
         await until_sent(3)
@@ -176,6 +176,49 @@ async def test_a_process_alone_tells_nobody_and_answers_a_newcomer_at_once() -> 
         database.heard(dumps({"o": "there", "items": []}))  # one it knows: no answer
         await asyncio.sleep(0.05)
         assert len(sent) == 3
+
+
+async def test_deltas_go_only_to_processes_with_event_streams() -> None:
+    """A process that said it has no clients' event streams is sent no streamed deltas (statuses
+    still); one that has not said is; a process whose first stream opens says so at once."""
+    sent: list[dict[str, Any]] = []
+
+    class Recorded(_Notifications):
+        async def notify(self, channel: str, *payloads: str) -> None:
+            sent.extend(loads(payload) for payload in payloads)
+
+    def types_sent() -> list[str]:
+        return [item["t"] for payload in sent for item in payload["items"]]
+
+    async def published(*events: Event) -> None:
+        for event in events:
+            relay.published(event)
+        await asyncio.sleep(0.05)
+
+    delta = Event("message.part.delta", {"delta": "x"}, "ses_a", "/p")
+    next_delta = Event("session.next.text.delta", {"delta": "x"}, "ses_a", "/p")
+    status = Event("session.status", {"status": {"type": "busy"}}, "ses_a", "/p")
+    database = Recorded()
+    async with _running(database, _reads_nothing) as (relay, _seen):
+        database.heard(dumps({"o": "there", "items": []}))  # not said whether it has streams
+        await published(delta)
+        assert types_sent() == ["message.part.delta"]
+        sent.clear()
+        database.heard(dumps({"o": "there", "items": [], "s": 0}))
+        await published(delta, next_delta, status)
+        assert types_sent() == ["session.status"]
+        database.heard(dumps({"o": "there", "items": [], "s": 1}))
+        await published(delta)
+        assert types_sent() == ["session.status", "message.part.delta"]
+        sent.clear()
+        relay.bus.attach(_Stream(), ("directory", "/p"), stream=True)  # a client's first event stream
+        await asyncio.sleep(0.05)
+        assert sent == [{"o": "here", "items": [], "s": 1}]
+
+
+class _Stream:
+    def offer(self, event: Event) -> None:
+        return None
 
 
 async def _reads_nothing(after: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
