@@ -228,9 +228,9 @@ class Runner:
                 more = await self._step(work, batch, signal, turn)
             while more:
                 session_id = work.session["id"]
-                if (now := await self.infra.queries.step_work(session_id)) is None:
+                if (latest := await self.infra.queries.step_work(session_id)) is None:
                     raise SessionNotFound(session_id)
-                work = now
+                work = latest
                 steers = [
                     row
                     for row in work.inputs

@@ -1,8 +1,9 @@
 """The two kinds of step a turn runs. The runner plans a step, streams it and finishes it the same
 way for both (``_runner``); what differs between them is here:
 
-- a **model step** answers a prompt with the session's history, may call tools, and afterwards
-  asks for a title and, when the context overflows, an automatic compaction;
+- a **model step** answers a prompt with the session's history, may call tools, asks for a
+  title once its model answered (stored with its end when ready by then), and afterwards, when
+  the context overflows, admits an automatic compaction;
 - a **compaction step** summarizes the history before its request into a snapshot (it reads that
   window before its own reply exists), is offered no tools, and announces its start and end.
 
@@ -131,7 +132,7 @@ class ModelStep:
     async def request(self, plan: StepPlan, model: ModelInfo, tuning: dict[str, Any], last_step: bool) -> ChatRequest:
         """The session's history after its newest snapshot's summary, with the agent's tools (none
         on a turn's last step, so a runaway tool loop ends)."""
-        context = plan.window or await self.history.summaries.window(plan.session_id)
+        context = plan.window if plan.window is not None else await self.history.summaries.window(plan.session_id)
         tail = [m for m in context.tail if m["info"]["id"] != plan.info["id"]]
         summary = context.summary.text if context.summary else None
         tools, skills = (None, []) if last_step else await self._offered(plan.session, plan.agent, model)
