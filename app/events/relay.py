@@ -185,10 +185,6 @@ class ClusterRelay:
             self._peer_streams.pop(origin, None)
         return not self._peers
 
-    def _streams_elsewhere(self) -> bool:
-        """Whether another process may have clients' event streams (one not heard on it: yes)."""
-        return not self.alone and any(self._peer_streams.get(origin, True) for origin in self._peers)
-
     def _presence(self) -> str:
         """ "I am here", and whether this process has clients' event streams."""
         return dumps({"o": self.origin, "items": [], "s": int(self.bus.has_streams)})
@@ -315,7 +311,8 @@ class ClusterRelay:
             while not self._outbox.empty():
                 batch.append(self._outbox.get_nowait())
             told = not self.alone
-            streamed = self._streams_elsewhere()
+            # Deltas too when another process may have clients' event streams (unsaid: it may).
+            streamed = told and any(self._peer_streams.get(origin, True) for origin in self._peers)
             events = [e for e in batch if e is not None and told and (streamed or not e.type.endswith(".delta"))]
             payloads = notifications(self.origin, events)
             if None in batch:
