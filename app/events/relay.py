@@ -10,6 +10,14 @@ its own bus, in one order, through one queue:
 - a slow poll of the log (up to what had settled when the poll was queued), so a lost
   notification delays an event but never loses it.
 
+The others hear of a commit once it is durable, from the send loop, in the batch it sends next
+with the ephemeral events; never from a NOTIFY inside the transaction. PostgreSQL makes every
+transaction that notifies take one database-wide lock at its commit and hold it through the
+commit's WAL flush, so the notifying commits of all processes would run one at a time (with two
+processes, that serialization cost about a fifth of the throughput: bench/README.md). The price is
+a round trip of delay, and a process that dies between its commit and its notification leaves the
+others to find that commit by their poll.
+
 A process that has heard from no other lately (``alone``: one process on its database) sends
 no notifications at all, but one a second to say it is there; one that starts says so at once,
 and the others answer at once, so each learns of the other before it serves a request. (Alone,
@@ -192,12 +200,15 @@ class ClusterRelay:
     # -- what enters the queue -------------------------------------------------------------------
 
     def committed(self, events: list[Event]) -> None:
-        """A local transaction committed (its notifications were sent inside it)."""
+        """A local transaction committed: publish its events here, and tell the others."""
         for event in events:
             # One at or below the bus's cursor was read back before its commit was reported here.
             if event.durable and event.cursor > self.bus.cursor:
                 self._own[event.cursor] = event
         self._queue.put_nowait(("local", events))
+        if not self.alone:
+            for event in events:
+                self._outbox.put_nowait(event)
 
     def published(self, event: Event) -> None:
         """A local ephemeral event outside any transaction: publish here, tell the others."""

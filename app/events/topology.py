@@ -29,7 +29,7 @@ from typing import Protocol
 
 from app.events.bus import EventBus
 from app.events.model import Event
-from app.events.relay import CHANNEL, ClusterRelay, Since, notifications
+from app.events.relay import ClusterRelay, Since
 from app.store import events as stored_events
 from app.store.database import Database, WriteScope
 from app.store.events import HeldLease
@@ -189,10 +189,8 @@ class ClusterLogTopology:
         )
 
     def committing(self, scope: WriteScope, events: list[Event], next_seq: dict[str, int]) -> None:
-        # Delivered by the database at commit, in commit order (to nobody when alone: not sent).
-        if not self._relay.alone:
-            for payload in notifications(self.origin, events):
-                stored_events.notify(scope, CHANNEL, payload)
+        # The relay tells the other processes once the commit is durable: a NOTIFY inside the
+        # transaction would make PostgreSQL serialize it with every other notifying commit.
         scope.when_durable(lambda: self._relay.committed(events))
 
     def publish(self, event: Event) -> None:

@@ -229,8 +229,6 @@ LIVE_PTYS_IN_DIRECTORY = Clause(
     .order_by(pty_owners.c.id)
 )
 
-NOTIFY = Clause(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))  # PostgreSQL only
-
 # -- reads ----------------------------------------------------------------------------------------
 SESSION_INFO = Clause(select(sessions.c.info).where(sessions.c.id == bindparam("id")), quick=True)
 MAX_CURSOR = Clause(select(func.coalesce(func.max(events.c.id), literal_column("0"))), quick=True)

@@ -124,8 +124,3 @@ async def settled(reader: Reader) -> int:
 async def settled_cursor(reader: Reader) -> int:
     """The newest event's cursor below ``settled`` (0 for an empty log)."""
     return int((await reader.fetch(sql.SETTLED_CURSOR))[0][0])
-
-
-def notify(scope: WriteScope, channel: str, payload: str) -> None:
-    """A notification sent when the transaction commits (PostgreSQL)."""
-    scope.execute(sql.NOTIFY, {"channel": channel, "payload": payload})

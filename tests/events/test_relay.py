@@ -40,6 +40,21 @@ class _Notifications:
         return [(HORIZON,)]
 
 
+class _Recorded(_Notifications):
+    """Also keeps what the relay sent the others, decoded."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def notify(self, channel: str, *payloads: str) -> None:
+        self.sent.extend(loads(payload) for payload in payloads)
+
+    async def until_sent(self, count: int) -> None:
+        async with asyncio.timeout(5):
+            while len(self.sent) < count:
+                await asyncio.sleep(0.001)
+
+
 @asynccontextmanager
 async def _running(database: _Notifications, since: Since) -> AsyncIterator[tuple[ClusterRelay, Subscription]]:
     """A relay over ``database`` (reading the log through ``since``), and a subscriber of its bus."""
@@ -147,18 +162,8 @@ async def test_a_process_drops_its_own_notifications_and_takes_the_others() -> N
 
 
 async def test_a_process_alone_tells_nobody_and_answers_a_newcomer_at_once() -> None:
-    sent: list[dict[str, Any]] = []
-
-    class Recorded(_Notifications):
-        async def notify(self, channel: str, *payloads: str) -> None:
-            sent.extend(loads(payload) for payload in payloads)
-
-    async def until_sent(count: int) -> None:
-        async with asyncio.timeout(5):
-            while len(sent) < count:
-                await asyncio.sleep(0.001)
-
-    database = Recorded()
+    database = _Recorded()
+    sent, until_sent = database.sent, database.until_sent
     async with _running(database, _reads_nothing) as (relay, _seen):
         await until_sent(1)
         assert sent == [{"o": "here", "items": [], "s": 0}]  # it says it is here, once started
@@ -181,11 +186,8 @@ async def test_a_process_alone_tells_nobody_and_answers_a_newcomer_at_once() -> 
 async def test_deltas_go_only_to_processes_with_event_streams() -> None:
     """A process that said it has no clients' event streams is sent no streamed deltas (statuses
     still); one that has not said is; a process whose first stream opens says so at once."""
-    sent: list[dict[str, Any]] = []
-
-    class Recorded(_Notifications):
-        async def notify(self, channel: str, *payloads: str) -> None:
-            sent.extend(loads(payload) for payload in payloads)
+    database = _Recorded()
+    sent = database.sent
 
     def types_sent() -> list[str]:
         return [item["t"] for payload in sent for item in payload["items"]]
@@ -198,7 +200,6 @@ async def test_deltas_go_only_to_processes_with_event_streams() -> None:
     delta = Event("message.part.delta", {"delta": "x"}, "ses_a", "/p")
     next_delta = Event("session.next.text.delta", {"delta": "x"}, "ses_a", "/p")
     status = Event("session.status", {"status": {"type": "busy"}}, "ses_a", "/p")
-    database = Recorded()
     async with _running(database, _reads_nothing) as (relay, _seen):
         database.heard(dumps({"o": "there", "items": []}))  # not said whether it has streams
         await published(delta)
@@ -214,6 +215,30 @@ async def test_deltas_go_only_to_processes_with_event_streams() -> None:
         relay.bus.attach(_Stream(), ("directory", "/p"), stream=True)  # a client's first event stream
         await asyncio.sleep(0.05)
         assert sent == [{"o": "here", "items": [], "s": 1}]
+
+
+async def test_a_commit_is_told_once_durable_in_its_place_among_ephemeral_events() -> None:
+    """The others hear of a local commit from the relay after it, not from a NOTIFY inside the
+    transaction (PostgreSQL would serialize it with every other notifying commit): its cursor and
+    its ephemeral events, in the order the process made them; alone, nobody is told."""
+    database = _Recorded()
+    busy = Event("session.status", {"status": {"type": "busy"}}, "ses_a", "/p")
+    idle = Event("session.idle", {}, "ses_a", "/p")
+    async with _running(database, _reads_nothing) as (relay, seen):
+        await database.until_sent(1)  # its presence
+        relay.committed([_durable(5)])
+        assert (await seen.next(5)).cursor == 5  # type: ignore[union-attr]
+        await asyncio.sleep(0.05)
+        assert len(database.sent) == 1  # alone: nobody to tell
+        database.heard(dumps({"o": "there", "items": [], "s": 0}))
+        await database.until_sent(2)  # the newcomer is answered
+        relay.committed([busy, _durable(7), _durable(8)])
+        relay.published(idle)
+        relay.committed([_durable(9)])
+        await database.until_sent(3)
+        await asyncio.sleep(0.05)  # anything sent later is in ``sent`` too
+    told = [item for payload in database.sent[2:] for item in payload["items"]]
+    assert [item if isinstance(item, int) else item["t"] for item in told] == ["session.status", 8, "session.idle", 9]
 
 
 class _Stream:

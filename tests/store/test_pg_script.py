@@ -53,9 +53,9 @@ async def pg(pg_url: str) -> AsyncIterator[PostgresDatabase]:
 
 
 def test_values_the_store_never_binds_are_not_rendered() -> None:
-    assert pg_script.render([(sql.NOTIFY, {"channel": "c", "payload": b"bytes"})]) is None
-    assert pg_script.render([(sql.NOTIFY, {"channel": "c", "payload": ["a"]})]) is None
-    assert pg_script.render([(sql.NOTIFY, {"channel": "c", "payload": "a\x00'; --"})]) is None
+    assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": b"bytes"})]) is None
+    assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": ["a"]})]) is None
+    assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": "a\x00'; --"})]) is None
     assert pg_script.literal(-3) == "(-3)"  # "x-$1" must not become the comment "x--3"
 
 
