@@ -69,6 +69,7 @@ PEER_SECONDS = 5 * POLL_SECONDS  # a process not heard from for this long is tak
 # up to the limit: transactions end within milliseconds unless one is large (an import).
 SETTLE_RETRY_S = (0.002, 0.05)
 SPREAD_UP_TO = 8
+STOP_FLUSH_S = 1.0  # the longest a stopping process waits to tell the others what it did last
 
 # (after, upto, limit, skip) -> up to ``limit`` settled events between, but those of the
 # transactions ``skip``, and the settled horizon (``events.settled_up_to``)
@@ -158,6 +159,7 @@ class ClusterRelay:
         self._peers: dict[str, float] = {}  # other processes' origins -> when last heard from
         self._peer_streams: dict[str, bool] = {}  # whether each said it has clients' streams
         self._last_sent = 0.0
+        self._sending = False  # the send loop holds a batch it took from the outbox
         self._tasks: list[asyncio.Task[None]] = []
         self._pieces: dict[str, list[str]] = {}  # origin -> pieces of an event still arriving
         self._held: list[tuple[str, Any]] = []  # an item taken from the queue to look at, not yet run
@@ -177,6 +179,13 @@ class ClusterRelay:
         ]
 
     async def stop(self) -> None:
+        """Stop once the others were told what this process did last (its last commits, its
+        drains' final statuses), or after ``STOP_FLUSH_S``: they would hear of those only with
+        their next poll, or another process's next commit."""
+        with suppress(TimeoutError):
+            async with asyncio.timeout(STOP_FLUSH_S):
+                while self._sending or not self._outbox.empty():
+                    await asyncio.sleep(0.005)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -319,6 +328,7 @@ class ClusterRelay:
         load a notification per streamed delta would be a round trip each."""
         while True:
             batch = [await self._outbox.get()]
+            self._sending = True
             while not self._outbox.empty():
                 batch.append(self._outbox.get_nowait())
             told = not self.alone
@@ -328,13 +338,14 @@ class ClusterRelay:
             payloads = notifications(self.origin, events)
             if None in batch:
                 payloads.append(self._presence())
-            if not payloads:
-                continue
             try:
-                await self.db.notify(CHANNEL, *payloads)
-                self._last_sent = time.monotonic()
+                if payloads:
+                    await self.db.notify(CHANNEL, *payloads)
+                    self._last_sent = time.monotonic()
             except Exception:
                 log.exception("relay could not notify other processes")
+            finally:
+                self._sending = False
 
     async def _poll_loop(self) -> None:
         """Queue a catch-up on what has settled by now, in place: an event committed after it

@@ -241,6 +241,17 @@ async def test_a_commit_is_told_once_durable_in_its_place_among_ephemeral_events
     assert [item if isinstance(item, int) else item["t"] for item in told] == ["session.status", 8, "session.idle", 9]
 
 
+async def test_a_stopping_process_first_tells_the_others_what_it_did_last() -> None:
+    database = _Recorded()
+    async with _running(database, _reads_nothing) as (relay, _seen):
+        database.heard(dumps({"o": "there", "items": []}))
+        await database.until_sent(2)  # its presence, and its answer to the other process
+        relay.committed([_durable(5)])
+        relay.published(Event("session.idle", {}, "ses_a", "/p"))
+    told = [item for payload in database.sent[2:] for item in payload["items"]]
+    assert [item if isinstance(item, int) else item["t"] for item in told] == [5, "session.idle"]
+
+
 class _Stream:
     def offer(self, event: Event) -> None:
         return None
