@@ -12,7 +12,7 @@ from typing import Any
 
 from app.events.bus import EventBus, Subscription
 from app.events.model import Event
-from app.events.relay import ClusterRelay, Since, notifications
+from app.events.relay import POLL_SECONDS, ClusterRelay, Since, notifications
 from app.jsonutil import dumps, loads
 from app.store.database import Params, Row
 from app.store.events import CURSOR_BITS
@@ -239,6 +239,20 @@ async def test_a_commit_is_told_once_durable_in_its_place_among_ephemeral_events
         await asyncio.sleep(0.05)  # anything sent later is in ``sent`` too
     told = [item for payload in database.sent[2:] for item in payload["items"]]
     assert [item if isinstance(item, int) else item["t"] for item in told] == ["session.status", 8, "session.idle", 9]
+
+
+async def test_a_commit_nobody_was_told_of_is_published_by_the_poll() -> None:
+    """A process that died between its commit and its notification told nobody: the others'
+    poll of the log publishes that commit's events within a poll's interval."""
+    log: list[Event] = []
+
+    async def since(after: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
+        return [e for e in log if after < e.cursor <= upto][:limit], HORIZON
+
+    async with _running(_Notifications(), since) as (_relay, seen):
+        log.append(_durable(7))  # committed elsewhere; no notification follows
+        event = await seen.next(POLL_SECONDS * 3)
+    assert event is not None and event.cursor == 7
 
 
 async def test_a_stopping_process_first_tells_the_others_what_it_did_last() -> None:
