@@ -14,29 +14,42 @@ does not depend on ``standard_conforming_strings``; a negative number is parenth
 query text in the protocol; PostgreSQL text cannot hold it anyway), makes ``render`` answer None:
 the caller binds that batch as parameters instead.
 
-Consecutive plain inserts of one statement (a transaction's events) go as one multi-row
-``INSERT``: PostgreSQL parses, plans and runs one statement instead of one per row, which was
-the largest share of its CPU per turn (``bench/cluster.py``). Upserts are never merged: one
-statement may not update the same row twice.
+Consecutive one-row inserts of one statement (a transaction's events, a step's parts) go as one
+multi-row ``INSERT``: PostgreSQL parses, plans and runs one statement instead of one per row,
+which was the largest share of its CPU per turn (``bench/cluster.py``). An upsert's rows merge
+only while their conflict keys differ: one statement may not update the same row twice (its
+``DO UPDATE`` takes the new values from ``excluded``, so the clause is the same for every row).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from app.store.database import Params, Queued
 from app.store.statement import Statement
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
-# A plain insert of one row: its text up to the row, and the row of placeholders (nothing after
-# it: no ON CONFLICT, no RETURNING).
-_ONE_ROW = re.compile(r"(INSERT INTO \S+ \([^()]*\) VALUES )(\([^()]*\))")
+# An insert of one row: its text up to the row, the row of placeholders, and what follows it:
+# nothing, or an ON CONFLICT clause on one column without placeholders (no RETURNING).
+_ONE_ROW = re.compile(r"(INSERT INTO \S+ \([^()]*\) VALUES )(\([^()]*\))((?: ON CONFLICT \((\w+)\) [^$]*)?)", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """How a one-row insert merges with the next: its text before the row and after it, and the
+    conflict key (a parameter) that a merged statement must not repeat (None: a plain insert)."""
+
+    head: str
+    tail: str
+    key: str | None
+
 
 # Each statement's text split at its placeholders: text, index, text, index, ..., text.
 _SPLIT: dict[Statement, list[str | int]] = {}
-# Each statement's head when it is a plain one-row insert (``_ONE_ROW``), else None.
-_ROW_HEAD: dict[Statement, str | None] = {}
+# Each statement's shape when it is a one-row insert (``_ONE_ROW``), else None.
+_ROWS: dict[Statement, _Rows | None] = {}
 
 
 class Unrenderable(TypeError):
@@ -77,27 +90,33 @@ def statement_text(statement: Statement, params: Params) -> str:
     return "".join(piece if isinstance(piece, str) else values[piece] for piece in _split(statement))
 
 
-def _row_head(statement: Statement) -> str | None:
-    if statement not in _ROW_HEAD:
+def _rows(statement: Statement) -> _Rows | None:
+    if statement not in _ROWS:
         match = _ONE_ROW.fullmatch(statement.postgres)
-        _ROW_HEAD[statement] = match.group(1) if match else None
-    return _ROW_HEAD[statement]
+        key = match.group(4) if match else None
+        mergeable = match is not None and (key is None or key in statement.postgres_params)
+        _ROWS[statement] = _Rows(match.group(1), match.group(3), key) if match and mergeable else None
+    return _ROWS[statement]
 
 
 def render(queued: Queued) -> list[str] | None:
-    """The statements' texts, in order, consecutive plain inserts of one statement merged into
-    one; None when a value cannot be rendered."""
+    """The statements' texts, in order, consecutive one-row inserts of one statement merged into
+    one (an upsert's while their keys differ); None when a value cannot be rendered."""
     texts: list[str] = []
     merging: Statement | None = None  # the insert the last text is, when more rows may join it
+    keys: set[object] = set()  # the conflict keys of its rows
     try:
         for statement, params in queued:
             text = statement_text(statement, params)
-            head = _row_head(statement)
-            if head is not None and statement is merging:
-                texts[-1] += ", " + text[len(head) :]
+            rows = _rows(statement)
+            key = params[rows.key] if rows is not None and rows.key is not None else None
+            if rows is not None and statement is merging and (key is None or key not in keys):
+                row = text[len(rows.head) : len(text) - len(rows.tail)]
+                texts[-1] = texts[-1][: len(texts[-1]) - len(rows.tail)] + ", " + row + rows.tail
+                keys.add(key)
                 continue
             texts.append(text)
-            merging = statement if head is not None else None
+            merging, keys = (statement, {key}) if rows is not None else (None, set())
     except Unrenderable:
         return None
     return texts

@@ -86,10 +86,13 @@ async def test_a_transaction_stores_hostile_values_exactly(pg: PostgresDatabase)
         assert stored[0][0] == row["todos"]
 
 
-async def test_a_run_of_plain_inserts_is_one_statement_and_upserts_stay_apart(pg: PostgresDatabase) -> None:
+async def test_a_run_of_one_row_inserts_is_one_statement_until_an_upsert_meets_its_row_again(
+    pg: PostgresDatabase,
+) -> None:
     """A transaction's events (hostile texts among them) go as one multi-row INSERT and read back
-    exactly; an upsert between them ends the run, and two upserts of one row stay two statements
-    (merged, PostgreSQL would refuse to change the row twice)."""
+    exactly; an upsert between them ends the run; upserts of two rows go as one statement, and an
+    upsert of a row already in the statement begins another (merged, PostgreSQL would refuse to
+    change the row twice)."""
     rows = [
         {
             "id": cursor,
@@ -105,9 +108,15 @@ async def test_a_run_of_plain_inserts_is_one_statement_and_upserts_stay_apart(pg
     ]
     upsert: dict[str, object] = {"session_id": "ses_a", "todos": "[1]"}
     queued: Queued = [(sql.INSERT_EVENT, row) for row in rows[:-1]]
-    queued += [(sql.UPSERT_TODOS, upsert), (sql.UPSERT_TODOS, upsert | {"todos": "[2]"}), (sql.INSERT_EVENT, rows[-1])]
+    queued += [
+        (sql.UPSERT_TODOS, upsert),
+        (sql.UPSERT_TODOS, {"session_id": "ses_b", "todos": "[3]"}),
+        (sql.UPSERT_TODOS, upsert | {"todos": "[2]"}),
+        (sql.INSERT_EVENT, rows[-1]),
+    ]
     texts = pg_script.render(queued)
     assert texts is not None and len(texts) == 4, texts
+    assert "ses_b" in texts[1] and "ses_b" not in texts[2]
     async with pg.write() as scope:
         for statement, params in queued:
             scope.execute(statement, params)
@@ -116,6 +125,7 @@ async def test_a_run_of_plain_inserts_is_one_statement_and_upserts_stay_apart(pg
         (r["id"], r["directory"], r["data"], r["time"]) for r in rows
     ]
     assert (await pg.fetch(sql.TODOS, {"session_id": "ses_a"}))[0][0] == "[2]"
+    assert (await pg.fetch(sql.TODOS, {"session_id": "ses_b"}))[0][0] == "[3]"
 
 
 async def test_a_transaction_of_writes_is_one_round_trip_and_a_failed_one_leaves_nothing(
