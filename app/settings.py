@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     # Several processes on one PostgreSQL database: how long a drain lease lasts without renewal,
     # so the longest a dead process's sessions wait before another process takes them over.
     lease_seconds: float = 10.0
+    # PostgreSQL: write transactions one process runs at once, each on a connection of its own.
+    # A transaction holds its connection for its round trips, so a database far away (several
+    # milliseconds a round trip) wants more; each one more is a connection of max_connections.
+    db_writers: int = Field(default=8, ge=1, le=64)
     # Several processes: the address the others reach this one at (they forward requests for its
     # terminals there). Default: http://<hostname>:<port>, the machine's name if bound to all.
     advertise_url: str | None = None

@@ -487,9 +487,10 @@ class Database(ABC):
             raise
 
 
-def open_database(url: str) -> Database:
+def open_database(url: str, *, writers: int | None = None) -> Database:
     """The engine for ``url``: ``sqlite:///path`` (or ``sqlite+aiosqlite``) or
-    ``postgresql://`` (or ``postgresql+asyncpg``). PostgreSQL's driver is imported only when used."""
+    ``postgresql://`` (or ``postgresql+asyncpg``). PostgreSQL's driver is imported only when used;
+    ``writers`` is how many write transactions it runs at once (SQLite: one, always)."""
     if re.match(r"sqlite(\+aiosqlite)?:///", url):
         from app.store.sqlite import SqliteDatabase
 
@@ -497,7 +498,7 @@ def open_database(url: str) -> Database:
     if re.match(r"postgres(ql)?(\+asyncpg)?://", url):
         from app.store.postgres import PostgresDatabase
 
-        return PostgresDatabase(url)
+        return PostgresDatabase(url) if writers is None else PostgresDatabase(url, writers=writers)
     raise UnsupportedDatabase(
         f"unsupported database URL {url!r}: use a SQLite file path or postgresql+asyncpg://user:pass@host:port/db"
     )

@@ -273,15 +273,16 @@ class _Connection:
             self.discard()  # a transaction may still be open on it: never reuse it
 
 
-# Write transactions on one connection each, this many at once per process. Nothing serializes
-# them cluster-wide: a session's events are ordered by its hold (``WriteScope.hold``, an advisory
-# lock keyed by the session), and the whole-server cursor by transaction id (``app.events.log``).
+# Write transactions on one connection each, this many at once per process by default
+# (``OPENSESSION_DB_WRITERS``). Nothing serializes them cluster-wide: a session's events are
+# ordered by its hold (``WriteScope.hold``, an advisory lock keyed by the session), and the
+# whole-server cursor by transaction id (``app.events.log``).
 WRITERS = 8
 # Connections for reads and notifications: more than SQLite's reader threads, since each one waits
 # a network round trip, not a disk read. Statements alone (lease claims, releases, renewals) have
 # connections of their own: a claim waits there on its session's hold while a writer commits, and
 # the writer may need a read to get there, so claims must never take every reader. With the
-# writers and the listener: at most 17 connections per process (as many as before these lists).
+# default writers and the listener: at most 17 connections per process (as many as before these lists).
 READERS = 6
 ALONE = 2
 
@@ -290,7 +291,8 @@ class PostgresDatabase(Database):
     shared = True
     writers = WRITERS
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, writers: int = WRITERS) -> None:
+        self.writers = writers
         super().__init__(url)
         self._idle: list[_Connection] = []  # writer connections with no transaction open
         self._busy: set[_Connection] = set()

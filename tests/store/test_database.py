@@ -16,7 +16,10 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from pydantic import ValidationError
 
+from app.settings import Settings
+from app.store.database import open_database
 from app.store.sqlite import SqliteDatabase
 from app.store.statement import Statement
 from tests.helpers import text_prompt
@@ -158,6 +161,39 @@ async def test_writer_slots_let_that_many_writers_in_at_once_and_no_more() -> No
     assert not fourth.done()
     slots.release()
     await asyncio.wait_for(fourth, 1)
+
+
+async def test_a_postgres_process_runs_as_many_write_transactions_at_once_as_it_is_set_to(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OPENSESSION_DB_WRITERS`` transactions run at once, each on a connection of its own; the
+    next waits for one to end (SQLite always runs one)."""
+    monkeypatch.setenv("OPENSESSION_DB_WRITERS", "3")
+    settings = Settings(db=database_url)
+    db = open_database(settings.database_url, writers=settings.db_writers)
+    await db.open()
+    release = asyncio.Event()
+    running: list[int] = []
+
+    async def transaction(index: int) -> None:
+        async with db.write() as scope:
+            running.append(index)
+            scope.execute(adhoc("SELECT 1"), {})
+            await release.wait()
+
+    tasks = [asyncio.create_task(transaction(index)) for index in range(4)]
+    try:
+        await asyncio.sleep(0.3)
+        at_once = len(running)
+    finally:
+        release.set()
+        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        await db.close()
+    assert at_once == (3 if db.shared else 1)
+    assert outcomes == [None] * 4 and sorted(running) == [0, 1, 2, 3]
+    monkeypatch.setenv("OPENSESSION_DB_WRITERS", "0")
+    with pytest.raises(ValidationError, match="db_writers"):
+        Settings(db=database_url)
 
 
 async def names_table(path: Path) -> SqliteDatabase:
