@@ -103,20 +103,36 @@ def render(queued: Queued) -> list[str] | None:
     """The statements' texts, in order, consecutive one-row inserts of one statement merged into
     one (an upsert's while their keys differ); None when a value cannot be rendered."""
     texts: list[str] = []
-    merging: Statement | None = None  # the insert the last text is, when more rows may join it
-    keys: set[object] = set()  # the conflict keys of its rows
+    # The insert the last text is, while more rows may join it; its rows (joined once its run
+    # ends: appending each row to the text would copy it again per row, quadratic in an import's
+    # thousands of events) and their conflict keys.
+    merging: tuple[Statement, _Rows] | None = None
+    run: list[str] = []
+    keys: set[object] = set()
+
+    def end_run() -> None:
+        if merging is not None and len(run) > 1:
+            texts[-1] = merging[1].head + ", ".join(run) + merging[1].tail
+
     try:
         for statement, params in queued:
             text = statement_text(statement, params)
             rows = _rows(statement)
-            key = params[rows.key] if rows is not None and rows.key is not None else None
-            if rows is not None and statement is merging and (key is None or key not in keys):
-                row = text[len(rows.head) : len(text) - len(rows.tail)]
-                texts[-1] = texts[-1][: len(texts[-1]) - len(rows.tail)] + ", " + row + rows.tail
+            if rows is None:
+                end_run()
+                texts.append(text)
+                merging = None
+                continue
+            key = params[rows.key] if rows.key is not None else None
+            row = text[len(rows.head) : len(text) - len(rows.tail)]
+            if merging is not None and merging[0] is statement and (key is None or key not in keys):
+                run.append(row)
                 keys.add(key)
                 continue
+            end_run()
             texts.append(text)
-            merging, keys = (statement, {key}) if rows is not None else (None, set())
+            merging, run, keys = (statement, rows), [row], {key}
+        end_run()
     except Unrenderable:
         return None
     return texts
