@@ -24,7 +24,7 @@ from typing import Any
 from app import ids
 from app.clock import now_ms
 from app.providers.base import Usage
-from app.runtime.inputs import user_message_info
+from app.runtime.inputs import StoredPrompt, user_message_info
 from app.runtime.service import Runtime
 from app.runtime.turn import tokens_of
 from app.settings import Settings
@@ -36,9 +36,10 @@ Message = tuple[dict[str, Any], list[dict[str, Any]]]
 
 def user_message(session_id: str, index: int) -> Message:
     """A prompt as admission stores it (the same info builder)."""
-    stored = {"agent": "build", "model": ECHO_MODEL}
-    info = user_message_info(session_id, ids.message_id(), stored, now_ms())
-    return info, [{"type": "text", "text": f"message {index}: hi"}]
+    text = f"message {index}: hi"
+    parts = [{"type": "text", "text": text}]
+    stored = StoredPrompt(request={}, agent="build", model=ECHO_MODEL, prompt={"text": text}, parts=parts)
+    return user_message_info(session_id, ids.message_id(), stored, now_ms()), parts
 
 
 def assistant_message(session_id: str, directory: str, parent_id: str, index: int) -> Message:

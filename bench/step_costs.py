@@ -5,7 +5,7 @@ Sessions of 10 and 80 messages are written through the project's runtime
 (``bench/seed_history.py``'s ``seed_session``: the echo model's prompts and three-part answers),
 then measured with this process's CPU time (median of nine passes over the sessions):
 
-- the window, ``Queries.messages_after_seq`` (no compaction snapshot: the whole session);
+- the window, ``Summaries.window`` (one read; no compaction snapshot: the whole session);
 - the verdicts, ``Permissions.disabled_tools`` with the build agent's rules over every built-in tool.
 
 Both are public calls of the runtime, so the same script measures another checkout for a
@@ -57,7 +57,7 @@ async def measure(sessions_per_size: int) -> list[tuple[str, float]]:
 
                 async def windows(ids: list[str] = ids) -> None:
                     for session_id in ids:
-                        await runtime.queries.messages_after_seq(session_id, -1)
+                        await runtime.summaries.window(session_id)
 
                 per_pass = await _cpu_per_call(windows, 4)
                 figures.append((f"window read, {size} messages", per_pass / len(ids)))
