@@ -214,9 +214,11 @@ class CompactionStep:
         return "compaction"
 
     async def prepare(self, plan: StepPlan) -> None:
-        """Its window is what came before its request: read before its own reply exists."""
+        """Its window is what came before its request: read before its own reply exists (with
+        the step's work, unless that read had none)."""
         plan.info["summary"] = True
-        plan.window = await self.history.summaries.window(plan.session_id)
+        if plan.window is None:
+            plan.window = await self.history.summaries.window(plan.session_id)
 
     async def opened(self, tx: Transaction, plan: StepPlan) -> None:
         await tx.emit(
