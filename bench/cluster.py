@@ -13,10 +13,15 @@ round trips (chunks the servers sent through the proxy), commits and statements
 (``/api/event`` on process B for prompts sent to process A: arrival minus the event's timestamp)
 and the takeover time after SIGTERM and after ``kill -9`` of the process draining a session.
 
+With ``--nginx`` every client request goes through the shipped ``deploy/nginx.conf`` (as a
+deployment runs it: round-robin over the processes, per request) instead of to the processes in
+turn, and its CPU per turn is reported too; the cross-process and takeover figures still address
+the processes themselves.
+
 PostgreSQL is a throw-away cluster started from the system's binaries (as the tests do).
 Everything runs on 127.0.0.1 and is removed on exit. Run from the repository root::
 
-    python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--json results.json]
+    python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--nginx] [--json results.json]
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from bench import ROOT, Metric, Poster, Server, cli, progress, workspace
 
 sys.path.insert(1, str(ROOT))  # after bench/: ``tests.postgres`` starts the throw-away cluster
 
+from tests.balancer import nginx_binary, shipped_nginx
 from tests.postgres import Cluster, start_cluster
 
 SESSIONS = 60
@@ -49,6 +55,11 @@ PROMPTS = 5
 OPTIONS = argparse.ArgumentParser(add_help=False)
 OPTIONS.add_argument("--rtt-ms", type=float, default=1.0, help="round trip added to the database link (default 1.0)")
 OPTIONS.add_argument("--processes", default="1,2,3", help="PostgreSQL process counts to run (default 1,2,3)")
+OPTIONS.add_argument(
+    "--nginx",
+    action="store_true",
+    help="send clients' requests through the shipped deploy/nginx.conf (round-robin), not to each process in turn",
+)
 STATEMENT_STATS = "-c shared_preload_libraries=pg_stat_statements -c fsync=on -c full_page_writes=on"
 LEASE_SECONDS = "5"
 
@@ -194,7 +205,11 @@ def _postgres_cpu(cluster: Cluster) -> float:
     """CPU seconds (user + system) of the PostgreSQL server: the postmaster, its live children
     (the servers' backends, the WAL writer...) and the children it has reaped."""
     assert cluster._directory is not None
-    postmaster = int((cluster._directory / "data" / "postmaster.pid").read_text().split()[0])
+    return _family_cpu(int((cluster._directory / "data" / "postmaster.pid").read_text().split()[0]))
+
+
+def _family_cpu(parent: int) -> float:
+    """CPU seconds (user + system) of process ``parent``, its live children and those it reaped."""
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -202,9 +217,9 @@ def _postgres_cpu(cluster: Cluster) -> float:
         except OSError:
             continue  # ended meanwhile
         pid = int(stat.parent.name)
-        if pid == postmaster:
+        if pid == parent:
             total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-        elif int(fields[1]) == postmaster:
+        elif int(fields[1]) == parent:
             total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
 
@@ -281,24 +296,41 @@ def _takeover(a: Server, b: Server, how: signal.Signals) -> float:
 
 
 def _measure(
-    label: str, db: str, count: int, per_session: int, cluster: Cluster, link: DelayedLink | None, notes: list[str]
+    label: str,
+    db: str,
+    count: int,
+    per_session: int,
+    cluster: Cluster,
+    link: DelayedLink | None,
+    nginx: Path | None,
+    notes: list[str],
 ) -> list[Metric]:
+    """One configuration's figures. With ``nginx``, the clients' requests go through the shipped
+    configuration in front of the processes; without, to the processes in turn."""
     metrics: list[Metric] = []
     progress(f"{label}: {SESSIONS} sessions x {per_session} prompts")
     with workspace("opensession-cluster-") as (base, project, config):
         served = link.url(db) if link is not None else db
-        with servers(served, count, base, project, config) as procs:
-            sids = _sessions(procs[0].url)
+        with servers(served, count, base, project, config) as procs, ExitStack() as front:
+            entries = [p.url for p in procs]
+            balancer = None
+            if nginx is not None:
+                addresses = [p.url.removeprefix("http://") for p in procs]
+                balancer = front.enter_context(shipped_nginx(nginx, addresses, base / "nginx"))
+                entries = [balancer.url]
+            sids = _sessions(entries[0])
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
             cpu_before = [p.cpu_seconds() for p in procs]
             proxy_before = link.cpu_seconds() if link is not None else 0.0
             postgres_before = _postgres_cpu(cluster) if link is not None else 0.0
+            nginx_before = _family_cpu(balancer.pid) if balancer is not None else 0.0
             client_before, wall_before = time.process_time(), time.perf_counter()
-            drive = asyncio.run(_drive([p.url for p in procs], sids, per_session))
+            drive = asyncio.run(_drive(entries, sids, per_session))
             client_share = (time.process_time() - client_before) / (time.perf_counter() - wall_before)
             cpu_each = [p.cpu_seconds() - first for p, first in zip(procs, cpu_before, strict=True)]
             cpu = sum(cpu_each)
+            nginx_cpu = _family_cpu(balancer.pid) - nginx_before if balancer is not None else 0.0
             if link is not None:
                 trips = link.round_trips() - trips_before
                 statements, commits = (
@@ -306,7 +338,7 @@ def _measure(
                 )
                 proxy_cpu = link.cpu_seconds() - proxy_before
                 postgres_cpu = _postgres_cpu(cluster) - postgres_before
-            reply_ms = _replies(procs[0].url, sids)
+            reply_ms = _replies(entries[0], sids)
             prompts = SESSIONS * per_session
             answers = max(len(reply_ms), 1)
             if len(reply_ms) != prompts:
@@ -322,6 +354,8 @@ def _measure(
             )
             if count >= 2:  # how evenly the processes share the work
                 note += " (" + " / ".join(f"{c / max(cpu, 1e-9):.0%}" for c in cpu_each) + " by process)"
+            if balancer is not None:
+                note += f", nginx {nginx_cpu / answers * 1000:.1f} ms CPU per turn"
             if link is not None:
                 note += (
                     f", PostgreSQL {postgres_cpu / answers * 1000:.1f} ms and delay proxy"
@@ -352,6 +386,9 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
     options, _ = OPTIONS.parse_known_args()
     per_session = 2 if quick else PROMPTS
     counts = [int(n) for n in options.processes.split(",")]
+    nginx = nginx_binary() if options.nginx else None
+    if options.nginx and nginx is None:
+        raise SystemExit("nginx is not installed here (apt-get install nginx)")
     cluster = start_cluster(STATEMENT_STATS)
     if cluster is None:
         raise SystemExit("PostgreSQL is not installed here (apt-get install postgresql)")
@@ -362,11 +399,13 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
         link = DelayedLink(cluster, options.rtt_ms, base / "stats")
         stack.callback(link.stop)
         notes.append(f"PostgreSQL reached through a link adding {options.rtt_ms} ms per round trip")
+        if nginx is not None:
+            notes.append("clients' requests sent through deploy/nginx.conf (round-robin over the processes)")
         with workspace("opensession-cluster-sqlite-") as (sqlite_base, _, _):
-            metrics += _measure("sqlite x1", str(sqlite_base / "bench.db"), 1, per_session, cluster, None, notes)
+            metrics += _measure("sqlite x1", str(sqlite_base / "bench.db"), 1, per_session, cluster, None, nginx, notes)
         for count in counts:
             metrics += _measure(
-                f"postgres x{count}", cluster.create_database(), count, per_session, cluster, link, notes
+                f"postgres x{count}", cluster.create_database(), count, per_session, cluster, link, nginx, notes
             )
     return metrics
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,10 +21,11 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.balancer import nginx_binary, shipped_nginx
 from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 from tests.helpers import git_repository, text_prompt
 from tests.postgres import Cluster
-from tests.servers import ROOT, ProcessServer, free_port, process_server, wait_healthy
+from tests.servers import ProcessServer, process_server
 from tests.sse import EventCollector, Frame
 
 pytestmark = pytest.mark.slow
@@ -307,32 +305,13 @@ def test_undo_after_failover_restores_the_files(
 @pytest.fixture
 def balanced(two: tuple[ProcessServer, ProcessServer], tmp_path: Path) -> Iterator[str]:
     """nginx on a loopback port, round-robin over the two processes; yields its URL."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not Path(nginx).exists():
+    nginx = nginx_binary()
+    if nginx is None:
         if os.environ.get("CI"):
             pytest.fail("nginx is not installed: .ci/run installs it (apt-get install nginx)")
         pytest.skip("nginx is not installed here (apt-get install nginx)")
-    port = free_port()
-    conf = (ROOT / "deploy" / "nginx.conf").read_text()
-    shipped = re.search(r"    server opensession-\d+:4096([^;]*);\n", conf)
-    assert shipped is not None
-    upstreams = "".join(f"    server {urlsplit(s.url).netloc}{shipped.group(1)};\n" for s in two)
-    conf = re.sub(r"(    server opensession-\d+:4096[^;]*;\n)+", upstreams, conf)  # the rest of the block stays
-    conf = conf.replace("listen 4096;", f"listen 127.0.0.1:{port};")
-    prefix = tmp_path / "nginx"
-    prefix.mkdir()
-    (prefix / "nginx.conf").write_text(conf)
-    globals_ = f"daemon off; pid {prefix}/nginx.pid; error_log {prefix}/error.log;"
-    proc = subprocess.Popen(
-        [nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-g", globals_], stderr=subprocess.PIPE
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with shipped_nginx(nginx, [urlsplit(s.url).netloc for s in two], tmp_path / "nginx") as balancer:
+        yield balancer.url
 
 
 def test_official_sdk_flows_through_nginx(balanced: str) -> None:
