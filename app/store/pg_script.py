@@ -4,8 +4,9 @@ the text) costs a round trip per statement, or per ``executemany`` batch.
 
 Why render values into the text rather than bind them: asyncpg has no pipeline of different
 statements, and on a link with a realistic delay the round trips of a turn's transactions were
-most of its time (``bench/cluster.py``). The price is that PostgreSQL parses and plans each
-statement again, which costs less than a round trip.
+most of its time (``bench/cluster.py``). So that PostgreSQL need not parse and plan each
+statement again, a writer connection prepares the statements it sends (``Prepared``): its
+scripts run ``EXECUTE name(values)``.
 
 Rendering covers the values the store binds (``str``, ``int``, ``bool``, ``float``, ``None``):
 strings become escape-string constants (``E'...'``, backslash and quote doubled), whose meaning
@@ -99,40 +100,121 @@ def _rows(statement: Statement) -> _Rows | None:
     return _ROWS[statement]
 
 
+@dataclass(slots=True)
+class _Group:
+    """One statement of the script: ``statement`` with one row of parameters, or a one-row
+    insert's consecutive rows merged (``rows`` says how it merges)."""
+
+    statement: Statement
+    rows: _Rows | None
+    params: list[Params]
+
+
+def _grouped(queued: Queued) -> list[_Group]:
+    """``queued`` as the statements of a script: consecutive one-row inserts of one statement
+    merged into one (an upsert's while their keys differ)."""
+    groups: list[_Group] = []
+    keys: set[object] = set()  # the conflict keys in the last group
+    for statement, params in queued:
+        rows = _rows(statement)
+        key = params[rows.key] if rows is not None and rows.key is not None else None
+        last = groups[-1] if groups else None
+        if rows is not None and last is not None and last.statement is statement and (key is None or key not in keys):
+            last.params.append(params)
+            keys.add(key)
+            continue
+        groups.append(_Group(statement, rows, [params]))
+        keys = {key}
+    return groups
+
+
+def _literal_text(group: _Group) -> str:
+    """The group as a statement with its values in the text."""
+    texts = [statement_text(group.statement, params) for params in group.params]
+    if len(texts) == 1 or group.rows is None:
+        return texts[0]
+    head, tail = group.rows.head, group.rows.tail
+    return head + ", ".join(text[len(head) : len(text) - len(tail)] for text in texts) + tail
+
+
 def render(queued: Queued) -> list[str] | None:
     """The statements' texts, in order, consecutive one-row inserts of one statement merged into
-    one (an upsert's while their keys differ); None when a value cannot be rendered."""
-    texts: list[str] = []
-    # The insert the last text is, while more rows may join it; its rows (joined once its run
-    # ends: appending each row to the text would copy it again per row, quadratic in an import's
-    # thousands of events) and their conflict keys.
-    merging: tuple[Statement, _Rows] | None = None
-    run: list[str] = []
-    keys: set[object] = set()
-
-    def end_run() -> None:
-        if merging is not None and len(run) > 1:
-            texts[-1] = merging[1].head + ", ".join(run) + merging[1].tail
-
+    one (an upsert's while their keys differ); None when a value cannot be rendered. (The rows of
+    a merged insert are joined once: appending each row to the text would copy it again per row,
+    quadratic in an import's thousands of events.)"""
     try:
-        for statement, params in queued:
-            text = statement_text(statement, params)
-            rows = _rows(statement)
-            if rows is None:
-                end_run()
-                texts.append(text)
-                merging = None
-                continue
-            key = params[rows.key] if rows.key is not None else None
-            row = text[len(rows.head) : len(text) - len(rows.tail)]
-            if merging is not None and merging[0] is statement and (key is None or key not in keys):
-                run.append(row)
-                keys.add(key)
-                continue
-            end_run()
-            texts.append(text)
-            merging, run, keys = (statement, rows), [row], {key}
-        end_run()
+        return [_literal_text(group) for group in _grouped(queued)]
     except Unrenderable:
         return None
-    return texts
+
+
+def _prepared_text(group: _Group) -> str:
+    """The group's statement for as many rows as it has, with placeholders instead of values."""
+    text = group.statement.postgres
+    if len(group.params) == 1 or group.rows is None:
+        return text
+    head, tail = group.rows.head, group.rows.tail
+    row, width = text[len(head) : len(text) - len(tail)], len(group.statement.postgres_params)
+    pieces = _PLACEHOLDER.split(row)  # text, number, text, ..., text
+
+    def shifted(by: int) -> str:
+        return "".join(p if i % 2 == 0 else f"${int(p) + by}" for i, p in enumerate(pieces))
+
+    return head + ", ".join(shifted(i * width) for i in range(len(group.params))) + tail
+
+
+# A connection prepares a statement for at most this many rows (a larger merge, an import's, goes
+# as text), and at most this many statements: each holds a plan in its backend's memory.
+PREPARED_ROWS = 16
+PREPARED_LIMIT = 256
+
+
+@dataclass(slots=True)
+class Script:
+    texts: list[str]
+    prepared: list[tuple[Statement, int]]  # what its PREPAREs add to the connection's statements
+
+
+class Prepared:
+    """The statements one writer connection has prepared (``PREPARE``), by statement and rows.
+
+    Why: PostgreSQL parses, analyses and plans a statement sent as text each time; a prepared
+    one is planned once per connection, and ``EXECUTE name(values)`` leaves it only the values to
+    read. That was about a third of the backend CPU of a turn's write scripts (the measurement is
+    in bench/README.md). A statement is prepared in the script that first uses it, ahead of its
+    use: a prepared statement outlives the transaction whatever becomes of it, so once a script
+    has run, its PREPAREs have too. A script that failed may have run some of them: ``failed``
+    forgets those, and their names are never used again (each name is new), so preparing them
+    again cannot collide with one that did run."""
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[Statement, int], str] = {}
+        self._made = 0
+
+    def script(self, queued: Queued) -> Script | None:
+        """``queued`` as a script's statements; None when a value cannot be rendered."""
+        script = Script([], [])
+        try:
+            for group in _grouped(queued):
+                shape = (group.statement, len(group.params))
+                name = self._names.get(shape)
+                if name is None and len(group.params) <= PREPARED_ROWS and len(self._names) < PREPARED_LIMIT:
+                    self._made += 1
+                    name = self._names[shape] = f"opensession_{self._made}"
+                    script.texts.append(f"PREPARE {name} AS {_prepared_text(group)}")
+                    script.prepared.append(shape)
+                if name is None:
+                    script.texts.append(_literal_text(group))
+                    continue
+                names = group.statement.postgres_params
+                values = ", ".join(literal(params[n]) for params in group.params for n in names)
+                script.texts.append(f"EXECUTE {name}({values})" if values else f"EXECUTE {name}")
+        except Unrenderable:
+            self.failed(script)
+            return None
+        return script
+
+    def failed(self, script: Script) -> None:
+        """``script`` did not run through: forget what it was to prepare."""
+        for shape in script.prepared:
+            self._names.pop(shape, None)

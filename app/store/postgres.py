@@ -176,6 +176,7 @@ class _Connection:
         self._begun = False  # a transaction is open, or its BEGIN waits in ``_pending``
         self._pending: list[str] = []  # statements for the next round trip (BEGIN, holds)
         self._sent = False  # the open transaction ran a statement
+        self._prepared = pg_script.Prepared()  # statements prepared on this connection
 
     @contextmanager
     def _usable(self) -> Iterator[None]:
@@ -226,29 +227,29 @@ class _Connection:
             return list(await self.conn.fetch(statement.postgres, *_positional(statement, params)))
 
     async def send(self, queued: Queued) -> None:
-        texts = pg_script.render(queued)
-        if texts is None:
+        script = self._prepared.script(queued)
+        if script is None:
             await send_in_groups(self, queued)
             return
         pending, self._pending = self._pending, []
         self._sent = True
-        await self._script(pending + texts)
+        await self._run(pending, script)
 
     async def hold(self, key: str) -> None:
         self._pending.append(pg_script.statement_text(sql.HOLD, {"key": key}))
 
     async def commit(self, queued: Queued, transaction_id: int | None) -> None:
-        texts = pg_script.render(queued)
-        if texts is None:
+        script = self._prepared.script(queued)
+        if script is None:
             await send_in_groups(self, queued)
-            texts = []
-        if not texts and not self._sent:
+            script = pg_script.Script([], [])
+        if not script.texts and not self._sent:
             self._forget_pending()
             return  # nothing ran: the transaction stays open, empty, for the next one
         pending, self._pending = self._pending, []
         self._sent, self._begun = True, False  # a failure from here on is rolled back
         try:
-            await self._script([*pending, *texts, "COMMIT", "BEGIN"])
+            await self._run(pending, script, "COMMIT", "BEGIN")
         except DatabaseUnavailable:
             # The connection was lost with the script: perhaps after its COMMIT (a server
             # stopping ends each connection before its next statement, here the BEGIN).
@@ -257,6 +258,15 @@ class _Connection:
             self.discard()
             return
         self._begun = True
+
+    async def _run(self, pending: list[str], script: pg_script.Script, *after: str) -> None:
+        """``script`` after ``pending`` and before ``after``, in one round trip; a failure
+        forgets what the script was to prepare (``Prepared``)."""
+        try:
+            await self._script([*pending, *script.texts, *after])
+        except BaseException:
+            self._prepared.failed(script)
+            raise
 
     def _forget_pending(self) -> None:
         """Drop the holds of a transaction that ran nothing; a BEGIN not sent yet stays for the next."""

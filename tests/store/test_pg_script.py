@@ -164,6 +164,59 @@ async def test_a_transaction_of_writes_is_one_round_trip_and_a_failed_one_leaves
     assert sent == []
 
 
+async def test_a_statement_is_prepared_once_per_connection_and_again_after_a_script_that_failed(
+    pg: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer prepares each statement (and row count) it sends the first time, then only
+    executes it; a failed script may or may not have run its PREPAREs, and the statements it was
+    to prepare are prepared again, under new names, by the next script that uses them."""
+    sent: list[str] = []
+    original = asyncpg.Connection.execute
+
+    async def counted(self: asyncpg.Connection, query: str, *args: object, **kwargs: object) -> str:
+        sent.append(query)
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", counted)
+
+    async def write(*rows: tuple[str | None, str]) -> None:
+        sent.clear()
+        async with pg.write() as scope:
+            for session_id, todos in rows:
+                scope.execute(sql.UPSERT_TODOS, {"session_id": session_id, "todos": todos})
+
+    async def todos(session_id: str) -> str | None:
+        found = await pg.fetch(sql.TODOS, {"session_id": session_id})
+        return found[0][0] if found else None
+
+    await write(("ses_a", "[1]"), ("ses_b", "[2]"))
+    assert sent[-1].count("PREPARE") == 1 and "INSERT INTO todos" in sent[-1], sent
+    await write(("ses_c", "[3]"), ("ses_a", "[4]"))  # the same shape: executed, not prepared again
+    assert "PREPARE" not in sent[-1] and "INSERT INTO todos" not in sent[-1] and "EXECUTE" in sent[-1], sent
+    assert [await todos(s) for s in ("ses_a", "ses_b", "ses_c")] == ["[4]", "[2]", "[3]"]
+
+    # Three rows, a new shape: its PREPARE runs, then its EXECUTE fails (NOT NULL).
+    with pytest.raises(asyncpg.PostgresError):
+        await write(("ses_d", "[5]"), ("ses_e", "[6]"), (None, "[7]"))
+    # Four rows, a new shape, after a statement that fails: its PREPARE never runs.
+    with pytest.raises(asyncpg.PostgresError):
+        async with pg.write() as scope:
+            scope.execute(sql.UPSERT_TODOS, {"session_id": None, "todos": "[8]"})
+            scope.execute(sql.SAVE_REVERT, {"session_id": "ses_f", "journal": "{}"})
+            for session_id in ("ses_f", "ses_g", "ses_h", "ses_i"):
+                scope.execute(sql.UPSERT_TODOS, {"session_id": session_id, "todos": "[9]"})
+    assert await todos("ses_d") is None and await todos("ses_f") is None
+    await write(("ses_d", "[10]"), ("ses_e", "[11]"), ("ses_j", "[12]"))
+    await write(*((s, "[13]") for s in ("ses_f", "ses_g", "ses_h", "ses_i")))
+    assert [await todos(s) for s in ("ses_d", "ses_e", "ses_j", "ses_f", "ses_i")] == [
+        "[10]",
+        "[11]",
+        "[12]",
+        "[13]",
+        "[13]",
+    ]
+
+
 async def test_a_writer_connection_the_server_closed_while_idle_is_replaced(pg_url: str) -> None:
     """Writer connections wait with an empty transaction open (COMMIT begins the next): where the
     server ends such idle transactions, the next write opens a new connection and succeeds."""
