@@ -52,6 +52,19 @@ async def pg(pg_url: str) -> AsyncIterator[PostgresDatabase]:
         await db.close()
 
 
+def record_scripts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every text the writers send through the simple query protocol from now on, in order."""
+    sent: list[str] = []
+    original = asyncpg.Connection.execute
+
+    async def counted(self: asyncpg.Connection, query: str, *args: object, **kwargs: object) -> str:
+        sent.append(query)
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", counted)
+    return sent
+
+
 def test_values_the_store_never_binds_are_not_rendered() -> None:
     assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": b"bytes"})]) is None
     assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": ["a"]})]) is None
@@ -133,14 +146,7 @@ async def test_a_transaction_of_writes_is_one_round_trip_and_a_failed_one_leaves
 ) -> None:
     async with pg.write() as scope:  # the first transaction of a connection sends its BEGIN too
         scope.execute(sql.UPSERT_TODOS, {"session_id": "warm", "todos": "[]"})
-    sent: list[str] = []
-    original = asyncpg.Connection.execute
-
-    async def counted(self: asyncpg.Connection, query: str, *args: object, **kwargs: object) -> str:
-        sent.append(query)
-        return await original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(asyncpg.Connection, "execute", counted)
+    sent = record_scripts(monkeypatch)
     async with pg.write() as scope:
         await scope.hold("ses_a")
         scope.execute(sql.UPSERT_TODOS, {"session_id": "ses_a", "todos": "[1]"})
@@ -170,14 +176,7 @@ async def test_a_statement_is_prepared_once_per_connection_and_again_after_a_scr
     """A writer prepares each statement (and row count) it sends the first time, then only
     executes it; a failed script may or may not have run its PREPAREs, and the statements it was
     to prepare are prepared again, under new names, by the next script that uses them."""
-    sent: list[str] = []
-    original = asyncpg.Connection.execute
-
-    async def counted(self: asyncpg.Connection, query: str, *args: object, **kwargs: object) -> str:
-        sent.append(query)
-        return await original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(asyncpg.Connection, "execute", counted)
+    sent = record_scripts(monkeypatch)
 
     async def write(*rows: tuple[str | None, str]) -> None:
         sent.clear()
