@@ -193,14 +193,22 @@ class ClusterRelay:
                 await task
         self._tasks = []
 
-    @property
-    def alone(self) -> bool:
-        """Whether no other process was heard from lately: then nobody is told of anything."""
+    def _heard_lately(self) -> dict[str, float]:
         gone = time.monotonic() - PEER_SECONDS
         for origin in [origin for origin, heard in self._peers.items() if heard < gone]:
             del self._peers[origin]
             self._peer_streams.pop(origin, None)
-        return not self._peers
+        return self._peers
+
+    @property
+    def peers(self) -> frozenset[str]:
+        """The other processes heard from lately (each says it is there every second)."""
+        return frozenset(self._heard_lately())
+
+    @property
+    def alone(self) -> bool:
+        """Whether no other process was heard from lately: then nobody is told of anything."""
+        return not self._heard_lately()
 
     def _presence(self) -> str:
         """ "I am here", and whether this process has clients' event streams."""

@@ -99,6 +99,10 @@ class LogTopology(Protocol):
         """Publish an ephemeral event now, outside any transaction."""
         ...
 
+    def peers(self) -> frozenset[str]:
+        """The other processes on the database heard from lately (none: this one is alone)."""
+        ...
+
 
 class LocalLogTopology:
     def __init__(self, db: Database, bus: EventBus) -> None:
@@ -144,6 +148,9 @@ class LocalLogTopology:
 
     def publish(self, event: Event) -> None:
         self.bus.publish(event)
+
+    def peers(self) -> frozenset[str]:
+        return frozenset()
 
 
 class ClusterLogTopology:
@@ -195,6 +202,9 @@ class ClusterLogTopology:
 
     def publish(self, event: Event) -> None:
         self._relay.published(event)
+
+    def peers(self) -> frozenset[str]:
+        return self._relay.peers
 
 
 def log_topology(db: Database, bus: EventBus, origin: str, since: Since) -> LogTopology:

@@ -36,7 +36,7 @@ async def claim(db: Database, session_id: str, owner: str, expires_at: int, now:
 
 
 async def renew(db: Database, owner: str, expires_at: int) -> None:
-    """Every lease of ``owner`` now expires at ``expires_at`` (0: at once, a clean shutdown). A
+    """Every lease of ``owner`` now expires at ``expires_at`` (now: a clean shutdown). A
     statement of its own, never queued behind the writer's transactions: it changes only the
     expiry, and ``acquire`` re-checks that under the row lock."""
     await db.execute_alone(sql.LEASE_RENEW, {"owner": owner, "expires_at": expires_at})

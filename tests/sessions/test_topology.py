@@ -92,7 +92,7 @@ async def test_a_cluster_reads_busy_from_the_lease_an_admission_reserved(
     infra, sessions, announced = cluster
     topology = sessions.topology
     async with infra.log.transaction() as tx:
-        topology.reserve(tx, "ses_1")
+        topology.reserve(tx, "ses_1", str(infra.settings.directory))
     assert await sessions.statuses() == {"ses_1": BUSY}  # from the commit on, before any drain
     assert await topology.leased("ses_1")
     assert not await topology.tell("ses_1", "wake")  # the lease is this process's: nobody to tell

@@ -251,7 +251,7 @@ class Admission:
                 time_created=created,
             )
             inputs.insert(tx.scope, record)
-            wake = self.topology.reserve(tx, session_id) if reserve else True
+            wake = self.topology.reserve(tx, session_id, directory) if reserve else True
         return Admitted(record, created=True, wake=wake)
 
     def _stored(

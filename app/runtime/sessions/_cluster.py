@@ -24,7 +24,15 @@
   it still takes reserves an already expired lease), ends its drains, expires its leases and
   tells the others to claim those sessions now. Requests still in flight on it (a synchronous
   prompt) are answered from what another process drains.
-- Control messages (wake, abort, interrupt, and the permission and question replies the
+- Placement: a session is drained where its directory is (tools, the shell and step snapshots
+  work on it). An admission on a process whose machine lacks the directory, while others run,
+  reserves the lease for nobody, already expired (busy everywhere, claimable at once), and asks
+  the others to ``place`` it: one that has the directory claims it; one that lacks it says so.
+  Once every process asked lacks it, or ``PLACEMENT_GRACE_MS`` has passed, the admitting
+  process drains it itself (its tools fail on the missing files, as they would anywhere). A
+  process without the directory also claims an expired lease only that much after its expiry
+  (a takeover, a hand-off), so one that has it comes first.
+- Control messages (wake, place, abort, interrupt, and the permission and question replies the
   Runtime answers, ``serve_requests``) travel to a lease's owner through NOTIFY.
 - Requests asked on other processes are followed from their relayed events, so a reply given
   here is sent where the asker waits.
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
@@ -76,6 +85,10 @@ FOLLOWED_REQUEST_EVENTS = frozenset(
 # long a wait for one lasts before the lease is read again (its owner may have died).
 STATUS_EVENTS = frozenset({"session.status", "session.idle"})
 ELSEWHERE_RECHECK_S = 1.0
+# The owner of a lease reserved for whichever process has the session's directory (``reserve``),
+# and how much longer than one that has it a process without the directory waits to claim.
+NOBODY = ""
+PLACEMENT_GRACE_MS = 2000
 # How long rows a process keeps (``memo``) are trusted: another process tells it of a change at
 # once, and this bounds a change whose word was lost (a listener reconnecting after an outage).
 MEMO_MAX_AGE_S = 5.0
@@ -104,6 +117,10 @@ class ClusterTopology:
         self.takeovers: list[Takeover] = []
         self._following: asyncio.Task[None] | None = None
         self._leaving = False  # handed off: this process claims nothing more
+        # Sessions admitted here and left to a process with their directory: the processes asked,
+        # and those that answered that they lack it too. Once all of them have, ``_homeless``.
+        self._placing: dict[str, tuple[frozenset[str], set[str]]] = {}
+        self._homeless: set[str] = set()  # no process has the directory: claimed here at once
 
     async def start(self, target: Controlled, changes: StepChanges | None = None) -> None:
         self._target = target
@@ -116,7 +133,7 @@ class ClusterTopology:
         await self._end_watchdog()  # it would renew the leases handed off
         await shutdown()
         held = [sid for sid, owner, _ in await leases.every(self.db) if owner == self.origin]
-        await leases.renew(self.db, self.origin, 0)
+        await leases.renew(self.db, self.origin, now_ms())
         if held:  # one round trip for all of them
             await self.db.notify(CONTROL, *(self._message(EVERYONE, "wake", sid) for sid in held))
         log.info("handed %d sessions to the other processes", len(held))
@@ -127,7 +144,7 @@ class ClusterTopology:
         if self._following is not None:
             await _cancelled(self._following)
         with suppress(Exception):
-            await leases.renew(self.db, self.origin, 0)
+            await leases.renew(self.db, self.origin, now_ms())
 
     async def _end_watchdog(self) -> None:
         if self._watchdog is not None:
@@ -161,20 +178,53 @@ class ClusterTopology:
     def fence(self, session_id: str, lease: Lease) -> None:
         FENCE.set((session_id, self.origin, lease.token))  # the calling task's writes check the lease
 
-    def reserve(self, tx: Transaction, session_id: str) -> bool:
+    def reserve(self, tx: Transaction, session_id: str, directory: str) -> bool:
         """In an admission's transaction: the session's lease for this process if nobody has it
         (its drain claims it next), so every process reads the session busy from this commit.
         Once handed off, one that has already expired: busy, and any other process may claim it.
+        Where this machine lacks ``directory`` and other processes run, one reserved for nobody,
+        expired too, and the others are asked to take it (``_place``, once it is durable).
 
         A live lease of another process, as read under the hold, is left to it and nothing is
         woken here: that drain's release (``release``, under the same hold) finds the prompt
         waiting and goes round again. Claiming it only to be refused, and waking the owner, were
         two round trips and a wasted pass of the owner's drain for every such prompt."""
-        held = tx.held_leases.get(session_id)
-        if held is not None and held.owner != self.origin and held.expires_at >= now_ms():
+        held, now = tx.held_leases.get(session_id), now_ms()
+        live = held is not None and held.expires_at >= now
+        if live and held is not None and held.owner != self.origin:
             return False
-        leases.reserve(tx.scope, session_id, self.origin, 0 if self._leaving else now_ms() + self.lease_ms)
+        if not live and not self._leaving and not self._here(directory):
+            leases.reserve(tx.scope, session_id, NOBODY, now)
+            tx.scope.when_durable(lambda: self._place(session_id, directory))
+            return False
+        leases.reserve(tx.scope, session_id, self.origin, now if self._leaving else now + self.lease_ms)
         return True
+
+    def _here(self, directory: str) -> bool:
+        """Whether this process is where a session in ``directory`` drains: its machine has the
+        directory, or no other process runs."""
+        return not self.infra.log.topology.peers() or os.path.isdir(directory)
+
+    def _place(self, session_id: str, directory: str) -> None:
+        """Ask the other processes to drain a session admitted here whose directory this machine
+        lacks; drain it here once all of them lack it too, or after the grace."""
+        asked = self.infra.log.topology.peers()
+        if not asked:
+            self._homeless.add(session_id)
+            self._wake_here(session_id)
+            return
+        self._placing[session_id] = (asked, set())
+        self._spawn(self.send(EVERYONE, "place", session_id, directory=directory))
+        asyncio.get_running_loop().call_later(PLACEMENT_GRACE_MS / 1000 + 0.05, self._unplaced, session_id)
+
+    def _unplaced(self, session_id: str) -> None:
+        """The grace is over: claim it here unless a process with the directory did."""
+        if self._placing.pop(session_id, None) is not None:
+            self._wake_here(session_id)
+
+    def _wake_here(self, session_id: str) -> None:
+        if self._target is not None:
+            self._target.wake(session_id)
 
     async def claim(self, session_id: str) -> Lease | None:
         """The new lease, or None when another live process drains the session (it has been
@@ -182,17 +232,23 @@ class ClusterTopology:
         if self._leaving:
             await self.send(EVERYONE, "wake", session_id)
             return None
+        here = session_id in self._homeless or await self._has_directory(session_id)
+        self._homeless.discard(session_id)
         now = now_ms()
         # Under the session's hold: a writer still draining under the old lease commits before
-        # (and is then read back), or finds the lease changed (``LeaseLost``).
-        claimed = await leases.claim(self.db, session_id, self.origin, now + self.lease_ms, now)
+        # (and is then read back), or finds the lease changed (``LeaseLost``). Without the
+        # directory, a lease counts as expired only a grace after its expiry.
+        expired_before = now if here else now - PLACEMENT_GRACE_MS
+        claimed = await leases.claim(self.db, session_id, self.origin, now + self.lease_ms, expired_before)
         previous, token = claimed.previous_owner, claimed.token
         if token is None:
-            if previous is not None:
+            if previous not in (None, NOBODY):
                 await self.send(previous, "wake", session_id)
             return None
         lease = Lease(token, claimed.last_seq)
-        if previous is not None and previous != self.origin:
+        if not here:
+            log.warning("draining %s here, though this machine lacks its directory: no process has it", session_id)
+        if previous not in (None, NOBODY, self.origin):
             log.info("taking over %s from %s", session_id, previous)
             metrics.RECORDER.takeover()
             fenced = FENCE.set((session_id, self.origin, token))  # the closing writes check the new lease
@@ -201,6 +257,16 @@ class ClusterTopology:
             finally:
                 FENCE.reset(fenced)  # the caller (a drain, or a hold) decides what it writes under
         return lease
+
+    async def _has_directory(self, session_id: str) -> bool:
+        """Whether this process is where the session drains (``_here``)."""
+        if not self.infra.log.topology.peers():
+            return True
+        try:
+            session = await self.sessions.get(session_id)
+        except SessionNotFound:
+            return True  # gone: whoever claims it finds nothing to do
+        return os.path.isdir(session["directory"])
 
     async def close_open(self, session_id: str) -> None:
         """Close what a dead or failed drain (or revert) left open in a session this process now
@@ -230,7 +296,9 @@ class ClusterTopology:
         return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}
 
     async def leased(self, session_id: str) -> bool:
-        return await leases.live_owner(self.db, session_id, now_ms()) is not None
+        """A lease expired less than the placement grace ago counts: a process is about to claim
+        it (a takeover, a hand-off, a session left to a process that has its directory)."""
+        return await leases.live_owner(self.db, session_id, now_ms() - PLACEMENT_GRACE_MS) is not None
 
     async def reserved(self, held: Callable[[str], bool]) -> set[str]:
         """Every session with a lease is busy (read from the database, so every process answers
@@ -311,6 +379,15 @@ class ClusterTopology:
         if op == "wake":
             self._target.wake(session_id)
             return
+        if op == "place":  # a session whose directory the sender lacks: drain it if it is here
+            if os.path.isdir(message.get("directory", "")):
+                self._target.wake(session_id)
+            else:
+                self._spawn(self.send(message["from"], "lacks", session_id))
+            return
+        if op == "lacks":
+            self._lacks(session_id, message["from"])
+            return
         if op in ("abort", "interrupt"):
             through = message.get("through") if op == "abort" else None
             work: Awaitable[Any] = self._target.interrupt(session_id, settle_through=through)
@@ -319,6 +396,23 @@ class ClusterTopology:
         else:
             log.warning("unknown control operation %r", op)
             return
+        self._spawn(work)
+
+    def _lacks(self, session_id: str, origin: str) -> None:
+        """Process ``origin`` lacks the directory of a session this one is placing: once every
+        process asked does, it is drained here at once."""
+        placing = self._placing.get(session_id)
+        if placing is None:
+            return
+        asked, lacking = placing
+        lacking.add(origin)
+        if asked <= lacking:
+            del self._placing[session_id]
+            self._homeless.add(session_id)
+            self._wake_here(session_id)
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        """Run ``work`` beside the caller (a control operation), kept until it ends."""
         task = asyncio.ensure_future(work)
         self._running.add(task)
         task.add_done_callback(self._running.discard)

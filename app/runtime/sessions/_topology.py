@@ -120,11 +120,12 @@ class Topology(Claims, Protocol):
         ``held``, are no work)."""
         ...
 
-    def reserve(self, tx: Transaction, session_id: str) -> bool:
-        """In an admission's transaction: make the session busy for every process from its commit.
-        Returns whether this process is to wake the session's drain; False when another live
-        process drains it already (its drain answers the prompt: it reads the inputs admitted
-        before it gives the lease up)."""
+    def reserve(self, tx: Transaction, session_id: str, directory: str) -> bool:
+        """In an admission's transaction: make the session (in ``directory``) busy for every
+        process from its commit. Returns whether this process is to wake the session's drain;
+        False when another live process drains it already (its drain answers the prompt: it reads
+        the inputs admitted before it gives the lease up), or is to (its machine has the
+        directory, this one's lacks)."""
         ...
 
     def on_takeover(self, finish: Takeover) -> None:
@@ -209,7 +210,7 @@ class LocalTopology:
     async def reserved(self, held: Callable[[str], bool]) -> set[str]:
         return set()
 
-    def reserve(self, tx: Transaction, session_id: str) -> bool:
+    def reserve(self, tx: Transaction, session_id: str, directory: str) -> bool:
         return True
 
     def on_takeover(self, finish: Takeover) -> None:

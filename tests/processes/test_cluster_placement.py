@@ -1,0 +1,103 @@
+"""Placement across machines that do not share the project directories: a session drains on a
+process whose machine has its directory, whichever process took the prompt.
+
+Two processes on one PostgreSQL database play two machines: B runs in a mount namespace of its
+own, where an empty filesystem hides A's project directory, so A sees the project and B does not
+(as on two machines without a shared volume)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import text_prompt
+from tests.processes.test_cluster import _answered, _history_when, cluster_url  # noqa: F401  (fixture)
+from tests.servers import ProcessServer, process_server
+
+pytestmark = pytest.mark.slow
+
+ONLY_ON_A = "this line is only on machine A"
+
+
+def _namespaces_allowed() -> bool:
+    """Whether this machine lets a process have a mount namespace of its own (root in a
+    container that allows it: CI's machines do)."""
+    try:
+        done = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@pytest.fixture
+def machines(cluster_url: str, tmp_path: Path, config_dir: Path) -> Iterator[tuple[ProcessServer, ProcessServer, Path]]:  # noqa: F811
+    """Process A, whose machine has the project; process B, whose machine does not (it serves a
+    project of its own); and the project."""
+    if not _namespaces_allowed():
+        pytest.skip("this machine allows no mount namespace of a process's own (unshare -m), which B needs")
+    machine_a = tmp_path / "machine-a"
+    project = machine_a / "project"
+    project.mkdir(parents=True)
+    (project / "hello.txt").write_text(f"{ONLY_ON_A}\n")
+    b_project = tmp_path / "machine-b" / "project"
+    b_project.mkdir(parents=True)
+    a = process_server(cluster_url, project, config_dir, data_dir=tmp_path / "data-a")
+    b = process_server(cluster_url, b_project, config_dir, data_dir=tmp_path / "data-b")
+    hide = 'mount -t tmpfs tmpfs "$0" && exec "$@"'  # B's view: machine-a is an empty directory
+    b.args = ["unshare", "-m", "--propagation", "private", "sh", "-c", hide, str(machine_a), *b.args]
+    try:
+        a.start()
+        b.start()
+        yield a, b, project
+    finally:
+        b.stop()
+        a.stop()
+
+
+def _tool_part(history: list[dict]) -> dict:
+    return next(p for m in history for p in m["parts"] if p["type"] == "tool")
+
+
+def test_a_prompt_taken_where_the_directory_is_missing_is_drained_where_it_is(
+    machines: tuple[ProcessServer, ProcessServer, Path],
+) -> None:
+    a, b, project = machines
+    sid = httpx.post(f"{a.url}/session").json()["id"]
+    assert httpx.get(f"{b.url}/session/{sid}").json()["directory"] == str(project)
+    time.sleep(1.5)  # each process has heard from the other (they say so every second)
+    for turn in range(2):
+        prompt = text_prompt("SLOW:0.2\nTOOL:read hello.txt")  # slow enough to see it busy
+        assert httpx.post(f"{b.url}/session/{sid}/prompt_async", json=prompt).status_code == 204
+        assert sid in httpx.get(f"{b.url}/session/status").json()  # busy everywhere from the 204
+        history = _history_when(b.url, sid, _answered(2 * (turn + 1)))
+        tool = _tool_part(history[-2:] if turn else history)
+        assert tool["state"]["status"] == "completed", tool["state"]
+        assert ONLY_ON_A in tool["state"]["output"]  # read on A's machine: B has no such file
+
+
+def test_a_session_whose_directory_no_live_process_has_is_still_answered(
+    machines: tuple[ProcessServer, ProcessServer, Path], tmp_path: Path
+) -> None:
+    """Every process asked lacks the directory: the one that took the prompt drains it (its tools
+    fail on the missing files, as they would anywhere). The same once A, which has it, is dead."""
+    a, b, _ = machines
+    nowhere = tmp_path / "nowhere"
+    sid = httpx.post(f"{b.url}/session", params={"directory": str(nowhere)}).json()["id"]
+    time.sleep(1.5)
+    assert httpx.post(f"{b.url}/session/{sid}/prompt_async", json=text_prompt("TOOL:read hello.txt")).status_code == 204
+    tool = _tool_part(_history_when(b.url, sid, _answered(1), timeout=15))
+    assert tool["state"]["status"] == "error"
+
+    on_a = httpx.post(f"{a.url}/session").json()["id"]
+    a.kill9()
+    sent = httpx.post(f"{b.url}/session/{on_a}/prompt_async", json=text_prompt("TOOL:read hello.txt"))
+    assert sent.status_code == 204
+    history = _history_when(b.url, on_a, _answered(1), timeout=30)
+    assert _tool_part(history)["state"]["status"] == "error"  # drained on B, which lacks the file
