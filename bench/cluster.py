@@ -1,6 +1,8 @@
-"""Cluster benchmark: 60 concurrent sessions x 5 prompts on PostgreSQL with one, two and three
-server processes (and on SQLite with one, for reference), driven through ``prompt_async`` as a
-busy shared server sees them, over a delayed link to the database.
+"""Cluster benchmark: 60 concurrent sessions x 5 prompts (``--prompts``) on PostgreSQL with one,
+two and three server processes (and on SQLite with one, for reference), driven through
+``prompt_async`` as a busy shared server sees them, over a delayed link to the database. Each
+configuration first answers a warm-up burst (one prompt on each of 60 sessions of its own), so
+the figures are those of a server that has run a while: connections open, statements prepared.
 
 The servers reach PostgreSQL through ``bench/delay_proxy.py``, which holds every chunk
 ``--rtt-ms / 2`` in each direction (default 1 ms round trip, a database in the next rack; this
@@ -21,7 +23,7 @@ the processes themselves.
 PostgreSQL is a throw-away cluster started from the system's binaries (as the tests do).
 Everything runs on 127.0.0.1 and is removed on exit. Run from the repository root::
 
-    python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--nginx] [--json results.json]
+    python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--prompts 5] [--nginx] [--json results.json]
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ PROMPTS = 5
 OPTIONS = argparse.ArgumentParser(add_help=False)
 OPTIONS.add_argument("--rtt-ms", type=float, default=1.0, help="round trip added to the database link (default 1.0)")
 OPTIONS.add_argument("--processes", default="1,2,3", help="PostgreSQL process counts to run (default 1,2,3)")
+OPTIONS.add_argument(
+    "--prompts", type=int, default=PROMPTS, help=f"prompts per session (default {PROMPTS}; --quick: 2)"
+)
 OPTIONS.add_argument(
     "--nginx",
     action="store_true",
@@ -318,6 +323,9 @@ def _measure(
                 addresses = [p.url.removeprefix("http://") for p in procs]
                 balancer = front.enter_context(shipped_nginx(nginx, addresses, base / "nginx"))
                 entries = [balancer.url]
+            # A warm-up burst on sessions of its own first, as a server that has run a while is:
+            # its connections to the database open, its statements prepared, its caches filled.
+            asyncio.run(_drive(entries, _sessions(entries[0]), 1))
             sids = _sessions(entries[0])
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
@@ -384,7 +392,7 @@ def _measure(
 
 def run(quick: bool, notes: list[str]) -> list[Metric]:
     options, _ = OPTIONS.parse_known_args()
-    per_session = 2 if quick else PROMPTS
+    per_session = 2 if quick else options.prompts
     counts = [int(n) for n in options.processes.split(",")]
     nginx = nginx_binary() if options.nginx else None
     if options.nginx and nginx is None:
