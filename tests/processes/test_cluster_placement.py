@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -101,3 +102,33 @@ def test_a_session_whose_directory_no_live_process_has_is_still_answered(
     assert sent.status_code == 204
     history = _history_when(b.url, on_a, _answered(1), timeout=30)
     assert _tool_part(history)["state"]["status"] == "error"  # drained on B, which lacks the file
+
+
+def test_prompts_sent_to_both_machines_at_once_are_all_drained_where_the_directory_is(
+    machines: tuple[ProcessServer, ProcessServer, Path],
+) -> None:
+    """Prompts race in through both processes: each is answered once, and every answer was
+    drained on A (B's admissions leave the session to A, whether A drains it already or not)."""
+    a, b, _ = machines
+    sids = [httpx.post(f"{a.url}/session").json()["id"] for _ in range(3)]
+    time.sleep(1.5)
+    prompt = text_prompt("TOOL:read hello.txt")
+    with ThreadPoolExecutor(8) as pool:
+        sent = [
+            pool.submit(httpx.post, f"{server.url}/session/{sid}/prompt_async", json=prompt)
+            for _ in range(4)
+            for sid in sids
+            for server in (a, b)
+        ]
+        assert all(job.result().status_code == 204 for job in sent)
+    for sid in sids:
+        assert httpx.post(f"{b.url}/api/session/{sid}/wait", timeout=60).status_code == 204
+        history = httpx.get(f"{b.url}/session/{sid}/message").json()
+        users = [m["info"]["id"] for m in history if m["info"]["role"] == "user"]
+        replies = [m for m in history if m["info"]["role"] == "assistant"]
+        # Each prompt answered once (a final step with text; the echo model calls the tool in
+        # some of them), and every file read happened where the file is.
+        answers = [r["info"]["parentID"] for r in replies if any(p["type"] == "text" for p in r["parts"])]
+        assert len(users) == 8 and sorted(answers) == sorted(users)
+        tools = [p for m in replies for p in m["parts"] if p["type"] == "tool"]
+        assert tools and all(ONLY_ON_A in t["state"].get("output", "") for t in tools), [t["state"] for t in tools]
