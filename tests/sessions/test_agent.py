@@ -279,6 +279,23 @@ def test_todo_diff_task_and_shell(server: ThreadServer, client: httpx.Client, pr
         events.wait_idle(sid)
 
 
+def test_a_shell_command_in_a_directory_that_is_gone_fails_as_a_tool_not_the_request(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    """The session's directory was removed (or is on another machine): the command's part fails
+    with the reason, the message is closed, and the request answers 200 like any failed command."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    sid = client.post("/session", params={"directory": str(gone)}).json()["id"]
+    gone.rmdir()
+    shell = client.post(f"/session/{sid}/shell", json={"agent": "build", "command": "echo hi"})
+    assert shell.status_code == 200, shell.text
+    reply = shell.json()
+    part = reply["parts"][-1]
+    assert part["tool"] == "bash" and part["state"]["status"] == "error", part["state"]
+    assert str(gone) in part["state"]["error"] and "completed" in reply["info"]["time"]
+
+
 def test_disabled_tools_are_not_offered(client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("TOOL:bash ls", tools={"bash": False})).json()

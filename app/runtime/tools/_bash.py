@@ -61,16 +61,19 @@ class Bash:
         description = str(args.get("description") or "")
         await ctx.ask("bash", [command], [_always_pattern(command)], {"command": command})
         timeout = min(max(int(args.get("timeout") or DEFAULT_TIMEOUT_MS), 1), MAX_TIMEOUT_MS) / 1000
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            command,
-            cwd=str(ctx.directory),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "bash",
+                "-c",
+                command,
+                cwd=str(ctx.directory),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:  # the directory is gone, or not on this machine
+            raise ToolError(f"Could not start the command in {ctx.directory}: {exc.strerror or exc}") from exc
         chunks: list[str] = []
         await ctx.progress({"output": "", "description": description})  # clients show a live block at once
         last_progress = 0.0  # the first output shows at once; later updates at most every PROGRESS_INTERVAL
