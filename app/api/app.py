@@ -10,7 +10,17 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute
 
 from app import __version__
-from app.api import errors, home, observability, opensession, permissions, pty_forward, questions, share
+from app.api import (
+    errors,
+    home,
+    observability,
+    opensession,
+    permissions,
+    pty_forward,
+    questions,
+    session_forward,
+    share,
+)
 from app.api.bodies import TextBodies
 from app.api.browser import ALLOWED_ORIGINS, BrowserGuard
 from app.api.legacy import auth as legacy_auth
@@ -112,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(TextBodies, streamed=frozenset({opensession.IMPORT_PATH}))
     # Outside TextBodies (a forwarded body goes as the client sent it), inside the guards below.
     app.add_middleware(pty_forward.PtyForwarding, forwarder=forwarder)
+    app.add_middleware(session_forward.SessionForwarding, forwarder=forwarder, runtime=runtime)
     app.add_middleware(
         BodyLimit, limit=settings.max_body_bytes, streamed={opensession.IMPORT_PATH: settings.max_import_bytes}
     )

@@ -71,25 +71,17 @@ class Forwarder:
         if self._client is not None:
             await self._client.aclose()
 
-    async def http(self, scope: Scope, receive: Receive, send: Send, where: Elsewhere) -> None:
+    async def relay(self, scope: Scope, receive: Receive, send: Send, base_url: str) -> None:
+        """Send the request to the process at ``base_url`` and relay its answer as it is; raises
+        ``httpx.HTTPError`` (nothing sent to the client yet) when that process does not answer."""
         import httpx
 
         if self._client is None:
             self._client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(TIMEOUT_S, connect=5.0))
         body = await _body(receive)
         query = scope.get("query_string", b"").decode("latin-1")
-        url = where.url + scope["path"] + (f"?{query}" if query else "")
-        try:
-            answer = await self._client.request(scope["method"], url, content=body, headers=_passed(scope))
-        except httpx.ConnectError as exc:
-            log.warning("pty %s: its owner %s at %s is not reachable: %r", where.pty_id, where.owner, where.url, exc)
-            await refuse(scope, send, 404, _not_found(where.pty_id, f"PTY session not found: {where.pty_id}"))
-            return
-        except httpx.HTTPError as exc:
-            log.warning("pty %s: forwarding to %s failed: %r", where.pty_id, where.url, exc)
-            message = f"The process that holds PTY session {where.pty_id} did not answer; retry shortly"
-            await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
-            return
+        url = base_url + scope["path"] + (f"?{query}" if query else "")
+        answer = await self._client.request(scope["method"], url, content=body, headers=_passed(scope))
         headers = [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in answer.headers.multi_items()
@@ -98,6 +90,19 @@ class Forwarder:
         headers.append((b"content-length", str(len(answer.content)).encode()))
         await send({"type": "http.response.start", "status": answer.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": answer.content})
+
+    async def http(self, scope: Scope, receive: Receive, send: Send, where: Elsewhere) -> None:
+        import httpx
+
+        try:
+            await self.relay(scope, receive, send, where.url)
+        except httpx.ConnectError as exc:
+            log.warning("pty %s: its owner %s at %s is not reachable: %r", where.pty_id, where.owner, where.url, exc)
+            await refuse(scope, send, 404, _not_found(where.pty_id, f"PTY session not found: {where.pty_id}"))
+        except httpx.HTTPError as exc:
+            log.warning("pty %s: forwarding to %s failed: %r", where.pty_id, where.url, exc)
+            message = f"The process that holds PTY session {where.pty_id} did not answer; retry shortly"
+            await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
 
 
 class PtyForwarding:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from contextlib import suppress
 from typing import Any
 
@@ -19,7 +20,7 @@ from app.observability import metrics, tracing
 from app.providers.registry import ModelRef
 from app.runtime.abort import AbortSignal
 from app.runtime.agents import AgentsDomain
-from app.runtime.errors import PermissionNotFound, QuestionNotFound, TerminalNotFound
+from app.runtime.errors import PermissionNotFound, QuestionNotFound, SessionNotFound, TerminalNotFound
 from app.runtime.extensions import Extensions
 from app.runtime.formatters import Formatters
 from app.runtime.health import Readiness, readiness
@@ -218,6 +219,16 @@ class Runtime:
     async def statuses(self) -> dict[str, SessionStatus]:
         """Every session not idle, wherever in the cluster it runs."""
         return await self._sessions.statuses()
+
+    async def placed_elsewhere(self, session_id: str) -> str | None:
+        """Where a request that works on the session's files is to be served, when not here: the
+        URL of another process whose machine has the session's directory, if this one's lacks it
+        (processes on machines that do not share the directories). None: serve it here."""
+        try:
+            directory = (await self.sessions.get(session_id))["directory"]
+        except SessionNotFound:
+            return None  # the route answers
+        return None if os.path.isdir(directory) else await self._topology.where(directory)
 
     async def context(self, session_id: str) -> Window:
         """What the model sees next: the newest snapshot and the messages after it."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import text_prompt
+from tests.helpers import git_repository, text_prompt
 from tests.processes.test_cluster import _answered, _history_when, cluster_url  # noqa: F401  (fixture)
 from tests.servers import ProcessServer, process_server
 
@@ -132,3 +132,27 @@ def test_prompts_sent_to_both_machines_at_once_are_all_drained_where_the_directo
         assert len(users) == 8 and sorted(answers) == sorted(users)
         tools = [p for m in replies for p in m["parts"] if p["type"] == "tool"]
         assert tools and all(ONLY_ON_A in t["state"].get("output", "") for t in tools), [t["state"] for t in tools]
+
+
+def test_a_revert_or_a_shell_command_landing_where_the_directory_is_missing_is_served_where_it_is(
+    machines: tuple[ProcessServer, ProcessServer, Path],
+) -> None:
+    """Requests that work on the session's files are forwarded to a process that has them: a
+    revert through B restores the files on A's machine, a shell command through B runs there."""
+    a, b, project = machines
+    git_repository(project)
+    sid = httpx.post(f"{a.url}/session").json()["id"]
+    time.sleep(1.5)
+    write = text_prompt('TOOL:write {"filePath": "made.txt", "content": "made by the model\\n"}')
+    assert httpx.post(f"{a.url}/session/{sid}/message", json=write, timeout=30).status_code == 200
+    assert (project / "made.txt").exists()
+    user = next(m for m in httpx.get(f"{a.url}/session/{sid}/message").json() if m["info"]["role"] == "user")
+    reverted = httpx.post(f"{b.url}/session/{sid}/revert", json={"messageID": user["info"]["id"]}, timeout=30)
+    assert reverted.status_code == 200, reverted.text
+    assert not (project / "made.txt").exists()  # restored on A's machine
+    assert httpx.post(f"{b.url}/session/{sid}/unrevert", timeout=30).status_code == 200
+    assert (project / "made.txt").exists()
+
+    shell = httpx.post(f"{b.url}/session/{sid}/shell", json={"agent": "build", "command": "cat hello.txt"}, timeout=30)
+    assert shell.status_code == 200, shell.text
+    assert ONLY_ON_A in shell.json()["parts"][-1]["state"]["output"]

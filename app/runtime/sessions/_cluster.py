@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
@@ -89,6 +90,7 @@ ELSEWHERE_RECHECK_S = 1.0
 # and how much longer than one that has it a process without the directory waits to claim.
 NOBODY = ""
 PLACEMENT_GRACE_MS = 2000
+WHERE_WAIT_S = 1.0  # how long ``where`` waits for a process that has a directory to answer
 # How long rows a process keeps (``memo``) are trusted: another process tells it of a change at
 # once, and this bounds a change whose word was lost (a listener reconnecting after an outage).
 MEMO_MAX_AGE_S = 5.0
@@ -121,6 +123,7 @@ class ClusterTopology:
         # and those that answered that they lack it too. Once all of them have, ``_homeless``.
         self._placing: dict[str, tuple[frozenset[str], set[str]]] = {}
         self._homeless: set[str] = set()  # no process has the directory: claimed here at once
+        self._asked: dict[str, asyncio.Future[str]] = {}  # ``where`` questions waiting, by id
 
     async def start(self, target: Controlled, changes: StepChanges | None = None) -> None:
         self._target = target
@@ -258,6 +261,29 @@ class ClusterTopology:
                 FENCE.reset(fenced)  # the caller (a drain, or a hold) decides what it writes under
         return lease
 
+    async def where(self, directory: str) -> str | None:
+        """The URL of another live process whose machine has ``directory``: the first to answer
+        within ``WHERE_WAIT_S`` (None: none did, or this process is alone)."""
+        if not self.infra.log.topology.peers():
+            return None
+        ask = secrets.token_hex(8)
+        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._asked[ask] = answer
+        try:
+            await self.send(EVERYONE, "where", "", directory=directory, ask=ask)
+            async with asyncio.timeout(WHERE_WAIT_S):
+                return await answer
+        except TimeoutError:
+            return None
+        finally:
+            self._asked.pop(ask, None)
+
+    def _here_is(self, message: dict[str, Any]) -> None:
+        """Answer a ``where`` question when this machine has the directory (and is staying)."""
+        if not self._leaving and os.path.isdir(message.get("directory", "")):
+            url = self.infra.settings.reachable_url
+            self._spawn(self.send(message["from"], "here", "", ask=message.get("ask", ""), url=url))
+
     async def _has_directory(self, session_id: str) -> bool:
         """Whether this process is where the session drains (``_here``)."""
         if not self.infra.log.topology.peers():
@@ -387,6 +413,14 @@ class ClusterTopology:
             return
         if op == "lacks":
             self._lacks(session_id, message["from"])
+            return
+        if op == "where":
+            self._here_is(message)
+            return
+        if op == "here":
+            answer = self._asked.get(message.get("ask", ""))
+            if answer is not None and not answer.done():
+                answer.set_result(str(message["url"]))
             return
         if op in ("abort", "interrupt"):
             through = message.get("through") if op == "abort" else None

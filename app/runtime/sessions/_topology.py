@@ -132,6 +132,10 @@ class Topology(Claims, Protocol):
         """Have ``finish`` run in every session taken over from a dead process, after its turn."""
         ...
 
+    async def where(self, directory: str) -> str | None:
+        """The URL of another live process whose machine has ``directory`` (None: none)."""
+        ...
+
     def serve_requests(self, observe: Callable[[Event], None], handlers: Mapping[str, Handler]) -> None:
         """Follow the requests other processes ask (``observe`` gets their events) and answer the
         replies they forward here (``handlers``, by operation)."""
@@ -212,6 +216,9 @@ class LocalTopology:
 
     def reserve(self, tx: Transaction, session_id: str, directory: str) -> bool:
         return True
+
+    async def where(self, directory: str) -> str | None:
+        return None
 
     def on_takeover(self, finish: Takeover) -> None:
         return None
