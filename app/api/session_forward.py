@@ -1,7 +1,7 @@
 """Placement across machines that do not share the project directories: a request that works on a
-session's files (a revert, an unrevert, a user's shell command) and lands on a process whose
-machine lacks the session's directory is served by a process whose machine has it
-(``Runtime.placed_elsewhere``). Prompts need nothing of the kind: their drains are placed through
+session's files (a revert, an unrevert, a user's shell command, a V2 revert's stage, clear or
+commit) and lands on a process whose machine lacks the session's directory is served by a
+process whose machine has it (``Runtime.placed_elsewhere``). Prompts need nothing of the kind: their drains are placed through
 the database (``app/runtime/sessions/_cluster.py``, "Placement").
 
 It forwards through the terminals' relay (``pty_forward.Forwarder``), with the same guarantees:
@@ -26,7 +26,10 @@ from app.runtime.service import Runtime
 
 log = logging.getLogger("opensession.api.placement")
 
-_ON_FILES = re.compile(r"^/session/(ses_[0-9A-Za-z]{1,64})/(?:revert|unrevert|shell)$")
+_ON_FILES = re.compile(
+    r"^/session/(ses_[0-9A-Za-z]{1,64})/(?:revert|unrevert|shell)$"
+    r"|^/api/session/(ses_[0-9A-Za-z]{1,64})/revert/(?:stage|clear|commit)$"
+)
 
 
 class SessionForwarding:
@@ -41,7 +44,7 @@ class SessionForwarding:
             await self.app(scope, receive, send)
             return
         try:
-            url = await self.runtime.placed_elsewhere(on_files.group(1))
+            url = await self.runtime.placed_elsewhere(on_files.group(1) or on_files.group(2))
         except DatabaseUnavailable:
             await refuse(scope, send, 503, {"_tag": "DatabaseUnavailableError", "message": DATABASE_UNAVAILABLE})
             return

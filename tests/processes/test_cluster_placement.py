@@ -152,6 +152,11 @@ def test_a_revert_or_a_shell_command_landing_where_the_directory_is_missing_is_s
     assert not (project / "made.txt").exists()  # restored on A's machine
     assert httpx.post(f"{b.url}/session/{sid}/unrevert", timeout=30).status_code == 200
     assert (project / "made.txt").exists()
+    staged = {"messageID": user["info"]["id"], "files": True}  # the V2 revert, staged with its files
+    assert httpx.post(f"{b.url}/api/session/{sid}/revert/stage", json=staged, timeout=30).status_code == 200
+    assert not (project / "made.txt").exists()
+    assert httpx.post(f"{b.url}/api/session/{sid}/revert/clear", timeout=30).status_code == 204
+    assert (project / "made.txt").exists()
 
     shell = httpx.post(f"{b.url}/session/{sid}/shell", json={"agent": "build", "command": "cat hello.txt"}, timeout=30)
     assert shell.status_code == 200, shell.text
