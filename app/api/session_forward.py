@@ -1,8 +1,8 @@
 """Placement across machines that do not share the project directories: a request that works on a
 session's files (a revert, an unrevert, a user's shell command, a V2 revert's stage, clear or
 commit) and lands on a process whose machine lacks the session's directory is served by a
-process whose machine has it (``Runtime.placed_elsewhere``). Prompts need nothing of the kind: their drains are placed through
-the database (``app/runtime/sessions/_cluster.py``, "Placement").
+process whose machine has it (``Runtime.placed_elsewhere``). Prompts need nothing of the kind:
+their drains are placed through the database (``app/runtime/sessions/_cluster.py``, "Placement").
 
 It forwards through the terminals' relay (``pty_forward.Forwarder``), with the same guarantees:
 it sits inside authentication and the browser guard, passes the request's headers on (the other

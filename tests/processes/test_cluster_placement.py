@@ -7,6 +7,7 @@ own, where an empty filesystem hides A's project directory, so A sees the projec
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -161,3 +162,22 @@ def test_a_revert_or_a_shell_command_landing_where_the_directory_is_missing_is_s
     shell = httpx.post(f"{b.url}/session/{sid}/shell", json={"agent": "build", "command": "cat hello.txt"}, timeout=30)
     assert shell.status_code == 200, shell.text
     assert ONLY_ON_A in shell.json()["parts"][-1]["state"]["output"]
+
+
+def test_forwarding_comes_after_the_guards(machines: tuple[ProcessServer, ProcessServer, Path]) -> None:
+    """What a browser may send cross-site without a preflight, or with a foreign Host, is refused
+    by the process it lands on, before anything is forwarded: the files stay as they are."""
+    a, b, project = machines
+    git_repository(project)
+    sid = httpx.post(f"{a.url}/session").json()["id"]
+    write = text_prompt('TOOL:write {"filePath": "kept.txt", "content": "kept\\n"}')
+    assert httpx.post(f"{a.url}/session/{sid}/message", json=write, timeout=30).status_code == 200
+    user = next(m for m in httpx.get(f"{a.url}/session/{sid}/message").json() if m["info"]["role"] == "user")
+    time.sleep(1.5)
+    body = json.dumps({"messageID": user["info"]["id"]})
+    cross_site = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
+    refused = httpx.post(f"{b.url}/session/{sid}/revert", content=body, headers=cross_site, timeout=30)
+    assert refused.status_code == 403, refused.text
+    foreign = httpx.post(f"{b.url}/session/{sid}/revert", content=body, headers={"Host": "evil.example"}, timeout=30)
+    assert foreign.status_code in (400, 403, 421), foreign.text
+    assert (project / "kept.txt").exists()
