@@ -12,8 +12,8 @@ Rendering covers the values the store binds (``str``, ``int``, ``bool``, ``float
 strings become escape-string constants (``E'...'``, backslash and quote doubled), whose meaning
 does not depend on ``standard_conforming_strings``; a negative number is parenthesized (so
 ``x-$1`` cannot become a comment). Any other value, and a string holding NUL (which would end the
-query text in the protocol; PostgreSQL text cannot hold it anyway), makes ``render`` answer None:
-the caller binds that batch as parameters instead.
+query text in the protocol; PostgreSQL text cannot hold it anyway), makes ``Prepared.script``
+answer None: the caller binds that batch as parameters instead.
 
 Consecutive one-row inserts of one statement (a transaction's events, a step's parts) go as one
 multi-row ``INSERT``: PostgreSQL parses, plans and runs one statement instead of one per row,
@@ -129,23 +129,14 @@ def _grouped(queued: Queued) -> list[_Group]:
 
 
 def _literal_text(group: _Group) -> str:
-    """The group as a statement with its values in the text."""
+    """The group as a statement with its values in the text (a merged insert's rows joined once:
+    appending each row to the text would copy it again per row, quadratic in an import's
+    thousands of events)."""
     texts = [statement_text(group.statement, params) for params in group.params]
     if len(texts) == 1 or group.rows is None:
         return texts[0]
     head, tail = group.rows.head, group.rows.tail
     return head + ", ".join(text[len(head) : len(text) - len(tail)] for text in texts) + tail
-
-
-def render(queued: Queued) -> list[str] | None:
-    """The statements' texts, in order, consecutive one-row inserts of one statement merged into
-    one (an upsert's while their keys differ); None when a value cannot be rendered. (The rows of
-    a merged insert are joined once: appending each row to the text would copy it again per row,
-    quadratic in an import's thousands of events.)"""
-    try:
-        return [_literal_text(group) for group in _grouped(queued)]
-    except Unrenderable:
-        return None
 
 
 def _prepared_text(group: _Group) -> str:

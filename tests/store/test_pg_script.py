@@ -66,9 +66,8 @@ def record_scripts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_values_the_store_never_binds_are_not_rendered() -> None:
-    assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": b"bytes"})]) is None
-    assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": ["a"]})]) is None
-    assert pg_script.render([(sql.SAVE_REVERT, {"session_id": "s", "journal": "a\x00'; --"})]) is None
+    for journal in (b"bytes", ["a"], "a\x00'; --"):
+        assert pg_script.Prepared().script([(sql.SAVE_REVERT, {"session_id": "s", "journal": journal})]) is None
     assert pg_script.literal(-3) == "(-3)"  # "x-$1" must not become the comment "x--3"
 
 
@@ -127,8 +126,10 @@ async def test_a_run_of_one_row_inserts_is_one_statement_until_an_upsert_meets_i
         (sql.UPSERT_TODOS, upsert | {"todos": "[2]"}),
         (sql.INSERT_EVENT, rows[-1]),
     ]
-    texts = pg_script.render(queued)
-    assert texts is not None and len(texts) == 4, texts
+    script = pg_script.Prepared().script(queued)
+    assert script is not None
+    texts = [text for text in script.texts if text.startswith("EXECUTE")]  # after their PREPAREs
+    assert len(texts) == 4, script.texts
     assert "ses_b" in texts[1] and "ses_b" not in texts[2]
     async with pg.write() as scope:
         for statement, params in queued:
