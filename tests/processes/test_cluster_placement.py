@@ -38,10 +38,15 @@ def _namespaces_allowed() -> bool:
     return done.returncode == 0
 
 
-@pytest.fixture
-def machines(cluster_url: str, tmp_path: Path, config_dir: Path) -> Iterator[tuple[ProcessServer, ProcessServer, Path]]:  # noqa: F811
+@pytest.fixture(params=[None], ids=["open"])
+def machines(
+    request: pytest.FixtureRequest,
+    cluster_url: str,  # noqa: F811
+    tmp_path: Path,
+    config_dir: Path,
+) -> Iterator[tuple[ProcessServer, ProcessServer, Path]]:
     """Process A, whose machine has the project; process B, whose machine does not (it serves a
-    project of its own); and the project."""
+    project of its own); and the project. Both with the password ``request.param``, if any."""
     if not _namespaces_allowed():
         pytest.skip("this machine allows no mount namespace of a process's own (unshare -m), which B needs")
     machine_a = tmp_path / "machine-a"
@@ -54,6 +59,10 @@ def machines(cluster_url: str, tmp_path: Path, config_dir: Path) -> Iterator[tup
     b = process_server(cluster_url, b_project, config_dir, data_dir=tmp_path / "data-b")
     hide = 'mount -t tmpfs tmpfs "$0" && exec "$@"'  # B's view: machine-a is an empty directory
     b.args = ["unshare", "-m", "--propagation", "private", "sh", "-c", hide, str(machine_a), *b.args]
+    if request.param is not None:
+        for server in (a, b):
+            server.env["OPENCODE_SERVER_PASSWORD"] = request.param
+            server.auth = ("opencode", request.param)
     try:
         a.start()
         b.start()
@@ -181,3 +190,24 @@ def test_forwarding_comes_after_the_guards(machines: tuple[ProcessServer, Proces
     foreign = httpx.post(f"{b.url}/session/{sid}/revert", content=body, headers={"Host": "evil.example"}, timeout=30)
     assert foreign.status_code in (400, 403, 421), foreign.text
     assert (project / "kept.txt").exists()
+
+
+@pytest.mark.parametrize("machines", ["secret"], ids=["password"], indirect=True)
+def test_forwarding_asks_for_the_password_where_the_request_lands_and_where_it_goes(
+    machines: tuple[ProcessServer, ProcessServer, Path],
+) -> None:
+    a, b, project = machines
+    auth = ("opencode", "secret")
+    git_repository(project)
+    sid = httpx.post(f"{a.url}/session", auth=auth).json()["id"]
+    write = text_prompt('TOOL:write {"filePath": "made.txt", "content": "made\\n"}')
+    assert httpx.post(f"{a.url}/session/{sid}/message", json=write, auth=auth, timeout=30).status_code == 200
+    messages = httpx.get(f"{a.url}/session/{sid}/message", auth=auth).json()
+    revert = {"messageID": next(m["info"]["id"] for m in messages if m["info"]["role"] == "user")}
+    time.sleep(1.5)
+    for wrong in (None, ("opencode", "wrong")):
+        refused = httpx.post(f"{b.url}/session/{sid}/revert", json=revert, auth=wrong, timeout=30)
+        assert refused.status_code == 401
+    assert (project / "made.txt").exists()
+    assert httpx.post(f"{b.url}/session/{sid}/revert", json=revert, auth=auth, timeout=30).status_code == 200
+    assert not (project / "made.txt").exists()  # forwarded with the client's credentials, checked on A too
