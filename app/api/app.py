@@ -16,9 +16,9 @@ from app.api import (
     observability,
     opensession,
     permissions,
+    placement,
     pty_forward,
     questions,
-    session_forward,
     share,
 )
 from app.api.bodies import TextBodies
@@ -122,7 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(TextBodies, streamed=frozenset({opensession.IMPORT_PATH}))
     # Outside TextBodies (a forwarded body goes as the client sent it), inside the guards below.
     app.add_middleware(pty_forward.PtyForwarding, forwarder=forwarder)
-    app.add_middleware(session_forward.SessionForwarding, forwarder=forwarder, runtime=runtime)
+    app.add_middleware(placement.Placement, forwarder=forwarder, runtime=runtime)
     app.add_middleware(
         BodyLimit, limit=settings.max_body_bytes, streamed={opensession.IMPORT_PATH: settings.max_import_bytes}
     )

@@ -228,6 +228,11 @@ class Runtime:
             directory = (await self.sessions.get(session_id))["directory"]
         except SessionNotFound:
             return None  # the route answers
+        return await self.directory_elsewhere(directory)
+
+    async def directory_elsewhere(self, directory: str) -> str | None:
+        """The URL of another process whose machine has ``directory``, if this one's lacks it.
+        None: serve it here (this machine has it, or no process does)."""
         return None if os.path.isdir(directory) else await self._topology.where(directory)
 
     async def context(self, session_id: str) -> Window:

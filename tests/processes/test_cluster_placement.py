@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -211,3 +212,36 @@ def test_forwarding_asks_for_the_password_where_the_request_lands_and_where_it_g
     assert (project / "made.txt").exists()
     assert httpx.post(f"{b.url}/session/{sid}/revert", json=revert, auth=auth, timeout=30).status_code == 200
     assert not (project / "made.txt").exists()  # forwarded with the client's credentials, checked on A too
+
+
+def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
+    machines: tuple[ProcessServer, ProcessServer, Path], tmp_path: Path
+) -> None:
+    """File reads and searches, VCS status, and a new terminal, named for A's project and sent to
+    B, are served by A; the terminal is then reached through B like any other. A directory no
+    process has is answered where the request lands, as on one process."""
+    a, b, project = machines
+    git_repository(project)
+    in_project = {"directory": str(project)}
+    time.sleep(1.5)
+    read = httpx.get(f"{b.url}/file/content", params={**in_project, "path": "hello.txt"}, timeout=30)
+    assert read.status_code == 200, read.text
+    assert ONLY_ON_A in read.json()["content"]
+    header = {"x-opencode-directory": quote(str(project))}  # as the SDKs name it
+    found = httpx.get(f"{b.url}/find/file", params={"query": "hello"}, headers=header, timeout=30)
+    assert found.status_code == 200 and "hello.txt" in found.json(), found.text
+    listed = httpx.get(f"{b.url}/api/fs/list", params={"location[directory]": str(project)}, timeout=30)
+    assert listed.status_code == 200 and "hello.txt" in [e["path"] for e in listed.json()["data"]], listed.text
+    assert httpx.get(f"{b.url}/vcs", params=in_project, timeout=30).json()["branch"]
+
+    made = httpx.post(f"{b.url}/pty", params=in_project, json={"title": "on A"}, timeout=30)
+    assert made.status_code == 200, made.text
+    pty = made.json()
+    assert pty["cwd"] == str(project)
+    assert httpx.get(f"{a.url}/pty/{pty['id']}", params=in_project).status_code == 200  # it lives on A
+    assert httpx.get(f"{b.url}/pty/{pty['id']}", params=in_project, timeout=30).json()["title"] == "on A"
+    assert httpx.delete(f"{b.url}/pty/{pty['id']}", params=in_project, timeout=30).json() is True
+
+    nowhere = {"directory": str(tmp_path / "nowhere"), "path": "hello.txt"}
+    missing = httpx.get(f"{b.url}/file/content", params=nowhere, timeout=30)
+    assert 400 <= missing.status_code < 500, missing.text

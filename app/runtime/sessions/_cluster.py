@@ -31,7 +31,9 @@
   Once every process asked lacks it, or ``PLACEMENT_GRACE_MS`` has passed, the admitting
   process drains it itself (its tools fail on the missing files, as they would anywhere). A
   process without the directory also claims an expired lease only that much after its expiry
-  (a takeover, a hand-off), so one that has it comes first.
+  (a takeover, a hand-off), so one that has it comes first. ``where`` asks which process has a
+  directory (each answers with its address or that it lacks it), for the requests on files that
+  ``app/api/placement.py`` forwards.
 - Control messages (wake, place, abort, interrupt, and the permission and question replies the
   Runtime answers, ``serve_requests``) travel to a lease's owner through NOTIFY.
 - Requests asked on other processes are followed from their relayed events, so a reply given
@@ -47,6 +49,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 from app.clock import now_ms
@@ -96,6 +99,14 @@ WHERE_WAIT_S = 1.0  # how long ``where`` waits for a process that has a director
 MEMO_MAX_AGE_S = 5.0
 
 
+@dataclass
+class _Question:
+    """A ``where`` question: the first URL heard, or None once every process asked lacks it."""
+
+    answer: asyncio.Future[str | None]
+    waiting: set[str]  # the processes asked that have not answered yet
+
+
 class ClusterTopology:
     # Another process may drain the session: the input is re-read on a timer, and five seconds
     # with nobody draining it mean it will not be answered now.
@@ -123,7 +134,7 @@ class ClusterTopology:
         # and those that answered that they lack it too. Once all of them have, ``_homeless``.
         self._placing: dict[str, tuple[frozenset[str], set[str]]] = {}
         self._homeless: set[str] = set()  # no process has the directory: claimed here at once
-        self._asked: dict[str, asyncio.Future[str]] = {}  # ``where`` questions waiting, by id
+        self._asked: dict[str, _Question] = {}  # ``where`` questions waiting, by id
 
     async def start(self, target: Controlled, changes: StepChanges | None = None) -> None:
         self._target = target
@@ -263,26 +274,39 @@ class ClusterTopology:
 
     async def where(self, directory: str) -> str | None:
         """The URL of another live process whose machine has ``directory``: the first to answer
-        within ``WHERE_WAIT_S`` (None: none did, or this process is alone)."""
-        if not self.infra.log.topology.peers():
+        that it has it, within ``WHERE_WAIT_S``. None: every process asked lacks it, none
+        answered in time (it died), or this process is alone."""
+        asked = self.infra.log.topology.peers()
+        if not asked:
             return None
         ask = secrets.token_hex(8)
-        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._asked[ask] = answer
+        question = _Question(asyncio.get_running_loop().create_future(), set(asked))
+        self._asked[ask] = question
         try:
             await self.send(EVERYONE, "where", "", directory=directory, ask=ask)
             async with asyncio.timeout(WHERE_WAIT_S):
-                return await answer
+                return await question.answer
         except TimeoutError:
             return None
         finally:
             self._asked.pop(ask, None)
 
     def _here_is(self, message: dict[str, Any]) -> None:
-        """Answer a ``where`` question when this machine has the directory (and is staying)."""
-        if not self._leaving and os.path.isdir(message.get("directory", "")):
-            url = self.infra.settings.reachable_url
-            self._spawn(self.send(message["from"], "here", "", ask=message.get("ask", ""), url=url))
+        """Answer a ``where`` question: this process's URL when its machine has the directory
+        (and it is staying), else None, so the asker need not wait for a process that lacks it."""
+        has = not self._leaving and os.path.isdir(message.get("directory", ""))
+        url = self.infra.settings.reachable_url if has else None
+        self._spawn(self.send(message["from"], "here", "", ask=message.get("ask", ""), url=url))
+
+    def _heard_where(self, message: dict[str, Any]) -> None:
+        question = self._asked.get(message.get("ask", ""))
+        if question is None or question.answer.done():
+            return
+        question.waiting.discard(message["from"])
+        if message.get("url"):
+            question.answer.set_result(str(message["url"]))
+        elif not question.waiting:
+            question.answer.set_result(None)
 
     async def _has_directory(self, session_id: str) -> bool:
         """Whether this process is where the session drains (``_here``)."""
@@ -418,9 +442,7 @@ class ClusterTopology:
             self._here_is(message)
             return
         if op == "here":
-            answer = self._asked.get(message.get("ask", ""))
-            if answer is not None and not answer.done():
-                answer.set_result(str(message["url"]))
+            self._heard_where(message)
             return
         if op in ("abort", "interrupt"):
             through = message.get("through") if op == "abort" else None

@@ -1,0 +1,95 @@
+"""Placement across machines that do not share the project directories: a request that works on
+files of a directory this process's machine lacks is served by a process whose machine has it.
+Two kinds of request are placed:
+- on a session's files (a revert, an unrevert, a user's shell command, a V2 revert's stage, clear
+  or commit): the session's directory (``Runtime.placed_elsewhere``);
+- on an instance directory the request names (``?directory=``, ``?location[directory]=`` or the
+  ``x-opencode-directory`` header): file reads and searches, VCS status and diffs, worktrees, a
+  git init, a new terminal (``Runtime.directory_elsewhere``). Once made, a terminal is reached
+  through any process (``pty_forward``).
+Prompts need nothing of the kind: their drains are placed through the database
+(``app/runtime/sessions/_cluster.py``, "Placement").
+
+It forwards through the terminals' relay (``pty_forward.Forwarder``), with the same guarantees:
+it sits inside authentication and the browser guard, passes the request's headers on (the other
+process checks them again), forwards once (``x-opensession-forwarded``), only these paths (a
+session id of the session shape), and only to the address a process announced for itself, never
+one a client names. Where no process has the directory, the request is served here, as anywhere.
+A request naming no directory, or one this machine has, costs a regular expression and a
+``stat``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from urllib.parse import parse_qs, unquote
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.errors import DATABASE_UNAVAILABLE
+from app.api.middleware import refuse
+from app.api.pty_forward import FORWARDED, Forwarder
+from app.runtime.errors import DatabaseUnavailable
+from app.runtime.service import Runtime
+
+log = logging.getLogger("opensession.api.placement")
+
+_ON_SESSION_FILES = re.compile(
+    r"^/session/(ses_[0-9A-Za-z]{1,64})/(?:revert|unrevert|shell)$"
+    r"|^/api/session/(ses_[0-9A-Za-z]{1,64})/revert/(?:stage|clear|commit)$"
+)
+_ON_INSTANCE_FILES = re.compile(
+    r"^/(?:file(?:/content|/status)?|find(?:/file|/symbol)?|vcs(?:/status|/diff|/diff/raw|/apply)?"
+    r"|api/fs/(?:list|find|read/.*)|experimental/worktree(?:/reset)?|project/git/init)$"
+)
+_NEW_TERMINAL = re.compile(r"^(?:/api)?/pty$")
+
+
+def _instance_directory(scope: Scope) -> str | None:
+    """The directory a request names, as ``app.api.deps`` reads it; None when it names none, or
+    none the routes would accept (they answer that)."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    named = (query.get("location[directory]") or query.get("directory") or [None])[0]
+    if named is None:
+        named = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-opencode-directory"), None)
+    if not named:
+        return None
+    value = unquote(named)
+    return os.path.normpath(value) if os.path.isabs(value) and "\0" not in value else None
+
+
+class Placement:
+    def __init__(self, app: ASGIApp, forwarder: Forwarder, runtime: Runtime) -> None:
+        self.app = app
+        self.forwarder = forwarder
+        self.runtime = runtime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or any(name == FORWARDED.encode() for name, _ in scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        try:
+            if method == "POST" and (on_session := _ON_SESSION_FILES.match(path)):
+                url = await self.runtime.placed_elsewhere(on_session.group(1) or on_session.group(2))
+            elif _ON_INSTANCE_FILES.match(path) or (method == "POST" and _NEW_TERMINAL.match(path)):
+                directory = _instance_directory(scope)
+                url = None if directory is None else await self.runtime.directory_elsewhere(directory)
+            else:
+                url = None
+        except DatabaseUnavailable:
+            await refuse(scope, send, 503, {"_tag": "DatabaseUnavailableError", "message": DATABASE_UNAVAILABLE})
+            return
+        if url is None:
+            await self.app(scope, receive, send)
+            return
+        import httpx
+
+        try:
+            await self.forwarder.relay(scope, receive, send, url)
+        except httpx.HTTPError as exc:
+            log.warning("%s: the process at %s that has its directory did not answer: %r", path, url, exc)
+            message = "The process whose machine has this directory did not answer; retry shortly"
+            await refuse(scope, send, 503, {"_tag": "PlacementUnavailableError", "message": message})
