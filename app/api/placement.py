@@ -5,8 +5,10 @@ Two kinds of request are placed:
   or commit): the session's directory (``Runtime.placed_elsewhere``);
 - on an instance directory the request names (``?directory=``, ``?location[directory]=`` or the
   ``x-opencode-directory`` header): file reads and searches, VCS status and diffs, worktrees, a
-  git init, a new terminal (``Runtime.directory_elsewhere``). Once made, a terminal is reached
-  through any process (``pty_forward``).
+  git init, the project's configuration (read or changed), agents, commands and skills (read from
+  its files), its language servers' and formatters' status, and a new terminal
+  (``Runtime.directory_elsewhere``). Once made, a terminal is reached through any process
+  (``pty_forward``).
 Prompts need nothing of the kind: their drains are placed through the database
 (``app/runtime/sessions/_cluster.py``, "Placement").
 
@@ -42,7 +44,8 @@ _ON_SESSION_FILES = re.compile(
 )
 _ON_INSTANCE_FILES = re.compile(
     r"^/(?:file(?:/content|/status)?|find(?:/file|/symbol)?|vcs(?:/status|/diff|/diff/raw|/apply)?"
-    r"|api/fs/(?:list|find|read/.*)|experimental/worktree(?:/reset)?|project/git/init)$"
+    r"|api/fs/(?:list|find|read/.*)|experimental/worktree(?:/reset)?|project/git/init|project/current"
+    r"|config(?:/providers)?|agent|mode|command|skill|lsp|formatter)$"
 )
 _NEW_TERMINAL = re.compile(r"^(?:/api)?/pty$")
 

@@ -222,6 +222,8 @@ def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
     process has is answered where the request lands, as on one process."""
     a, b, project = machines
     git_repository(project)
+    config = {"command": {"only-on-a": {"template": "say hello", "description": "a project command"}}}
+    (project / "opencode.json").write_text(json.dumps(config))
     in_project = {"directory": str(project)}
     time.sleep(1.5)
     read = httpx.get(f"{b.url}/file/content", params={**in_project, "path": "hello.txt"}, timeout=30)
@@ -233,6 +235,11 @@ def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
     listed = httpx.get(f"{b.url}/api/fs/list", params={"location[directory]": str(project)}, timeout=30)
     assert listed.status_code == 200 and "hello.txt" in [e["path"] for e in listed.json()["data"]], listed.text
     assert httpx.get(f"{b.url}/vcs", params=in_project, timeout=30).json()["branch"]
+    commands = httpx.get(f"{b.url}/command", params=in_project, timeout=30).json()
+    assert "only-on-a" in [c["name"] for c in commands]  # from the project's opencode.json
+    patched = httpx.patch(f"{b.url}/config", params=in_project, json={"username": "a-user"}, timeout=30)
+    assert patched.status_code == 200, patched.text
+    assert json.loads((project / "opencode.json").read_text())["username"] == "a-user"  # A's file
 
     made = httpx.post(f"{b.url}/pty", params=in_project, json={"title": "on A"}, timeout=30)
     assert made.status_code == 200, made.text
