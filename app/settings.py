@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     data_dir: str = Field(default_factory=default_data_dir)
     # Terminal output a pty keeps for replay (UTF-16 code units, as OpenCode's cursors count them).
     pty_buffer_chars: int = 2 * 1024 * 1024
+    # How long a terminal outlives its server (a restart, a crash) waiting for the next server of
+    # the same database on this machine to take it up; 0: terminals end with their server.
+    pty_orphan_seconds: float = Field(default=60.0, ge=0)
     # Overrides the user config directory that opencode.json is read from (tests use it).
     config_dir: str | None = None
     # Browser origins allowed besides the built-in ones (loopback, the desktop app, opencode.ai):

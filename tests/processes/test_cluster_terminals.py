@@ -1,7 +1,7 @@
-"""Terminals across server processes on one PostgreSQL database: a pty lives in the process that
-started it, and every other process lists it and forwards what concerns it there (HTTP and the
-WebSocket), so a client whose requests a balancer spreads over the processes never sees it
-vanish; once its owner is gone, so is the pty, everywhere."""
+"""Terminals across server processes on one PostgreSQL database: a pty is served by one process,
+and every other process lists it and forwards what concerns it there (HTTP and the WebSocket),
+so a client whose requests a balancer spreads over the processes never sees it vanish; once its
+process stops or dies, another on the same machine takes it up from its keeper."""
 
 from __future__ import annotations
 
@@ -99,12 +99,20 @@ async def test_a_terminal_made_on_one_process_is_driven_through_the_other(
     assert httpx.get(f"{a.url}/pty", params={"directory": "/elsewhere"}).json() == []  # scoped by directory
     assert httpx.get(f"{a.url}/pty/{made['id']}", params={"directory": "/elsewhere"}).status_code == 404
 
-    # B dies: its pty is gone on A as well (at once for a request, from the list once it expires).
+    # B dies: A, on the same machine and database, takes its pty up from the pty's keeper (the
+    # same program), and serves it from then on.
     b.kill9()
-    assert httpx.get(f"{a.url}/api/pty/{made['id']}").status_code == 404
     deadline = time.monotonic() + 10
-    while _listed(a.url) and time.monotonic() < deadline:
+    while httpx.get(f"{a.url}/api/pty/{made['id']}").status_code != 200 and time.monotonic() < deadline:
         time.sleep(0.2)
+    taken = httpx.get(f"{a.url}/api/pty/{made['id']}").json()["data"]
+    assert (taken["pid"], taken["title"], taken["status"]) == (made["pid"], "v2", "running")
+    assert _listed(a.url) == [made["id"]]
+    async with websockets.connect(ws(a, f"/pty/{made['id']}/connect")) as socket:
+        reader = Reader(socket)
+        await socket.send("still-here\n")
+        await reader.contains("still-here")
+    assert httpx.delete(f"{a.url}/api/pty/{made['id']}").status_code == 204
     assert _listed(a.url) == []
 
 
@@ -147,7 +155,13 @@ async def test_forwarding_asks_for_the_password_as_the_owner_does(
         reader = Reader(socket)
         await socket.send("through-b\n")
         await reader.contains("through-b")
-    # A stops cleanly: its ptys leave every list at once.
+    # A stops (a rolling restart): B takes its pty up at once, and serves it.
     a.stop()
-    assert httpx.get(f"{b.url}/pty", auth=auth).json() == []
-    assert httpx.get(f"{b.url}/pty/{pty_id}", auth=auth).status_code == 404
+    deadline = time.monotonic() + 5
+    while httpx.get(f"{b.url}/pty/{pty_id}", auth=auth).status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p["id"] for p in httpx.get(f"{b.url}/pty", auth=auth).json()] == [pty_id]
+    async with websockets.connect(url, additional_headers=header) as socket:
+        reader = Reader(socket)
+        await socket.send("after-a-stopped\n")
+        await reader.contains("after-a-stopped")

@@ -314,12 +314,18 @@ def test_shells(http: httpx.Client) -> None:
     assert shells and all(set(s) == {"path", "name", "acceptable"} for s in shells)
 
 
-def test_shutdown_ends_every_terminal(project_dir: Path, config_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("orphan_seconds", [0.0, 1.0])
+def test_a_terminal_ends_once_no_server_took_it_up_in_time(
+    project_dir: Path, config_dir: Path, tmp_path: Path, orphan_seconds: float
+) -> None:
+    """Its server stopped and no other took it up: the terminal's whole session ends once
+    ``pty_orphan_seconds`` have passed (with 0, as the server stops)."""
     settings = Settings(
         db=f"sqlite+aiosqlite:///{tmp_path / 'shutdown.db'}",
         directory=str(project_dir),
         config_dir=str(config_dir),
         port=free_port(),
+        pty_orphan_seconds=orphan_seconds,
     )
     with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=10.0) as http:
         info = create(http, command="sh", args=["-c", "sleep 1000 & echo $! > child; wait"])
@@ -327,7 +333,9 @@ def test_shutdown_ends_every_terminal(project_dir: Path, config_dir: Path, tmp_p
         wait_until(lambda: child.exists() and child.read_text().strip() != "")
         pids = [info["pid"], int(child.read_text())]
         assert all(running(pid) for pid in pids)
-    assert not any(running(pid) for pid in pids)
+    if orphan_seconds:
+        assert all(running(pid) for pid in pids)  # waiting for a server to take it up
+    wait_until(lambda: not any(running(pid) for pid in pids), timeout=orphan_seconds + 3.0)
 
 
 async def test_a_password_guards_the_socket_too(project_dir: Path, config_dir: Path, tmp_path: Path) -> None:

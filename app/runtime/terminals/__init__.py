@@ -1,11 +1,11 @@
 """Terminals (OpenCode's ``/pty``): interactive programs on pseudo-terminals that clients drive
 over WebSockets.
 
-Owns the pty processes of this process, their bounded scrollback, the connections attached to
-them and connect tickets; on a database shared by several processes, the rows saying which
-process owns each pty and where it is reached (``pty_owners``): a pty cannot move, so the others
-list it from there and forward what concerns it to its owner (``app/api/pty_forward.py``), and
-it is gone everywhere once its owner is. May import: the runtime kernel (``errors``,
+Owns the ptys this process serves (through their keepers), their bounded scrollback, the
+connections attached to them and connect tickets; on a database shared by several processes,
+the rows saying which process serves each pty and where it is reached (``pty_owners``): a pty
+cannot leave its machine, so the others list it from there and forward what concerns it to its
+owner (``app/api/pty_forward.py``). May import: the runtime kernel (``errors``,
 ``infrastructure``), events and ``app.store.pty_owners``.
 
 Behaviour, as observed on OpenCode 1.18.33:
@@ -19,9 +19,12 @@ Behaviour, as observed on OpenCode 1.18.33:
   (no ``pty.deleted``), one created by the V2 route stays listed as ``exited`` with its
   ``exitCode`` until it is removed; whatever the process left running in its session is ended;
 - removing a terminal hangs up its session (SIGHUP, SIGTERM, then SIGKILL after a grace
-  period), closes its connections and publishes ``pty.deleted {id}``; so does server shutdown
-  (without events).
-Invariant: a terminal's processes never outlive its removal or the server.
+  period), closes its connections and publishes ``pty.deleted {id}``.
+Unlike OpenCode, a terminal outlives its server: each pty is held by a keeper process
+(``keeper.py``), and the next server of the same database on this machine takes it up
+(``_shelf.py``).
+Invariant: a terminal's processes never outlive its removal, nor its server by more than
+``pty_orphan_seconds`` unless another server took the terminal up.
 """
 
 from app.runtime.terminals._domain import Terminals

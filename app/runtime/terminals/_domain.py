@@ -1,13 +1,14 @@
 """The terminals of this process, by instance directory: create, read, update, remove, connect
-tickets, and the ``pty.*`` events (instance events: they carry a directory, no session); in a
-cluster, where the other processes' terminals are (``_placement.py``)."""
+tickets, and the ``pty.*`` events (instance events: they carry a directory, no session); taking
+up the terminals a stopped or dead server of the same database left on this machine
+(``_shelf.py``); in a cluster, where the other processes' terminals are (``_placement.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
 from collections.abc import Callable, Coroutine, Iterable
+from contextlib import suppress
 from typing import Any
 
 from app import ids
@@ -16,42 +17,104 @@ from app.runtime.errors import InvalidInput, TerminalNotFound
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.terminals._launch import command_line, environment, working_directory
 from app.runtime.terminals._placement import Alone, Elsewhere, Placement, Shared
-from app.runtime.terminals._process import spawn
+from app.runtime.terminals._process import SpawnFailed, spawn, take_up
+from app.runtime.terminals._shelf import Shelf, Shelved
 from app.runtime.terminals._terminal import Subscription, Terminal
 from app.runtime.terminals._tickets import Tickets
 
 log = logging.getLogger("opensession.terminals")
 
+TAKE_UP_SECONDS = 1.0  # how often the shelf is looked at for terminals nobody serves
+
 
 class Terminals:
     """Invariant: a terminal is listed until it is removed, or, if ``keep_exited`` was false
-    when it was created (legacy ``POST /pty``), until its process exits."""
+    when it was created (legacy ``POST /pty``), until its process exits. While this server
+    serves a terminal, its record on the shelf says so (its keeper is attached here)."""
 
     def __init__(
         self,
         publish: Callable[[Event], None],
         buffer_limit: int,
+        shelf: Shelf,
+        orphan_seconds: float,
         placement: Callable[[Callable[[], Iterable[Terminal]]], Placement] = lambda _held: Alone(),
     ) -> None:
         self._publish = publish
         self._buffer_limit = buffer_limit
+        self._shelf = shelf
+        self._orphan_seconds = orphan_seconds
         self._terminals: dict[str, Terminal] = {}
         self._keep_exited: set[str] = set()
         self._placement = placement(self._terminals.values)
         self._recording: set[asyncio.Task[None]] = set()
+        self._taking_up: asyncio.Task[None] | None = None
         self.tickets = Tickets()
 
     @classmethod
     def build(cls, infra: Infrastructure) -> Terminals:
         settings = infra.settings
+        shelf = Shelf.for_database(settings.db)
         if not infra.db.shared:
-            return cls(infra.log.publish, settings.pty_buffer_chars)
+            return cls(infra.log.publish, settings.pty_buffer_chars, shelf, settings.pty_orphan_seconds)
         url, origin = settings.reachable_url, infra.log.origin
         return cls(
             infra.log.publish,
             settings.pty_buffer_chars,
+            shelf,
+            settings.pty_orphan_seconds,
             lambda held: Shared(infra.db, origin, url, settings.lease_seconds, held),
         )
+
+    async def start(self) -> None:
+        """Take up the terminals that servers of this database left on this machine (stopped or
+        dead), now and every ``TAKE_UP_SECONDS``."""
+        await self._take_up()
+        self._taking_up = asyncio.create_task(self._keep_taking_up(), name="terminals:take-up")
+
+    async def _keep_taking_up(self) -> None:
+        while True:
+            await asyncio.sleep(TAKE_UP_SECONDS)
+            try:
+                await self._take_up()
+            except Exception:
+                log.exception("taking up terminals failed")
+
+    async def _take_up(self) -> None:
+        for shelved in await asyncio.to_thread(self._shelf.listed):
+            if shelved.pty_id in self._terminals:
+                continue
+            try:
+                kept = await asyncio.to_thread(take_up, self._shelf.socket(shelved.pty_id))
+            except (OSError, ValueError, SpawnFailed):
+                self._shelf.drop(shelved.pty_id)  # its keeper is gone, and its terminal with it
+                continue
+            if kept is None or shelved.pty_id in self._terminals:
+                if kept is not None:
+                    kept.detach()
+                continue  # another server serves it
+            terminal = Terminal(shelved.info, shelved.directory, kept, self._buffer_limit, self._exited, shelved.cursor)
+            await self._hold(terminal, shelved.keep_exited)
+            log.info("took up terminal %s (pid %s)", terminal.id, terminal.info["pid"])
+
+    async def _hold(self, terminal: Terminal, keep_exited: bool) -> None:
+        """Serve ``terminal`` from this server: read it, list it, and say so on the shelf and to
+        the other processes."""
+        await terminal.start()
+        self._terminals[terminal.id] = terminal
+        if keep_exited:
+            self._keep_exited.add(terminal.id)
+        try:
+            self._shelve(terminal)
+            await self._placement.record(terminal)
+        except BaseException:
+            self._forget(terminal.id)  # nobody else could find it: it must not run unseen
+            await terminal.close()
+            raise
+
+    def _shelve(self, terminal: Terminal) -> None:
+        keep = terminal.id in self._keep_exited
+        self._shelf.save(Shelved(self._info(terminal), terminal.directory, keep, terminal.cursor))
 
     def _announce(self, terminal: Terminal, event_type: str, props: dict[str, Any]) -> None:
         self._publish(Event(event_type, props, None, terminal.directory))
@@ -97,11 +160,14 @@ class Terminals:
     ) -> dict[str, Any]:
         start_in = working_directory(directory, cwd)
         program, argv = command_line(command, args)
-        try:
-            process, master = spawn(program, argv, start_in, environment(env))
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            raise InvalidInput(f"Cannot start {program}: {getattr(exc, 'strerror', None) or exc}") from exc
         pty_id = ids.new_id("pty")
+        try:
+            where = self._shelf.socket(pty_id)
+            kept = await asyncio.to_thread(
+                spawn, program, argv, start_in, environment(env), where, self._orphan_seconds
+            )
+        except (OSError, SpawnFailed) as exc:
+            raise InvalidInput(f"Cannot start {program}: {getattr(exc, 'strerror', None) or exc}") from exc
         info = {
             "id": pty_id,
             "title": title or f"Terminal {pty_id[-4:]}",
@@ -109,18 +175,10 @@ class Terminals:
             "args": argv,
             "cwd": start_in,
             "status": "running",
-            "pid": process.pid,
+            "pid": kept.pid,
         }
-        terminal = Terminal(info, directory, process, master, self._buffer_limit, self._exited)
-        self._terminals[pty_id] = terminal
-        if keep_exited:
-            self._keep_exited.add(pty_id)
-        try:
-            await self._placement.record(terminal)
-        except BaseException:
-            self._forget(pty_id)  # nobody else could find it: it must not run unseen
-            await terminal.close()
-            raise
+        terminal = Terminal(info, directory, kept, self._buffer_limit, self._exited)
+        await self._hold(terminal, keep_exited)
         self._announce(terminal, "pty.created", {"info": self._info(terminal)})
         return self._info(terminal)
 
@@ -131,6 +189,7 @@ class Terminals:
         terminal = self.terminal(directory, pty_id)
         if title and title != terminal.info["title"]:
             terminal.info["title"] = title
+            self._shelve(terminal)
             await self._placement.record(terminal)
         if size is not None:
             terminal.resize(*size)
@@ -172,12 +231,26 @@ class Terminals:
     def _forget(self, pty_id: str) -> None:
         self._terminals.pop(pty_id, None)
         self._keep_exited.discard(pty_id)
+        self._shelf.drop(pty_id)
 
     async def stop(self) -> None:
-        """Server shutdown: end every terminal's session, leaving no orphan behind."""
+        """Server shutdown: the running terminals are left to their keepers, for the next server
+        of this database on this machine to take up (each keeper ends its terminal once
+        ``pty_orphan_seconds`` pass without one); with ``pty_orphan_seconds`` 0 they end now."""
+        if self._taking_up is not None:
+            self._taking_up.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._taking_up
         terminals = list(self._terminals.values())
-        self._terminals.clear()
-        self._keep_exited.clear()
         await asyncio.gather(*self._recording, return_exceptions=True)
         await self._placement.stop()
-        await asyncio.gather(*(t.close() for t in terminals))
+        left = [t for t in terminals if t.running and self._orphan_seconds > 0]
+        for terminal in left:
+            self._shelve(terminal)  # with the cursor its output reached
+            terminal.leave()
+        self._terminals.clear()
+        self._keep_exited.clear()
+        for terminal in terminals:
+            if terminal not in left:
+                self._shelf.drop(terminal.id)
+        await asyncio.gather(*(t.close() for t in terminals if t not in left))

@@ -1,14 +1,14 @@
-"""Where terminals live. A pty is a process beside the server process that started it, so it
-cannot move; what a cluster shares is the knowledge of where each one is.
+"""Where terminals are served. A pty is held by a keeper on the machine of the server that made
+it, so it cannot leave that machine; what a cluster shares is the knowledge of which process
+serves each one.
 
 - One process (SQLite): ``Alone``, nothing to record.
-- Several processes on one PostgreSQL database: ``Shared`` records each of this process's ptys
-  (its info, this process's origin and advertised URL) in ``pty_owners`` when it is created or
-  changes, renews the rows every third of ``lease_seconds``, and removes them when the pty goes or
-  the process stops. The others list those rows and forward what concerns one of them to its
-  owner's URL (``app/api/pty_forward.py``). A process that dies stops renewing: once its rows
-  expire its ptys are gone everywhere, as its processes are (a terminal cannot outlive its
-  server)."""
+- Several processes on one PostgreSQL database: ``Shared`` records each pty this process serves
+  (its info, this process's origin and advertised URL) in ``pty_owners`` when it is created,
+  taken up or changes, renews the rows every third of ``lease_seconds``, and removes them when
+  the pty goes or the process stops. The others list those rows and forward what concerns one of
+  them to its owner's URL (``app/api/pty_forward.py``). A process that dies stops renewing: its
+  rows expire, unless another process of the machine took its ptys up and wrote them again."""
 
 from __future__ import annotations
 

@@ -1,28 +1,41 @@
-"""The operating-system side of a terminal: a pseudo-terminal pair, a process that leads its own
-session with the pty as its controlling terminal, window sizes, and ending everything the
-session started.
+"""The server's side of a terminal's process: the keeper that owns the pty and the program on it
+(``keeper.py``, a process of its own, so the terminal outlives a restart or a crash of this
+server), and this server's attachment to it (``Kept``): the pty's master fd, which this server
+reads and writes itself, and the socket on which the keeper says how the program ended and is
+told to end it.
 
-Why a session and not only a process group: an interactive shell with job control puts each
-background job in a process group of its own, so killing the shell's group would leave
-``sleep 1000 &`` running. Every process the terminal started shares the leader's session id
-(unless it called ``setsid`` itself), so ending the session finds them all."""
+Why a process and not the server's own child: a pty whose master closes hangs up its program,
+so a terminal made by the server itself dies with the server. The keeper holds the master
+across the gap and hands it, with the output of the gap, to the next server that takes it up
+(``take_up``)."""
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import os
 import signal
+import socket
 import struct
 import subprocess
+import sys
 import termios
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-DEFAULT_ROWS, DEFAULT_COLS = 24, 80
-GRACE_SECONDS = 1.0  # between SIGHUP/SIGTERM and SIGKILL
+KEEPER = str(Path(__file__).with_name("keeper.py"))
+HANDSHAKE_SECONDS = 10.0  # a keeper starts in tens of milliseconds; this bounds a stuck one
+END_SECONDS = 3.0  # the keeper's grace (1 s) between SIGTERM and SIGKILL, and some
+HUNG_UP = -signal.SIGHUP  # how a program whose keeper vanished is taken to have ended
+
+
+class SpawnFailed(Exception):
+    """The keeper could not start the program (no such command, a bad directory...)."""
 
 
 def set_size(fd: int, rows: int, cols: int) -> None:
@@ -30,111 +43,151 @@ def set_size(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-def _take_terminal() -> None:
-    """In the child, after ``setsid``: make the pty (its stdin) the controlling terminal, so job
-    control, ``^C`` and SIGWINCH work."""
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def spawn(command: str, args: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[subprocess.Popen[bytes], int]:
-    """Start ``command`` on a new pty; returns the process and the non-blocking master fd.
-    Raises ``OSError`` (no such command, not executable) or ``ValueError`` (NUL in an argument).
-
-    The stdlib ``Popen`` and not the event loop's subprocess support: uvloop runs ``preexec_fn``
-    before ``setsid``, when the child cannot take a controlling terminal yet."""
-    master, slave = os.openpty()
-    try:
-        set_size(slave, DEFAULT_ROWS, DEFAULT_COLS)
-        process = subprocess.Popen(
-            [command, *args],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            preexec_fn=_take_terminal,
-        )
-    except BaseException:
-        os.close(master)
-        raise
-    finally:
-        os.close(slave)
-    os.set_blocking(master, False)
-    return process, master
-
-
-def exited(process: subprocess.Popen[bytes]) -> asyncio.Future[int]:
-    """Resolves with the return code once ``process`` exits (and is reaped). A thread per process
-    waits for it: portable, and it does not compete with the loop's own child watching."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[int] = loop.create_future()
-
-    def settle(code: int) -> None:
-        if not future.done():
-            future.set_result(code)
-
-    def wait() -> None:
-        code = process.wait()
-        with suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
-            loop.call_soon_threadsafe(settle, code)
-
-    threading.Thread(target=wait, name=f"pty-wait:{process.pid}", daemon=True).start()
-    return future
-
-
 def exit_code(returncode: int) -> int:
     """OpenCode reports a non-negative code: a death by signal N is the shell's 128 + N."""
     return returncode if returncode >= 0 else 128 - returncode
 
 
-_PROC = Path("/proc")
+@dataclass(eq=False)
+class Kept:
+    """This server's attachment to one keeper. ``pending``: output the keeper read while no
+    server was attached; ``code``: the program's return code if it had ended by then."""
 
+    connection: socket.socket
+    pid: int
+    master: int
+    pending: bytes
+    code: int | None
+    exited: asyncio.Future[int] = field(init=False)
+    _listening: asyncio.Task[None] | None = field(init=False, default=None)
+    _writer: asyncio.StreamWriter | None = field(init=False, default=None)
 
-def _session_members(session_id: int) -> list[int]:
-    """Living (not zombie) pids whose session is ``session_id``, from Linux ``/proc``."""
-    members = []
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
+    async def start(self) -> None:
+        """Follow the keeper: ``exited`` resolves with the program's return code."""
+        self.exited = asyncio.get_running_loop().create_future()
+        if self.code is not None:
+            self.exited.set_result(self.code)
+        self.connection.setblocking(False)
+        reader, self._writer = await asyncio.open_unix_connection(sock=self.connection)
+        self._listening = asyncio.create_task(self._listen(reader), name=f"pty-keeper:{self.pid}")
 
+    async def _listen(self, reader: asyncio.StreamReader) -> None:
+        with suppress(OSError, ValueError):
+            while line := await reader.readline():
+                message = json.loads(line)
+                if "exit" in message and not self.exited.done():
+                    self.exited.set_result(int(message["exit"]))
+        if not self.exited.done():  # the keeper is gone, the pty with it
+            self.exited.set_result(HUNG_UP)
 
-def _remaining(leader: int) -> set[int]:
-    """What is left of the terminal: its session's processes where ``/proc`` tells, else the
-    leader's process group (signalled as a whole)."""
-    if (_PROC / "self" / "stat").exists():
-        return set(_session_members(leader))
-    try:
-        os.killpg(leader, 0)
-    except (ProcessLookupError, PermissionError):
-        return set()
-    return {-leader}
-
-
-def _signal(targets: set[int], sig: signal.Signals) -> None:
-    for pid in targets:
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-async def end_session(leader: int, grace: float = GRACE_SECONDS) -> None:
-    """Hang up the session (SIGHUP, as a closed terminal does, then SIGTERM), wait up to ``grace``
-    seconds, then SIGKILL whatever is left. The leader's group is signalled too, so a child
-    caught between fork and exec is not missed."""
-    targets = _remaining(leader) | {-leader}
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        _signal(targets, sig)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace
-    while loop.time() < deadline:
-        await asyncio.sleep(0.02)
-        if not _remaining(leader):
+    async def end(self) -> None:
+        """End the program's whole session (if it still runs, or what it left behind) and the
+        keeper; returns once the keeper has, or after ``END_SECONDS``."""
+        if self._writer is None or self._writer.is_closing():
             return
-    _signal(_remaining(leader) | {-leader}, signal.SIGKILL)
+        with suppress(OSError):
+            self._writer.write(b"end\n")
+        if self._listening is not None:
+            await asyncio.wait({self._listening}, timeout=END_SECONDS)
+        self.detach()
+
+    def detach(self) -> None:
+        """Let go of the keeper, which waits for another server (or ends the program once
+        nobody took it up in time)."""
+        if self._listening is not None:
+            self._listening.cancel()
+        if self._writer is not None:
+            self._writer.close()
+        else:
+            self.connection.close()
+
+
+def _hello(connection: socket.socket) -> Kept | None:
+    """Blocking: the keeper's answer on ``connection`` (None: busy with another server); raises
+    ``SpawnFailed`` for a program that could not start, ``OSError`` for a keeper that is gone."""
+    connection.settimeout(HANDSHAKE_SECONDS)
+    data, fds, _flags, _address = socket.recv_fds(connection, 65536, 1)
+    while b"\n" not in data:
+        more = connection.recv(65536)
+        if not more:
+            break
+        data += more
+    line, _, pending = data.partition(b"\n")
+    try:
+        if not line:
+            raise ConnectionResetError("the terminal's keeper went away")
+        hello: dict[str, Any] = json.loads(line)
+        if "error" in hello:
+            raise SpawnFailed(str(hello["error"]))
+        if "pid" not in hello or not fds:
+            return None
+        while len(pending) < hello["pending"]:
+            more = connection.recv(65536)
+            if not more:
+                return None
+            pending += more
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    os.set_blocking(fds[0], False)
+    return Kept(connection, int(hello["pid"]), fds[0], pending, hello["exit"])
+
+
+def spawn(
+    command: str, args: Sequence[str], cwd: str, env: Mapping[str, str], socket_path: str, orphan_seconds: float
+) -> Kept:
+    """Blocking: start a keeper running ``command`` on a new pty. Raises ``SpawnFailed`` or
+    ``OSError``."""
+    ours, theirs = socket.socketpair()
+    try:
+        keeper = subprocess.Popen(
+            [sys.executable, "-I", "-S", KEEPER],
+            stdin=theirs.fileno(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # no signal meant for the server's group reaches it
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    threading.Thread(target=keeper.wait, name=f"pty-keeper-reap:{keeper.pid}", daemon=True).start()
+    spec = {
+        "command": command,
+        "args": list(args),
+        "cwd": cwd,
+        "env": dict(env),
+        "socket": socket_path,
+        "orphanSeconds": orphan_seconds,
+    }
+    kept = _answered(ours, json.dumps(spec).encode() + b"\n")
+    if kept is None:
+        raise SpawnFailed("the terminal's keeper did not start")
+    return kept
+
+
+def take_up(socket_path: str) -> Kept | None:
+    """Blocking: attach to the keeper listening at ``socket_path``. None when another server is
+    attached to it; ``OSError`` when it is gone."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.settimeout(HANDSHAKE_SECONDS)
+    return _answered(connection, connect_to=socket_path)
+
+
+def _answered(connection: socket.socket, request: bytes = b"", connect_to: str | None = None) -> Kept | None:
+    """``_hello`` on ``connection`` (connected to ``connect_to`` first, ``request`` sent first);
+    the connection is closed unless it attached this server to a keeper."""
+    try:
+        if connect_to is not None:
+            connection.connect(connect_to)
+        if request:
+            connection.sendall(request)
+        kept = _hello(connection)
+    except BaseException:
+        connection.close()
+        raise
+    if kept is None:
+        connection.close()
+    return kept

@@ -37,8 +37,10 @@ class Scrollback:
         self.start += excess // _UNIT
 
     def since(self, cursor: int) -> str:
-        """The output from ``cursor`` on (-1: none; before ``start``: everything still held)."""
+        """The output from ``cursor`` on (-1: none; before ``start``: everything still held;
+        past ``end``, a cursor of a server that crashed before this one took the terminal up:
+        everything still held too)."""
         if cursor < 0:
             return ""
-        offset = max(0, cursor - self.start) * _UNIT
+        offset = 0 if cursor > self.end else max(0, cursor - self.start) * _UNIT
         return self._data[offset:].decode("utf-16-le", errors="replace")

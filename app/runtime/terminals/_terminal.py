@@ -1,5 +1,5 @@
-"""One running terminal: its process, the master side of its pty, its scrollback and the
-connections reading it.
+"""One running terminal: its keeper (``_process.Kept``: the process that owns the pty and the
+program), the master side of its pty, its scrollback and the connections reading it.
 
 Output is read by the event loop (``add_reader`` on the non-blocking master), decoded as UTF-8
 across chunk boundaries, appended to the scrollback and queued to every attached connection,
@@ -13,13 +13,12 @@ import asyncio
 import codecs
 import logging
 import os
-import subprocess
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.runtime.terminals._process import GRACE_SECONDS, end_session, exit_code, exited, set_size
+from app.runtime.terminals._process import END_SECONDS, Kept, exit_code, set_size
 from app.runtime.terminals._scrollback import Scrollback
 
 log = logging.getLogger("opensession.terminals")
@@ -58,23 +57,25 @@ class Subscription:
 
 
 class Terminal:
-    """Invariants: ``info["status"]`` is ``exited`` exactly when the process has been reaped and
-    its last output read; the master fd is closed once, after that or at ``close``."""
+    """Invariants: ``info["status"]`` is ``exited`` exactly when the program has ended and its
+    last output was read; the master fd is closed once, after that, at ``close`` or ``detach``.
+    ``start`` runs before anything else."""
 
     def __init__(
         self,
         info: dict[str, Any],
         directory: str,
-        process: subprocess.Popen[bytes],
-        master: int,
+        kept: Kept,
         buffer_limit: int,
         on_exit: Callable[[Terminal], None],
+        cursor: int = 0,
     ) -> None:
         self.info = info
         self.directory = directory
-        self._process = process
-        self._master: int | None = master
+        self._kept = kept
+        self._master: int | None = kept.master
         self._scrollback = Scrollback(buffer_limit)
+        self._scrollback.start = cursor  # taken up from another server: its cursors go on
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._subscribers: set[Subscription] = set()
         self._pending_input = bytearray()
@@ -82,8 +83,20 @@ class Terminal:
         self._drained.set()
         self._on_exit = on_exit
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(master, self._read_available)
-        self._watcher = asyncio.create_task(self._watch(), name=f"pty:{info['id']}")
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Follow the keeper, show what the program said while no server was attached, and read
+        the pty from now on."""
+        await self._kept.start()
+        self._emit(self._decoder.decode(self._kept.pending))
+        self._loop.add_reader(self._kept.master, self._read_available)
+        self._watcher = asyncio.create_task(self._watch(), name=f"pty:{self.info['id']}")
+
+    @property
+    def cursor(self) -> int:
+        """The position after the last output (where a server taking it up goes on from)."""
+        return self._scrollback.end
 
     @property
     def id(self) -> str:
@@ -129,14 +142,14 @@ class Terminal:
                 subscriber._push(text)
 
     async def _watch(self) -> None:
-        returncode = await exited(self._process)
+        returncode = await self._kept.exited
         self._read_available(budget=4 * self._scrollback.limit)  # its last words, a scrollback at most
         self._emit(self._decoder.decode(b"", final=True))
         self.info["status"] = "exited"
         self.info["exitCode"] = exit_code(returncode)
         self._release()
         self._on_exit(self)
-        await end_session(self._process.pid)  # what the leader left behind in its session
+        await self._kept.end()  # what the program left behind in its session, and the keeper
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -204,8 +217,16 @@ class Terminal:
     async def close(self) -> None:
         """End the terminal: its connections, its pty and every process of its session."""
         self._release()
-        if self.running:
-            await end_session(self._process.pid)
-        done, _ = await asyncio.wait({self._watcher}, timeout=GRACE_SECONDS)
-        if not done:  # the leader could not be reaped (it is not ours to wait for any more)
+        await self._kept.end()
+        if self._watcher is not None:
+            done, _ = await asyncio.wait({self._watcher}, timeout=END_SECONDS)
+            if not done:  # the keeper did not say how the program ended
+                self._watcher.cancel()
+
+    def leave(self) -> None:
+        """Let go of the terminal, which goes on running: the next server to start takes it up
+        from its keeper (this one is stopping)."""
+        if self._watcher is not None:
             self._watcher.cancel()
+        self._release()
+        self._kept.detach()
