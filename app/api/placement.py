@@ -6,9 +6,10 @@ Two kinds of request are placed:
 - on an instance directory the request names (``?directory=``, ``?location[directory]=`` or the
   ``x-opencode-directory`` header): file reads and searches, VCS status and diffs, worktrees, a
   git init, the project's configuration (read or changed), agents, commands and skills (read from
-  its files), its language servers' and formatters' status, and a new terminal
+  its files), its language servers' and formatters' status, a new terminal and a new session
   (``Runtime.directory_elsewhere``). Once made, a terminal is reached through any process
-  (``pty_forward``).
+  (``pty_forward``); a session made where its directory is belongs to the project of the
+  directory's git repository (elsewhere it would be ``global``).
 Prompts need nothing of the kind: their drains are placed through the database
 (``app/runtime/sessions/_cluster.py``, "Placement").
 
@@ -47,7 +48,8 @@ _ON_INSTANCE_FILES = re.compile(
     r"|api/fs/(?:list|find|read/.*)|experimental/worktree(?:/reset)?|project/git/init|project/current"
     r"|config(?:/providers)?|agent|mode|command|skill|lsp|formatter)$"
 )
-_NEW_TERMINAL = re.compile(r"^(?:/api)?/pty$")
+# Made where the directory is: a terminal runs there, a session's project is its git repository's.
+_NEW_IN_DIRECTORY = re.compile(r"^(?:/api)?/(?:pty|session)$")
 
 
 def _instance_directory(scope: Scope) -> str | None:
@@ -77,7 +79,7 @@ class Placement:
         try:
             if method == "POST" and (on_session := _ON_SESSION_FILES.match(path)):
                 url = await self.runtime.placed_elsewhere(on_session.group(1) or on_session.group(2))
-            elif _ON_INSTANCE_FILES.match(path) or (method == "POST" and _NEW_TERMINAL.match(path)):
+            elif _ON_INSTANCE_FILES.match(path) or (method == "POST" and _NEW_IN_DIRECTORY.match(path)):
                 directory = _instance_directory(scope)
                 url = None if directory is None else await self.runtime.directory_elsewhere(directory)
             else:

@@ -249,6 +249,10 @@ def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
     assert httpx.get(f"{b.url}/pty/{pty['id']}", params=in_project, timeout=30).json()["title"] == "on A"
     assert httpx.delete(f"{b.url}/pty/{pty['id']}", params=in_project, timeout=30).json() is True
 
+    made_on_a = httpx.post(f"{a.url}/session", params=in_project).json()
+    made_through_b = httpx.post(f"{b.url}/session", params=in_project, timeout=30).json()
+    assert made_through_b["projectID"] == made_on_a["projectID"] != "global"  # the repository's
+
     nowhere = {"directory": str(tmp_path / "nowhere"), "path": "hello.txt"}
     missing = httpx.get(f"{b.url}/file/content", params=nowhere, timeout=30)
     assert 400 <= missing.status_code < 500, missing.text
