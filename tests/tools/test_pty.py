@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -224,6 +226,25 @@ async def test_exit_is_reported(pty_server: ThreadServer, http: httpx.Client) ->
     assert kept["status"] == "exited" and kept["exitCode"] == 4
     assert [p["id"] for p in http.get("/pty").json()] == [v2["id"]]
     assert http.delete(f"/api/pty/{v2['id']}").status_code == 204
+
+
+async def test_a_terminal_whose_keeper_is_killed_ends_as_hung_up(pty_server: ThreadServer, http: httpx.Client) -> None:
+    """The keeper holds the pty: killed (``kill -9``, an OOM killer), it takes the pty with it,
+    and the terminal ends as a hung-up program does (exit code 129), its socket closed."""
+    events = EventCollector(f"{pty_server.url}/event")
+    info = http.post("/api/pty", json=BASH).json()["data"]
+    keeper = int(Path(f"/proc/{info['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+    assert "keeper.py" in Path(f"/proc/{keeper}/cmdline").read_text()
+    async with websockets.connect(ws_url(pty_server, f"/pty/{info['id']}/connect")) as socket:
+        reader = Reader(socket)
+        await reader.replayed()
+        os.kill(keeper, signal.SIGKILL)
+        assert await reader.closed() == 1000
+    exited = events.wait_for(lambda f: f.type == "pty.exited" and f.properties["id"] == info["id"])
+    assert exited.properties["exitCode"] == 129
+    assert http.get(f"/api/pty/{info['id']}").json()["data"]["status"] == "exited"
+    wait_until(lambda: not running(info["pid"]))
+    assert http.delete(f"/api/pty/{info['id']}").status_code == 204
 
 
 def test_cwd_stays_inside_the_project(pty_server: ThreadServer, http: httpx.Client, tmp_path: Path) -> None:
