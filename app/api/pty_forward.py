@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,11 +75,14 @@ class Forwarder:
     async def relay(self, scope: Scope, receive: Receive, send: Send, base_url: str) -> None:
         """Send the request to the process at ``base_url`` and relay its answer as it is; raises
         ``httpx.HTTPError`` (nothing sent to the client yet) when that process does not answer."""
+        await self.relay_body(scope, await _body(receive), send, base_url)
+
+    async def relay_body(self, scope: Scope, body: bytes, send: Send, base_url: str) -> None:
+        """``relay``, the request's body read already."""
         import httpx
 
         if self._client is None:
             self._client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(TIMEOUT_S, connect=5.0))
-        body = await _body(receive)
         query = scope.get("query_string", b"").decode("latin-1")
         url = base_url + scope["path"] + (f"?{query}" if query else "")
         answer = await self._client.request(scope["method"], url, content=body, headers=_passed(scope))
@@ -91,18 +95,12 @@ class Forwarder:
         await send({"type": "http.response.start", "status": answer.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": answer.content})
 
-    async def http(self, scope: Scope, receive: Receive, send: Send, where: Elsewhere) -> None:
-        import httpx
 
-        try:
-            await self.relay(scope, receive, send, where.url)
-        except httpx.ConnectError as exc:
-            log.warning("pty %s: its owner %s at %s is not reachable: %r", where.pty_id, where.owner, where.url, exc)
-            await refuse(scope, send, 404, _not_found(where.pty_id, f"PTY session not found: {where.pty_id}"))
-        except httpx.HTTPError as exc:
-            log.warning("pty %s: forwarding to %s failed: %r", where.pty_id, where.url, exc)
-            message = f"The process that holds PTY session {where.pty_id} did not answer; retry shortly"
-            await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
+class _Unreachable(Exception):
+    """Nothing answered at the owner's URL (it stopped or died)."""
+
+
+Forward = Callable[[Elsewhere], Awaitable[None]]  # sends the request to a pty's owner, or raises _Unreachable
 
 
 class PtyForwarding:
@@ -122,10 +120,64 @@ class PtyForwarding:
             return
         if where is None:
             await self.app(scope, receive, send)
-        elif scope["type"] == "http":
-            await self.forwarder.http(scope, receive, send, where)
+            return
+        if scope["type"] == "http":
+            body = await _body(receive)
+            receive = _replaying(body)
+
+            async def forward(to: Elsewhere) -> None:
+                await self._http(scope, body, send, to)
+
         else:
-            await _websocket(scope, receive, send, where)
+
+            async def forward(to: Elsewhere) -> None:
+                await _websocket(scope, receive, send, to)
+
+        await self._to_owner(scope, receive, send, where, forward)
+
+    async def _to_owner(self, scope: Scope, receive: Receive, send: Send, where: Elsewhere, forward: Forward) -> None:
+        """Forward to the owner; if nothing answers there, to the process that took the pty up
+        since (a stopped or dead owner leaves it to its keeper, ``Terminals.successor``), or
+        serve it here (taken up here, or by nobody: the route answers)."""
+        try:
+            await forward(where)
+            return
+        except _Unreachable:
+            successor = await self.forwarder.terminals.successor(where)
+        if successor is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            await forward(successor)
+        except _Unreachable:
+            await refuse(scope, send, 404, _not_found(where.pty_id, f"PTY session not found: {where.pty_id}"))
+
+    async def _http(self, scope: Scope, body: bytes, send: Send, where: Elsewhere) -> None:
+        import httpx
+
+        try:
+            await self.forwarder.relay_body(scope, body, send, where.url)
+        except httpx.ConnectError as exc:
+            log.warning("pty %s: its owner %s at %s is not reachable: %r", where.pty_id, where.owner, where.url, exc)
+            raise _Unreachable from exc
+        except httpx.HTTPError as exc:
+            log.warning("pty %s: forwarding to %s failed: %r", where.pty_id, where.url, exc)
+            message = f"The process that holds PTY session {where.pty_id} did not answer; retry shortly"
+            await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
+
+
+def _replaying(body: bytes) -> Receive:
+    """A ``receive`` that gives ``body`` again (read for forwarding, served here after all)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
 
 
 def _not_relayed(name: str) -> bool:
@@ -190,8 +242,7 @@ async def _websocket(scope: Scope, receive: Receive, send: Send, where: Elsewher
         return
     except (OSError, TimeoutError) as exc:
         log.warning("pty %s: its owner at %s is not reachable: %r", where.pty_id, where.url, exc)
-        await refuse(scope, send, 404, _not_found(where.pty_id, f"PTY session not found: {where.pty_id}"))
-        return
+        raise _Unreachable from exc
     first = await receive()
     if first["type"] != "websocket.connect":
         await upstream.close()

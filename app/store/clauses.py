@@ -215,7 +215,6 @@ ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.expires
 # -- pty owners (shared databases) ----------------------------------------------------------------
 SAVE_PTY_OWNER = _upsert(pty_owners)
 DELETE_PTY_OWNER = Clause(delete(pty_owners).where(pty_owners.c.id == bindparam("id")))
-DELETE_PTYS_OF_OWNER = Clause(delete(pty_owners).where(pty_owners.c.owner == bindparam("owner")))
 DELETE_EXPIRED_PTYS = Clause(delete(pty_owners).where(pty_owners.c.expires_at < bindparam("before")))
 PTY_OWNER = Clause(
     select(pty_owners.c.owner, pty_owners.c.url).where(

@@ -1,7 +1,9 @@
 """The ``pty_owners`` table (shared databases): which live process owns each terminal and where
 it can be reached. Owned by the terminals domain (``app/runtime/terminals/_placement.py``): each
-process writes only its own rows, and removes them when it stops; a row whose ``expires_at`` has
-passed belongs to a process that stopped renewing it (it died) and is read as absent.
+process writes the rows of the terminals it serves (those it takes up from another included),
+and removes them when it stops, but those of the terminals it leaves running for another to take
+up; a row whose ``expires_at`` has passed belongs to a process that stopped renewing it (it
+died) and is read as absent.
 
 Invariant: only processes write ``url`` (their own advertised address), never a client, so a
 process forwards only to addresses the cluster's own members registered."""
@@ -41,11 +43,6 @@ def save(scope: WriteScope, pty_id: str, directory: str, owner: Owner, info: str
 
 def drop(scope: WriteScope, pty_id: str) -> None:
     scope.execute(sql.DELETE_PTY_OWNER, {"id": pty_id})
-
-
-def drop_owner(scope: WriteScope, origin: str) -> None:
-    """Every row of ``origin`` (its clean shutdown)."""
-    scope.execute(sql.DELETE_PTYS_OF_OWNER, {"owner": origin})
 
 
 def drop_expired(scope: WriteScope, before: int) -> None:

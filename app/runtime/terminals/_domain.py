@@ -25,6 +25,11 @@ from app.runtime.terminals._tickets import Tickets
 log = logging.getLogger("opensession.terminals")
 
 TAKE_UP_SECONDS = 1.0  # how often the shelf is looked at for terminals nobody serves
+# How long a request for a terminal whose owner stopped answering waits for another process to
+# take it up (one on the same machine does within ``TAKE_UP_SECONDS`` and a write), and how often
+# it looks.
+SUCCESSOR_WAIT_S = 3.0
+SUCCESSOR_POLL_S = 0.1
 
 
 class Terminals:
@@ -138,6 +143,21 @@ class Terminals:
             return None
         return await self._placement.elsewhere(pty_id)
 
+    async def successor(self, gone: Elsewhere) -> Elsewhere | None:
+        """Where ``gone.pty_id`` is served once nothing answers at its owner's URL: the process
+        that took it up since (None: this one did, or nobody serves it). While the stopped or
+        dead owner's row is the one there, waits up to ``SUCCESSOR_WAIT_S`` for a process to
+        take the pty up from its keeper."""
+        deadline = asyncio.get_running_loop().time() + SUCCESSOR_WAIT_S
+        while gone.pty_id not in self._terminals:
+            found = await self._placement.elsewhere(gone.pty_id)
+            if found is None or found.owner != gone.owner:
+                return found
+            if asyncio.get_running_loop().time() >= deadline:
+                return None
+            await asyncio.sleep(SUCCESSOR_POLL_S)
+        return None
+
     def terminal(self, directory: str, pty_id: str) -> Terminal:
         terminal = self._terminals.get(pty_id)
         if terminal is None or terminal.directory != directory:
@@ -243,8 +263,8 @@ class Terminals:
                 await self._taking_up
         terminals = list(self._terminals.values())
         await asyncio.gather(*self._recording, return_exceptions=True)
-        await self._placement.stop()
         left = [t for t in terminals if t.running and self._orphan_seconds > 0]
+        await self._placement.stop(frozenset(t.id for t in left))
         for terminal in left:
             self._shelve(terminal)  # with the cursor its output reached
             terminal.leave()

@@ -59,7 +59,8 @@ class Placement(Protocol):
     async def others(self, directory: str) -> list[dict[str, Any]]:
         """The infos of the directory's terminals that other live processes hold."""
 
-    async def stop(self) -> None: ...
+    async def stop(self, left: frozenset[str]) -> None:
+        """This process stops; the terminals ``left`` run on, for another to take up."""
 
 
 class Alone:
@@ -77,7 +78,7 @@ class Alone:
     async def others(self, directory: str) -> list[dict[str, Any]]:
         return []
 
-    async def stop(self) -> None:
+    async def stop(self, left: frozenset[str]) -> None:
         return None
 
 
@@ -135,12 +136,16 @@ class Shared:
             except Exception:
                 log.exception("renewing this process's terminals failed")
 
-    async def stop(self) -> None:
-        """A clean stop: this process's terminals are gone at once, not after their expiry."""
+    async def stop(self, left: frozenset[str]) -> None:
+        """A clean stop: the rows of this process's terminals go at once, not after their expiry,
+        but those of the terminals ``left`` running: whichever process takes one up writes its
+        row again, and until then a request for it waits for that (``app/api/pty_forward.py``)."""
         if self._renewing is not None:
             self._renewing.cancel()
             with suppress(asyncio.CancelledError):
                 await self._renewing
         with suppress(Exception):
             async with self._db.write() as scope:
-                pty_owners.drop_owner(scope, self._owner.origin)
+                for terminal in self._held():
+                    if terminal.id not in left:
+                        pty_owners.drop(scope, terminal.id)
