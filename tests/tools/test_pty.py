@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -245,6 +246,30 @@ async def test_a_terminal_whose_keeper_is_killed_ends_as_hung_up(pty_server: Thr
     assert http.get(f"/api/pty/{info['id']}").json()["data"]["status"] == "exited"
     wait_until(lambda: not running(info["pid"]))
     assert http.delete(f"/api/pty/{info['id']}").status_code == 204
+
+
+def test_terminals_are_refused_where_their_sockets_would_not_be_private(
+    project_dir: Path, config_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keeper's socket hands over the whole terminal: it lives in a directory only this user
+    may enter. One another user could enter (made beforehand by someone else, or too open) is
+    refused, with a 400 that says why, and no program is started."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    shared = tmp_path / f"opensession-{os.getuid()}"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    settings = Settings(
+        db=f"sqlite+aiosqlite:///{tmp_path / 'open.db'}",
+        directory=str(project_dir),
+        config_dir=str(config_dir),
+        port=free_port(),
+    )
+    with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=10.0) as http:
+        refused = http.post("/pty", json={"command": "sh", "args": ["-c", "touch started"]})
+        assert refused.status_code == 400, refused.text
+        assert "not a directory private to this user" in refused.text
+        assert http.get("/pty").json() == []
+    assert not (project_dir / "started").exists()
 
 
 def test_cwd_stays_inside_the_project(pty_server: ThreadServer, http: httpx.Client, tmp_path: Path) -> None:

@@ -99,12 +99,17 @@ class Terminals:
                     kept.detach()
                 continue  # another server serves it
             terminal = Terminal(shelved.info, shelved.directory, kept, self._buffer_limit, self._exited, shelved.cursor)
-            await self._hold(terminal, shelved.keep_exited)
+            try:
+                await self._hold(terminal, shelved.keep_exited, taken_up=True)
+            except Exception as exc:  # the database is away: the next look tries again
+                log.warning("could not take up terminal %s: %r", terminal.id, exc)
+                continue
             log.info("took up terminal %s (pid %s)", terminal.id, terminal.info["pid"])
 
-    async def _hold(self, terminal: Terminal, keep_exited: bool) -> None:
+    async def _hold(self, terminal: Terminal, keep_exited: bool, *, taken_up: bool = False) -> None:
         """Serve ``terminal`` from this server: read it, list it, and say so on the shelf and to
-        the other processes."""
+        the other processes. If that fails, a new terminal is ended (nobody else could find it:
+        it must not run unseen); one ``taken_up`` is left to its keeper again, for a later try."""
         await terminal.start()
         self._terminals[terminal.id] = terminal
         if keep_exited:
@@ -113,8 +118,13 @@ class Terminals:
             self._shelve(terminal)
             await self._placement.record(terminal)
         except BaseException:
-            self._forget(terminal.id)  # nobody else could find it: it must not run unseen
-            await terminal.close()
+            if taken_up:
+                self._terminals.pop(terminal.id, None)
+                self._keep_exited.discard(terminal.id)
+                terminal.leave()
+            else:
+                self._forget(terminal.id)
+                await terminal.close()
             raise
 
     def _shelve(self, terminal: Terminal) -> None:
