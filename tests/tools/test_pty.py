@@ -29,16 +29,15 @@ BUFFER_LIMIT = 64 * 1024
 BASH = {"command": "bash", "args": ["--norc", "--noprofile"], "env": {"PS1": "$ "}}
 
 
+def settings_for(tmp_path: Path, project_dir: Path, config_dir: Path, **more: Any) -> Settings:
+    """Terminals do not touch the database: one engine (SQLite) is enough."""
+    db = f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}"
+    return Settings(db=db, directory=str(project_dir), config_dir=str(config_dir), port=free_port(), **more)
+
+
 @pytest.fixture
 def pty_server(tmp_path: Path, project_dir: Path, config_dir: Path) -> Iterator[ThreadServer]:
-    """Terminals do not touch the database: one engine (SQLite) is enough."""
-    settings = Settings(
-        db=f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}",
-        directory=str(project_dir),
-        config_dir=str(config_dir),
-        port=free_port(),
-        pty_buffer_chars=BUFFER_LIMIT,
-    )
+    settings = settings_for(tmp_path, project_dir, config_dir, pty_buffer_chars=BUFFER_LIMIT)
     with thread_server(settings) as handle:
         yield handle
 
@@ -258,12 +257,7 @@ def test_terminals_are_refused_where_their_sockets_would_not_be_private(
     shared = tmp_path / f"opensession-{os.getuid()}"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
-    settings = Settings(
-        db=f"sqlite+aiosqlite:///{tmp_path / 'open.db'}",
-        directory=str(project_dir),
-        config_dir=str(config_dir),
-        port=free_port(),
-    )
+    settings = settings_for(tmp_path, project_dir, config_dir)
     with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=10.0) as http:
         refused = http.post("/pty", json={"command": "sh", "args": ["-c", "touch started"]})
         assert refused.status_code == 400, refused.text
@@ -366,13 +360,7 @@ def test_a_terminal_ends_once_no_server_took_it_up_in_time(
 ) -> None:
     """Its server stopped and no other took it up: the terminal's whole session ends once
     ``pty_orphan_seconds`` have passed (with 0, as the server stops)."""
-    settings = Settings(
-        db=f"sqlite+aiosqlite:///{tmp_path / 'shutdown.db'}",
-        directory=str(project_dir),
-        config_dir=str(config_dir),
-        port=free_port(),
-        pty_orphan_seconds=orphan_seconds,
-    )
+    settings = settings_for(tmp_path, project_dir, config_dir, pty_orphan_seconds=orphan_seconds)
     with thread_server(settings) as server, httpx.Client(base_url=server.url, timeout=10.0) as http:
         info = create(http, command="sh", args=["-c", "sleep 1000 & echo $! > child; wait"])
         child = project_dir / "child"
@@ -385,13 +373,8 @@ def test_a_terminal_ends_once_no_server_took_it_up_in_time(
 
 
 async def test_a_password_guards_the_socket_too(project_dir: Path, config_dir: Path, tmp_path: Path) -> None:
-    settings = Settings(
-        db=f"sqlite+aiosqlite:///{tmp_path / 'auth.db'}",
-        directory=str(project_dir),
-        config_dir=str(config_dir),
-        port=free_port(),
-        OPENSESSION_PASSWORD="secret",  # type: ignore[call-arg]  # the field is read under its environment names only
-    )
+    # The password field is read under its environment names only.
+    settings = settings_for(tmp_path, project_dir, config_dir, OPENSESSION_PASSWORD="secret")
     auth = httpx.BasicAuth("opencode", "secret")
     with thread_server(settings) as server, httpx.Client(base_url=server.url, auth=auth, timeout=10.0) as http:
         pty_id = create(http, command="cat")["id"]
