@@ -17,7 +17,7 @@ from app.runtime.errors import InvalidInput, TerminalNotFound
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.terminals._launch import command_line, environment, working_directory
 from app.runtime.terminals._placement import Alone, Elsewhere, Placement, Shared
-from app.runtime.terminals._process import SpawnFailed, spawn, take_up
+from app.runtime.terminals._process import Keepers, SpawnFailed, take_up
 from app.runtime.terminals._shelf import Shelf, Shelved
 from app.runtime.terminals._terminal import Subscription, Terminal
 from app.runtime.terminals._tickets import Tickets
@@ -54,6 +54,7 @@ class Terminals:
         self._placement = placement(self._terminals.values)
         self._recording: set[asyncio.Task[None]] = set()
         self._taking_up: asyncio.Task[None] | None = None
+        self._keepers = Keepers()
         self.tickets = Tickets()
 
     @classmethod
@@ -193,9 +194,7 @@ class Terminals:
         pty_id = ids.new_id("pty")
         try:
             where = self._shelf.socket(pty_id)
-            kept = await asyncio.to_thread(
-                spawn, program, argv, start_in, environment(env), where, self._orphan_seconds
-            )
+            kept = await self._keepers.spawn(program, argv, start_in, environment(env), where, self._orphan_seconds)
         except (OSError, SpawnFailed) as exc:
             raise InvalidInput(f"Cannot start {program}: {getattr(exc, 'strerror', None) or exc}") from exc
         info = {
@@ -271,6 +270,7 @@ class Terminals:
             self._taking_up.cancel()
             with suppress(asyncio.CancelledError):
                 await self._taking_up
+        await self._keepers.close()
         terminals = list(self._terminals.values())
         await asyncio.gather(*self._recording, return_exceptions=True)
         left = [t for t in terminals if t.running and self._orphan_seconds > 0]

@@ -134,11 +134,9 @@ def _hello(connection: socket.socket) -> Kept | None:
     return Kept(connection, int(hello["pid"]), fds[0], pending, hello["exit"])
 
 
-def spawn(
-    command: str, args: Sequence[str], cwd: str, env: Mapping[str, str], socket_path: str, orphan_seconds: float
-) -> Kept:
-    """Blocking: start a keeper running ``command`` on a new pty. Raises ``SpawnFailed`` or
-    ``OSError``."""
+def _start_keeper() -> socket.socket:
+    """Blocking: a new keeper, waiting for its spec on the returned socket (it exits if the
+    socket closes first)."""
     ours, theirs = socket.socketpair()
     try:
         keeper = subprocess.Popen(
@@ -154,18 +152,70 @@ def spawn(
     finally:
         theirs.close()
     threading.Thread(target=keeper.wait, name=f"pty-keeper-reap:{keeper.pid}", daemon=True).start()
-    spec = {
-        "command": command,
-        "args": list(args),
-        "cwd": cwd,
-        "env": dict(env),
-        "socket": socket_path,
-        "orphanSeconds": orphan_seconds,
-    }
-    kept = _answered(ours, json.dumps(spec).encode() + b"\n")
-    if kept is None:
-        raise SpawnFailed("the terminal's keeper did not start")
-    return kept
+    return ours
+
+
+class Keepers:
+    """Starts keepers, keeping one ready: a keeper's interpreter takes tens of milliseconds to
+    start, so each terminal but the first is made by a keeper started after the one before (the
+    first waits for its own). Used from the event loop only."""
+
+    def __init__(self) -> None:
+        self._ready: socket.socket | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def spawn(
+        self, command: str, args: Sequence[str], cwd: str, env: Mapping[str, str], socket_path: str, orphan_s: float
+    ) -> Kept:
+        """A keeper running ``command`` on a new pty. Raises ``SpawnFailed`` or ``OSError``."""
+        spec = {
+            "command": command,
+            "args": list(args),
+            "cwd": cwd,
+            "env": dict(env),
+            "socket": socket_path,
+            "orphanSeconds": orphan_s,
+        }
+        request = json.dumps(spec).encode() + b"\n"
+        ready, self._ready = self._ready, None
+        try:
+            if ready is not None:
+                with suppress(OSError):  # it died while it waited: start another
+                    return await self._answer(ready, request)
+            return await self._answer(await asyncio.to_thread(_start_keeper), request)
+        finally:
+            self._prepare()
+
+    @staticmethod
+    async def _answer(connection: socket.socket, request: bytes) -> Kept:
+        kept = await asyncio.to_thread(_answered, connection, request)
+        if kept is None:
+            raise SpawnFailed("the terminal's keeper did not start")
+        return kept
+
+    def _prepare(self) -> None:
+        if not self._closed and self._ready is None and (self._starting is None or self._starting.done()):
+            self._starting = asyncio.create_task(self._start_ready(), name="terminals:keeper")
+
+    async def _start_ready(self) -> None:
+        try:
+            ready = await asyncio.to_thread(_start_keeper)
+        except OSError:
+            return  # the next terminal starts its own
+        if self._closed:
+            ready.close()
+        else:
+            self._ready = ready
+
+    async def close(self) -> None:
+        """The ready keeper goes (its socket closes, so it exits)."""
+        self._closed = True
+        if self._starting is not None:
+            await asyncio.gather(self._starting, return_exceptions=True)
+        if self._ready is not None:
+            self._ready.close()
+            self._ready = None
 
 
 def take_up(socket_path: str) -> Kept | None:

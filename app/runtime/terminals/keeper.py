@@ -2,8 +2,9 @@
 outlive the server process that made it (a restart, a crash) and be taken up by the next one.
 
 Run by path (``python -I -S keeper.py``, standard library only: it starts in tens of
-milliseconds), detached in a session of its own, with a Unix socket as its stdin that the
-creating server holds. Protocol, newline-delimited JSON:
+milliseconds; the server keeps one started ahead of need), detached in a session of its own,
+with a Unix socket as its stdin that the creating server holds. Protocol, newline-delimited
+JSON:
 - the server sends the spec ``{command, args, cwd, env, socket, orphanSeconds}``;
 - the keeper starts the program on a new pty, listens on ``socket`` and answers every server it
   is attached to with ``{pid, exit, pending}`` and the pty's master fd (SCM_RIGHTS), then the
@@ -225,7 +226,10 @@ def _listen(path: str) -> socket.socket:
 
 def main() -> int:
     control = socket.socket(fileno=0)
-    spec = json.loads(control.makefile("rb").readline())
+    line = control.makefile("rb").readline()
+    if not line:
+        return 0  # started ahead of need, and not needed: the server stopped
+    spec = json.loads(line)
     master, slave = os.openpty()
     try:
         set_size(slave, DEFAULT_ROWS, DEFAULT_COLS)
