@@ -4,6 +4,7 @@ what it wrote while no server ran, and its input and output from then on."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -33,7 +34,16 @@ async def test_a_terminal_outlives_a_restart_or_a_crash_of_its_server(
             await socket.send("echo before-$((1+1)); (sleep 1; echo gap-$((2+2))) &\n")
             await reader.contains("before-2")
             cursor = reader.position
-        server.stop() if stop == "restart" else server.kill9()
+            server.stop() if stop == "restart" else server.kill9()
+            # Not closed with 1000, on which OpenCode's app takes the terminal for ended and
+            # stops reconnecting: a server that stops says 1012 (service restart), one that died
+            # just drops the connection.
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                async with asyncio.timeout(5):
+                    while True:
+                        await socket.recv()
+            said = closed.value.rcvd
+            assert (said.code if said else None) == (1012 if stop == "restart" else None)
         assert running(info["pid"])
         time.sleep(1.5)  # the program writes while no server runs
         server.start()

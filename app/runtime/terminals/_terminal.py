@@ -25,7 +25,8 @@ log = logging.getLogger("opensession.terminals")
 
 _READ_SIZE = 64 * 1024
 _INPUT_HIGH = 256 * 1024
-CLOSE_NORMAL = 1000
+CLOSE_NORMAL = 1000  # the terminal ended: OpenCode's app stops reconnecting on this code alone
+CLOSE_GOING_AWAY = 1001  # this server stops, the terminal runs on: the client reconnects
 CLOSE_LAGGING = 1013  # "try again later": the client reconnects with its cursor
 
 
@@ -201,7 +202,7 @@ class Terminal:
 
     # -- ending --------------------------------------------------------------------------------
 
-    def _release(self) -> None:
+    def _release(self, code: int = CLOSE_NORMAL) -> None:
         """Close the master and end every connection (after the output queued to it)."""
         if self._master is not None:
             self._loop.remove_reader(self._master)
@@ -211,7 +212,7 @@ class Terminal:
             self._master = None
         self._drained.set()
         for subscriber in self._subscribers:
-            subscriber._end(CLOSE_NORMAL)
+            subscriber._end(code)
         self._subscribers.clear()
 
     async def close(self) -> None:
@@ -228,5 +229,5 @@ class Terminal:
         from its keeper (this one is stopping)."""
         if self._watcher is not None:
             self._watcher.cancel()
-        self._release()
+        self._release(CLOSE_GOING_AWAY)  # the clients reconnect, to whichever server takes it up
         self._kept.detach()
