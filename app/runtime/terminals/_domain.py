@@ -60,7 +60,7 @@ class Terminals:
     @classmethod
     def build(cls, infra: Infrastructure) -> Terminals:
         settings = infra.settings
-        shelf = Shelf.for_database(settings.db)
+        shelf = Shelf.for_database(settings.database_url)
         if not infra.db.shared:
             return cls(infra.log.publish, settings.pty_buffer_chars, shelf, settings.pty_orphan_seconds)
         url, origin = settings.reachable_url, infra.log.origin
