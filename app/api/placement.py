@@ -3,8 +3,9 @@ files of a directory this process's machine lacks is served by a process whose m
 Two kinds of request are placed:
 - on a session's files (a revert, an unrevert, a user's shell command, a V2 revert's stage, clear
   or commit): the session's directory (``Runtime.placed_elsewhere``);
-- on an instance directory the request names (``?directory=``, ``?location[directory]=`` or the
-  ``x-opencode-directory`` header): file reads and searches, VCS status and diffs, worktrees, a
+- on an instance directory the request names (``?directory=``, ``?location[directory]=``, the
+  ``x-opencode-directory`` header, or a V2 session's ``location`` in its body): file reads and
+  searches, VCS status and diffs, worktrees, a
   git init, the project's configuration (read or changed), agents, commands and skills (read from
   its files), its language servers' and formatters' status, a new terminal and a new session
   (``Runtime.directory_elsewhere``). Once made, a terminal is reached through any process
@@ -33,7 +34,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import DATABASE_UNAVAILABLE
 from app.api.middleware import refuse
-from app.api.pty_forward import FORWARDED, Forwarder
+from app.api.pty_forward import FORWARDED, Forwarder, read_body, replaying
+from app.jsonutil import loads
 from app.runtime.errors import DatabaseUnavailable
 from app.runtime.service import Runtime
 
@@ -50,6 +52,7 @@ _ON_INSTANCE_FILES = re.compile(
 )
 # Made where the directory is: a terminal runs there, a session's project is its git repository's.
 _NEW_IN_DIRECTORY = re.compile(r"^(?:/api)?/(?:pty|session)$")
+_V2_NEW_SESSION = "/api/session"  # its body may name the directory: ``{"location": {"directory"}}``
 
 
 def _instance_directory(scope: Scope) -> str | None:
@@ -59,9 +62,20 @@ def _instance_directory(scope: Scope) -> str | None:
     named = (query.get("location[directory]") or query.get("directory") or [None])[0]
     if named is None:
         named = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-opencode-directory"), None)
-    if not named:
-        return None
-    value = unquote(named)
+    return _usable(unquote(named)) if named else None
+
+
+def _located(body: bytes) -> str | None:
+    """The directory a V2 session's body names (``location.directory``), if any."""
+    try:
+        location = loads(body).get("location") or {}
+        named = location.get("directory")
+    except (ValueError, AttributeError):
+        return None  # the route answers what is wrong with it
+    return _usable(named) if isinstance(named, str) else None
+
+
+def _usable(value: str) -> str | None:
     return os.path.normpath(value) if os.path.isabs(value) and "\0" not in value else None
 
 
@@ -81,6 +95,10 @@ class Placement:
                 url = await self.runtime.placed_elsewhere(on_session.group(1) or on_session.group(2))
             elif _ON_INSTANCE_FILES.match(path) or (method == "POST" and _NEW_IN_DIRECTORY.match(path)):
                 directory = _instance_directory(scope)
+                if method == "POST" and path == _V2_NEW_SESSION:
+                    body = await read_body(receive)
+                    receive = replaying(body)  # read here, and again by the route or the relay
+                    directory = _located(body) or directory
                 url = None if directory is None else await self.runtime.directory_elsewhere(directory)
             else:
                 url = None

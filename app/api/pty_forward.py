@@ -75,7 +75,7 @@ class Forwarder:
     async def relay(self, scope: Scope, receive: Receive, send: Send, base_url: str) -> None:
         """Send the request to the process at ``base_url`` and relay its answer as it is; raises
         ``httpx.HTTPError`` (nothing sent to the client yet) when that process does not answer."""
-        await self.relay_body(scope, await _body(receive), send, base_url)
+        await self.relay_body(scope, await read_body(receive), send, base_url)
 
     async def relay_body(self, scope: Scope, body: bytes, send: Send, base_url: str) -> None:
         """``relay``, the request's body read already."""
@@ -122,8 +122,8 @@ class PtyForwarding:
             await self.app(scope, receive, send)
             return
         if scope["type"] == "http":
-            body = await _body(receive)
-            receive = _replaying(body)
+            body = await read_body(receive)
+            receive = replaying(body)
 
             async def forward(to: Elsewhere) -> None:
                 await self._http(scope, body, send, to)
@@ -166,7 +166,7 @@ class PtyForwarding:
             await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
 
 
-def _replaying(body: bytes) -> Receive:
+def replaying(body: bytes) -> Receive:
     """A ``receive`` that gives ``body`` again (read for forwarding, served here after all)."""
     sent = False
 
@@ -196,7 +196,7 @@ def _passed(scope: Scope, leave_out: frozenset[str] = frozenset()) -> list[tuple
     return [*headers, (FORWARDED, "1")]
 
 
-async def _body(receive: Receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     """The whole request body (BodyLimit, outside, has bounded it)."""
     chunks: list[bytes] = []
     while True:

@@ -252,6 +252,9 @@ def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
     made_on_a = httpx.post(f"{a.url}/session", params=in_project).json()
     made_through_b = httpx.post(f"{b.url}/session", params=in_project, timeout=30).json()
     assert made_through_b["projectID"] == made_on_a["projectID"] != "global"  # the repository's
+    v2 = httpx.post(f"{b.url}/api/session", json={"location": {"directory": str(project)}}, timeout=30)
+    assert v2.status_code == 200, v2.text
+    assert httpx.get(f"{a.url}/session/{v2.json()['data']['id']}").json()["projectID"] == made_on_a["projectID"]
 
     nowhere = {"directory": str(tmp_path / "nowhere"), "path": "hello.txt"}
     missing = httpx.get(f"{b.url}/file/content", params=nowhere, timeout=30)
