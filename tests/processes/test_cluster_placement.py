@@ -235,6 +235,7 @@ def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
     listed = httpx.get(f"{b.url}/api/fs/list", params={"location[directory]": str(project)}, timeout=30)
     assert listed.status_code == 200 and "hello.txt" in [e["path"] for e in listed.json()["data"]], listed.text
     assert httpx.get(f"{b.url}/vcs", params=in_project, timeout=30).json()["branch"]
+    assert httpx.get(f"{b.url}/app", params=in_project, timeout=30).json()["git"] is True
     commands = httpx.get(f"{b.url}/command", params=in_project, timeout=30).json()
     assert "only-on-a" in [c["name"] for c in commands]  # from the project's opencode.json
     patched = httpx.patch(f"{b.url}/config", params=in_project, json={"username": "a-user"}, timeout=30)
