@@ -5,12 +5,11 @@ Two kinds of request are placed:
   or commit): the session's directory (``Runtime.placed_elsewhere``);
 - on an instance directory the request names (``?directory=``, ``?location[directory]=``, the
   ``x-opencode-directory`` header, or a V2 session's ``location`` in its body): file reads and
-  searches, VCS status and diffs, worktrees, a
-  git init, the project's configuration (read or changed), agents, commands and skills (read from
-  its files), its language servers' and formatters' status, ``/app`` (whether it is a git
-  repository), a new terminal and a new session
-  (``Runtime.directory_elsewhere``). Once made, a terminal is reached through any process
-  (``pty_forward``); a session made where its directory is belongs to the project of the
+  searches, VCS status and diffs, worktrees, a git init, the project's configuration (read or
+  changed), agents, commands and skills (read from its files), its language servers' and
+  formatters' status, ``/app`` (whether it is a git repository), a new terminal and a new
+  session (``Runtime.directory_elsewhere``). Once made, a terminal is reached through any
+  process (``pty_forward``); a session made where its directory is belongs to the project of the
   directory's git repository (elsewhere it would be ``global``).
 Prompts need nothing of the kind: their drains are placed through the database
 (``app/runtime/sessions/_cluster.py``, "Placement").
