@@ -86,6 +86,10 @@ def _signal(targets: set[int], sig: signal.Signals) -> None:
 
 
 class Keeper:
+    """Invariants: at most one server is ``attached``; while none is, the keeper reads the pty
+    itself; ``code`` is the program's return code once it has ended, and the attached server is
+    told it once."""
+
     def __init__(self, program: subprocess.Popen[bytes], master: int, listener: socket.socket, orphan_s: float) -> None:
         self.program = program
         self.master: int | None = master
@@ -98,6 +102,7 @@ class Keeper:
         self.told_exit = False
 
     def run(self) -> None:
+        """Serve until told to end, or until nobody took the terminal up in time (or could)."""
         while True:
             self._look_at_program()
             alone = self.attached is None
