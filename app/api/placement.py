@@ -97,7 +97,7 @@ class Placement:
                 directory = _instance_directory(scope)
                 if method == "POST" and path == _V2_NEW_SESSION:
                     body = await read_body(receive)
-                    receive = replaying(body)  # read here, and again by the route or the relay
+                    receive = replaying(body, receive)  # read here, and again by the route or the relay
                     directory = _located(body) or directory
                 url = None if directory is None else await self.runtime.directory_elsewhere(directory)
             else:

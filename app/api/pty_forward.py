@@ -123,7 +123,7 @@ class PtyForwarding:
             return
         if scope["type"] == "http":
             body = await read_body(receive)
-            receive = replaying(body)
+            receive = replaying(body, receive)
 
             async def forward(to: Elsewhere) -> None:
                 await self._http(scope, body, send, to)
@@ -166,18 +166,19 @@ class PtyForwarding:
             await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
 
 
-def replaying(body: bytes) -> Receive:
-    """A ``receive`` that gives ``body`` again (read for forwarding, served here after all)."""
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` again (read from ``receive`` already, to be forwarded),
+    then what ``receive`` gives next (the client's disconnect)."""
     sent = False
 
-    async def receive() -> Message:
+    async def again() -> Message:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await receive()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    return receive
+    return again
 
 
 def _not_relayed(name: str) -> bool:
