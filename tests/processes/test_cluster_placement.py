@@ -191,6 +191,15 @@ def test_forwarding_comes_after_the_guards(machines: tuple[ProcessServer, Proces
     foreign = httpx.post(f"{b.url}/session/{sid}/revert", content=body, headers={"Host": "evil.example"}, timeout=30)
     assert foreign.status_code in (400, 403, 421), foreign.text
     assert (project / "kept.txt").exists()
+    # The same for a request that names the directory: no terminal is started on A.
+    in_project = {"directory": str(project)}
+    started = json.dumps({"command": "sh", "args": ["-c", "touch started"]})
+    refused = httpx.post(f"{b.url}/pty", params=in_project, content=started, headers=cross_site, timeout=30)
+    assert refused.status_code == 403, refused.text
+    foreign = httpx.post(f"{b.url}/pty", params=in_project, content=started, headers={"Host": "evil.example"})
+    assert foreign.status_code in (400, 403, 421), foreign.text
+    assert httpx.get(f"{a.url}/pty", params=in_project).json() == []
+    assert not (project / "started").exists()
 
 
 @pytest.mark.parametrize("machines", ["secret"], ids=["password"], indirect=True)
