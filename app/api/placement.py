@@ -32,9 +32,8 @@ from urllib.parse import parse_qs, unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.errors import DATABASE_UNAVAILABLE
 from app.api.middleware import refuse
-from app.api.pty_forward import FORWARDED, Forwarder, read_body, replaying
+from app.api.pty_forward import FORWARDED, Forwarder, read_body, refuse_unavailable, replaying
 from app.jsonutil import loads
 from app.runtime.errors import DatabaseUnavailable
 from app.runtime.service import Runtime
@@ -103,7 +102,7 @@ class Placement:
             else:
                 url = None
         except DatabaseUnavailable:
-            await refuse(scope, send, 503, {"_tag": "DatabaseUnavailableError", "message": DATABASE_UNAVAILABLE})
+            await refuse_unavailable(scope, send)
             return
         if url is None:
             await self.app(scope, receive, send)

@@ -116,7 +116,7 @@ class PtyForwarding:
         try:
             where = await self.forwarder.terminals.elsewhere(match.group(1))
         except DatabaseUnavailable:
-            await refuse(scope, send, 503, {"_tag": "DatabaseUnavailableError", "message": DATABASE_UNAVAILABLE})
+            await refuse_unavailable(scope, send)
             return
         if where is None:
             await self.app(scope, receive, send)
@@ -164,6 +164,11 @@ class PtyForwarding:
             log.warning("pty %s: forwarding to %s failed: %r", where.pty_id, where.url, exc)
             message = f"The process that holds PTY session {where.pty_id} did not answer; retry shortly"
             await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
+
+
+async def refuse_unavailable(scope: Scope, send: Send) -> None:
+    """The 503 for a forwarding decision the database could not answer."""
+    await refuse(scope, send, 503, {"_tag": "DatabaseUnavailableError", "message": DATABASE_UNAVAILABLE})
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:

@@ -271,16 +271,15 @@ class Terminals:
             with suppress(asyncio.CancelledError):
                 await self._taking_up
         await self._keepers.close()
-        terminals = list(self._terminals.values())
         await asyncio.gather(*self._recording, return_exceptions=True)
-        left = [t for t in terminals if t.running and self._orphan_seconds > 0]
+        left = [t for t in self._terminals.values() if t.running and self._orphan_seconds > 0]
+        ending = [t for t in self._terminals.values() if t not in left]
         await self._placement.stop(frozenset(t.id for t in left))
         for terminal in left:
             self._shelve(terminal)  # with the cursor its output reached
             terminal.leave()
+        for terminal in ending:
+            self._shelf.drop(terminal.id)
         self._terminals.clear()
         self._keep_exited.clear()
-        for terminal in terminals:
-            if terminal not in left:
-                self._shelf.drop(terminal.id)
-        await asyncio.gather(*(t.close() for t in terminals if t not in left))
+        await asyncio.gather(*(t.close() for t in ending))
