@@ -7,10 +7,10 @@ Two kinds of request are placed:
   ``x-opencode-directory`` header, or a V2 session's ``location`` in its body): file reads and
   searches, VCS status and diffs, worktrees, a git init, the project's configuration (read or
   changed), agents, commands and skills (read from its files), its language servers' and
-  formatters' status, ``/app`` (whether it is a git repository), a new terminal and a new
-  session (``Runtime.directory_elsewhere``). Once made, a terminal is reached through any
-  process (``pty_forward``); a session made where its directory is belongs to the project of the
-  directory's git repository (elsewhere it would be ``global``).
+  formatters' status, ``/app`` (whether it is a git repository), its V2 location (its project), a
+  new terminal and a new session (``Runtime.directory_elsewhere``). Once made, a terminal is
+  reached through any process (``pty_forward``); a session made where its directory is belongs
+  to the project of the directory's git repository (elsewhere it would be ``global``).
 Prompts need nothing of the kind: their drains are placed through the database
 (``app/runtime/sessions/_cluster.py``, "Placement").
 
@@ -47,7 +47,7 @@ _ON_SESSION_FILES = re.compile(
 _ON_INSTANCE_FILES = re.compile(
     r"^/(?:file(?:/content|/status)?|find(?:/file|/symbol)?|vcs(?:/status|/diff|/diff/raw|/apply)?"
     r"|api/fs/(?:list|find|read/.*)|experimental/worktree(?:/reset)?|project/git/init|project/current"
-    r"|config(?:/providers)?|agent|mode|command|skill|lsp|formatter|app)$"
+    r"|config(?:/providers)?|agent|mode|command|skill|lsp|formatter|app|api/location)$"
 )
 # Made where the directory is: a terminal runs there, a session's project is its git repository's.
 _NEW_IN_DIRECTORY = re.compile(r"^(?:/api)?/(?:pty|session)$")

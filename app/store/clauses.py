@@ -51,6 +51,7 @@ from app.store.schema import (
     messages,
     metadata,
     parts,
+    project_places,
     projects,
     pty_owners,
     reverts,
@@ -159,6 +160,9 @@ DELETE_SAVED_PERMISSION = Clause(delete(saved_permissions).where(saved_permissio
 UPSERT_PROJECT = _upsert(projects)
 PROJECT = Clause(select(projects.c.info, projects.c.time_updated).where(projects.c.id == bindparam("id")), quick=True)
 ALL_PROJECTS = Clause(select(projects.c.id, projects.c.info, projects.c.time_updated))
+UPSERT_PROJECT_PLACE = _upsert(project_places)
+PROJECT_PLACE = Clause(select(project_places).where(project_places.c.directory == bindparam("directory")), quick=True)
+ALL_PROJECT_PLACES = Clause(select(project_places))
 
 
 INSERT_SUMMARY = Clause(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))

@@ -178,6 +178,18 @@ projects = Table(
     Column("time_updated", BigInteger, nullable=False),
 )
 
+# Each directory's project as a process whose machine has the directory resolved it: the others
+# (on machines that lack the directory) list it from here rather than as ``global``.
+project_places = Table(
+    "project_places",
+    metadata,
+    Column("directory", String, primary_key=True),
+    Column("project_id", String, nullable=False),
+    Column("worktree", String, nullable=False),
+    Column("vcs", String, nullable=True),
+    Column("created", BigInteger, nullable=False),
+)
+
 # Terminals (databases shared by several processes): a pty lives in the process that started it;
 # ``owner`` (its origin) and ``url`` (its advertised address) say where the others forward what
 # concerns it, ``info`` is the pty as the owner last recorded it (what every process lists), and

@@ -269,3 +269,29 @@ def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
     nowhere = {"directory": str(tmp_path / "nowhere"), "path": "hello.txt"}
     missing = httpx.get(f"{b.url}/file/content", params=nowhere, timeout=30)
     assert 400 <= missing.status_code < 500, missing.text
+
+
+def test_a_process_whose_machine_lacks_a_directory_names_its_project_as_where_it_is(
+    machines: tuple[ProcessServer, ProcessServer, Path],
+) -> None:
+    """B lists the project of A's directory, imports a session into it and names it in its
+    location as A sees it: the repository's, with its worktree, never ``global``."""
+    a, b, project = machines
+    git_repository(project)
+    in_project = {"directory": str(project)}
+    made = httpx.post(f"{a.url}/session", params=in_project).json()
+    repository = made["projectID"]
+    assert repository != "global"
+    listed = httpx.get(f"{b.url}/project", timeout=30).json()
+    assert [p["id"] for p in listed if p["worktree"] == str(project)] == [repository], listed
+    seen = next(p for p in listed if p["id"] == repository)
+    assert seen["vcs"] == "git" and seen["time"]["created"] > 0
+    as_current = httpx.get(f"{b.url}/project", params=in_project, timeout=30).json()
+    assert as_current[0]["id"] == repository and as_current[0]["worktree"] == str(project)
+    location = httpx.get(f"{b.url}/api/location", params=in_project, timeout=30).json()
+    assert location["project"]["id"] == repository
+
+    export = {"info": made | {"id": "ses_0000000000000000000000import"}, "messages": []}
+    imported = httpx.post(f"{b.url}/opensession/import", params=in_project, json=export, timeout=30)
+    assert imported.status_code == 200, imported.text
+    assert imported.json()["projectID"] == repository

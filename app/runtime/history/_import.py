@@ -36,7 +36,7 @@ from app.jsonutil import UnencodableValue, dumpb
 from app.runtime.errors import Conflict, InvalidInput
 from app.runtime.history._export_file import Elements, ExportSyntax, members
 from app.runtime.history._service import COPIED_OPEN, COPY_BATCH, History
-from app.runtime.sessions import SessionService, closed_part, closed_reply, open_reply, project_id
+from app.runtime.sessions import SessionService, closed_part, closed_reply, open_reply
 from app.store.database import Reader
 from app.store.queries import message_id_taken, part_id_taken, session_exists
 from app.wire import Session
@@ -173,9 +173,10 @@ class Importer:
         source = checked.info
         kept = {k: v for k, v in source.items() if k not in ("share", "parentID", "revert")}
         now = now_ms()
+        place = await self.sessions.place(directory)
         here = {
             "directory": directory,
-            "projectID": await project_id(directory),
+            "projectID": place.project_id,
             "path": "",
             "time": {**source["time"], **{k: min(source["time"][k], now) for k in ("created", "updated")}},
         }
@@ -193,6 +194,7 @@ class Importer:
                 info["revert"] = {"messageID": messages[revert["messageID"]]}
                 if revert.get("partID") in parts:
                     info["revert"]["partID"] = parts[revert["partID"]]
+            self.sessions.record_place(tx, directory, place)
             await self.sessions.emit_created(tx, info)
             for index, message in enumerate(_messages(file), 1):
                 if index % COPY_BATCH == 0:

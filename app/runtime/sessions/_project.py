@@ -19,6 +19,7 @@ from typing import Any
 
 from app.processes import tied
 from app.runtime.errors import InvalidInput
+from app.store.project_places import Place
 
 _cache: dict[str, str] = {}
 _mains: dict[str, str | None] = {}
@@ -131,31 +132,49 @@ def cached_project_id(directory: str) -> str | None:
     return _cache.get(directory)
 
 
-async def project_info(directory: str, updated: int | None = None) -> dict[str, Any]:
-    """OpenCode's ``Project`` of ``directory``: created when the directory was (its ctime),
-    updated at ``updated`` (the latest session activity) when later."""
+async def resolved(directory: str) -> Place:
+    """``directory``'s project as this machine sees it (``global`` where it lacks the directory)."""
     pid = await project_id(directory)
     try:
         created = int(os.stat(directory).st_ctime * 1000)
     except OSError:
         created = 0
+    worktree = await main_worktree(directory) if pid != "global" else directory
+    return Place(pid, worktree, "git" if pid != "global" or in_git_work_tree(directory) else None, created)
+
+
+def learn(directory: str, place: Place) -> None:
+    """Take ``place``, recorded by a process whose machine has ``directory``, as its project
+    here, where the directory is missing: event frames and the routes then name that project."""
+    _cache[directory] = place.project_id
+    _mains[directory] = place.worktree if place.worktree != directory else None
+
+
+def project_of(place: Place, updated: int | None = None) -> dict[str, Any]:
+    """OpenCode's ``Project`` of a place: created when the directory was (its ctime), updated at
+    ``updated`` (the latest session activity) when later."""
     return {
-        "id": pid,
-        "worktree": await main_worktree(directory) if pid != "global" else directory,
-        "vcs": "git" if pid != "global" or in_git_work_tree(directory) else None,
-        "time": {"created": created, "updated": max(created, updated or 0)},
+        "id": place.project_id,
+        "worktree": place.worktree,
+        "vcs": place.vcs,
+        "time": {"created": place.created, "updated": max(place.created, updated or 0)},
         "sandboxes": [],
     }
 
 
-async def projects(current: str, directories: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
-    """One project per id: ``current``'s first, then those of ``directories`` (each with its
-    latest activity, most recent first), each as the first of its directories seen."""
+async def project_info(directory: str, updated: int | None = None) -> dict[str, Any]:
+    """OpenCode's ``Project`` of ``directory`` as this machine sees it (``project_of``)."""
+    return project_of(await resolved(directory), updated)
+
+
+def projects(places: Iterable[tuple[Place, int]]) -> list[dict[str, Any]]:
+    """One project per id, in the order of ``places`` (each with its latest activity), each as
+    its first place, updated at the latest activity of any."""
     found: dict[str, dict[str, Any]] = {}
-    for directory, updated in [(current, 0), *directories]:
-        pid = await project_id(directory)
-        if pid not in found:
-            found[pid] = await project_info(directory, updated)
+    for place, updated in places:
+        if place.project_id not in found:
+            found[place.project_id] = project_of(place, updated)
         else:
-            found[pid]["time"]["updated"] = max(found[pid]["time"]["updated"], updated)
+            known = found[place.project_id]["time"]
+            known["updated"] = max(known["updated"], updated)
     return list(found.values())

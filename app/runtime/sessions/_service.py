@@ -3,6 +3,7 @@ row is its projection."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections import OrderedDict
@@ -15,8 +16,19 @@ from app.events.log import EventLog, Transaction
 from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.runtime.errors import Conflict, ProjectNotFound, SessionNotFound
-from app.runtime.sessions._project import forget, init_repository, project_id, project_info, projects, with_settings
-from app.store import project_settings
+from app.runtime.sessions._project import (
+    forget,
+    init_repository,
+    learn,
+    project_id,
+    project_info,
+    project_of,
+    projects,
+    resolved,
+    with_settings,
+)
+from app.store import project_places, project_settings
+from app.store.project_places import Place
 from app.store.queries import Queries, session_exists, session_info
 from app.wire import GlobalSession, Session
 
@@ -130,21 +142,58 @@ class SessionService:
         self.log = log
         self.queries = queries
         self._cache = _InfoCache(infos=not log.db.shared)
+        self._recorded: set[str] = set()  # directories whose place this process has recorded
         log.db.on_lost_writes(self._cache.clear)
+        log.db.on_lost_writes(self._recorded.clear)
+
+    async def place(self, directory: str) -> Place:
+        """``directory``'s project: resolved here when this machine has the directory, else as
+        a process whose machine has it recorded it (``project_places``), else ``global``."""
+        if os.path.isdir(directory):
+            return await resolved(directory)
+        found = await project_places.place(self.log.db, directory)
+        if found is None:
+            return await resolved(directory)
+        learn(directory, found)
+        return found
+
+    def record_place(self, tx: Transaction, directory: str, found: Place) -> None:
+        """Record ``found`` for the other machines in ``tx``, if this machine has ``directory``
+        (once per process: a session's creation costs no more than a statement)."""
+        if directory not in self._recorded and os.path.isdir(directory):
+            project_places.record(tx.scope, directory, found)
+            tx.scope.after_commit(lambda: self._recorded.add(directory))
 
     async def projects(self, current: str) -> list[dict[str, Any]]:
         """The projects this server knows: ``current``'s, then those its sessions are in, each with
-        what clients set on it."""
-        found = await projects(current, await self.queries.session_directories())
+        what clients set on it. A directory this machine has is seen here, and recorded when it
+        was not yet (or its project changed); one it lacks, as recorded where it is."""
+        recorded = await project_places.every_place(self.log.db)
+        places, changed = [], {}
+        for directory, updated in [(current, 0), *await self.queries.session_directories()]:
+            if os.path.isdir(directory):
+                found = await resolved(directory)
+                if not found.same_project(recorded.get(directory)):
+                    changed[directory] = found
+            elif directory in recorded:
+                learn(directory, found := recorded[directory])
+            else:
+                found = await resolved(directory)
+            places.append((found, updated))
+        if changed:
+            async with self.log.db.write() as scope:
+                for directory, place in changed.items():
+                    project_places.record(scope, directory, place)
+        found_projects = projects(places)
         settings = await project_settings.every_settings(self.log.db)
-        for info in found:
+        for info in found_projects:
             if info["id"] in settings:
                 with_settings(info, *settings[info["id"]])
-        return found
+        return found_projects
 
     async def current_project(self, directory: str) -> dict[str, Any]:
-        """``directory``'s project, with what clients set on it."""
-        info = await project_info(directory)
+        """``directory``'s project (``place``), with what clients set on it."""
+        info = project_of(await self.place(directory))
         found = await project_settings.settings(self.log.db, info["id"])
         return with_settings(info, *found) if found else info
 
@@ -154,6 +203,7 @@ class SessionService:
         if (await self.current_project(directory))["vcs"] != "git":
             await init_repository(directory)
             forget(directory)
+            self._recorded.discard(directory)
             info = await self.current_project(directory)
             self.log.publish(Event("project.updated", info, None, None))
         return await self.current_project(directory)
@@ -216,10 +266,11 @@ class SessionService:
             await self.get(parent_id)
         created = now_ms()
         prefix = "Child session - " if parent_id else "New session - "
+        place = await self.place(directory)
         info: Session = {
             "id": session_id or ids.session_id(),
             "slug": f"{random.choice(_ADJECTIVES)}-{random.choice(_NOUNS)}",
-            "projectID": await project_id(directory),
+            "projectID": place.project_id,
             "directory": directory,
             "path": "",
             "cost": 0,
@@ -244,6 +295,7 @@ class SessionService:
             # Checked inside the write transaction: two racing creates with one id cannot both pass.
             if session_id is not None and await session_exists(tx.scope, session_id):
                 raise Conflict(f"Session already exists: {session_id}", session_id)
+            self.record_place(tx, directory, place)
             await self.emit_created(tx, info)
         return info
 
