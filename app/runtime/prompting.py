@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 
 from app.config import reading
 from app.events.log import EventLog
@@ -25,10 +26,16 @@ from app.runtime.history import History, MessageWithParts
 from app.runtime.inputs import Admitted, InputsDomain, PromptRequest, compaction_request
 from app.runtime.sessions import SessionsDomain
 from app.runtime.workspace import Workspace
-from app.store.queries import Queries
+from app.store.queries import InputRow, Queries
 from app.wire import Session, SessionStatus
 
 SETTLE_GRACE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class _Settled:
+    unsettled: list[InputRow]  # the session's inputs still unsettled
+    reply: MessageWithParts | None  # the reply a turn here settled the input with, if read
 
 
 class Prompting:
@@ -72,19 +79,23 @@ class Prompting:
         message_id = (await self.prompt(session_id, request)).message_id
         if request.no_reply:
             return await self.history.get_message(session_id, message_id)
-        await self._settled(session_id, message_id)
-        if not await self.queries.unsettled_inputs(session_id):
+        settled = await self._settled(session_id, message_id)
+        if not settled.unsettled:
             # The answer is complete; as in OpenCode the call returns once the busy period has
             # ended too, so a follow-up (a shell command, a revert) does not find it busy.
             with suppress(TimeoutError):
                 await asyncio.wait_for(self.coordinator.await_idle(session_id), SETTLE_GRACE_SECONDS)
-        reply = await self.queries.last_assistant(session_id, parent_id=message_id)
+        reply = settled.reply
+        if reply is None or reply["info"].get("parentID") != message_id:
+            reply = await self.queries.last_assistant(session_id, parent_id=message_id)
         if reply is None:
             reply = await self.queries.last_assistant(session_id)
         return reply if reply is not None else await self.history.get_message(session_id, message_id)
 
-    async def _settled(self, session_id: str, input_id: str) -> None:
-        """Return once input ``input_id`` is settled, or nothing is left to settle it.
+    async def _settled(self, session_id: str, input_id: str) -> _Settled:
+        """Return once input ``input_id`` is settled, or nothing is left to settle it, with the
+        session's inputs still unsettled then (read with it: one read, not two) and, when a turn
+        here answered it, that reply (read at the same time).
 
         Registered before the input is read: a settle in between still resolves the waiter. An
         idle announcement releases every waiter of the session (an abort), so re-check then: a
@@ -93,17 +104,23 @@ class Prompting:
         as the topology's ``patience`` says."""
         patience = self._topology.patience
         unowned = 0
+        answered: str | None = None
         while True:
             waiter = self.waiters.register(session_id, input_id)
-            row = await self.queries.input(input_id)
-            if row is None or row.completed:
-                return
+            if answered is None:
+                unsettled, reply = await self.queries.unsettled_inputs(session_id), None
+            else:
+                unsettled, reply = await asyncio.gather(
+                    self.queries.unsettled_inputs(session_id), self.queries.message(session_id, answered)
+                )
+            if all(row.id != input_id for row in unsettled):  # completed (or its session is gone)
+                return _Settled(unsettled, reply)
             drained = self.coordinator.is_active(session_id) or await self._topology.leased(session_id)
             unowned = 0 if drained else unowned + 1
             if unowned >= patience.rounds:  # nobody drains it: it will not be answered now
-                return
+                return _Settled(unsettled, None)
             with suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(waiter), patience.seconds)
+                answered = await asyncio.wait_for(asyncio.shield(waiter), patience.seconds)
 
     async def abort(self, session_id: str) -> None:
         """Legacy abort: stop the turn and drop the prompts queued behind it (they stay in the

@@ -309,14 +309,19 @@ SETTLED_CURSOR = Clause(
         events.c.id < select(func.opensession_settled()).scalar_subquery()
     )
 )
-MESSAGE_INFO = Clause(
-    select(messages.c.info).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),
-    quick=True,
-)
 MESSAGE_ID_EXISTS = Clause(select(messages.c.id).where(messages.c.id == bindparam("id")), quick=True)
 PART_ID_EXISTS = Clause(select(parts.c.id).where(parts.c.id == bindparam("id")), quick=True)
-PARTS_OF_MESSAGE = Clause(
-    select(parts.c.data).where(parts.c.message_id == bindparam("id")).order_by(parts.c.id), quick=True
+# A message's info (kind 0; no row: not in that session), then its parts in order (kind 1).
+MESSAGE_WITH_PARTS = Clause(
+    union_all(
+        select(literal_column("0").label("kind"), messages.c.info.label("data"), messages.c.id.label("k")).where(
+            messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")
+        ),
+        select(literal_column("1"), parts.c.data, parts.c.id).where(
+            parts.c.message_id == bindparam("id"), parts.c.session_id == bindparam("session_id")
+        ),
+    ).order_by(literal_column("kind"), literal_column("k")),
+    quick=True,
 )
 PARTS_OF_SESSION = Clause(
     select(parts.c.message_id, parts.c.data)

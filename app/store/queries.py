@@ -319,11 +319,10 @@ class Queries:
         return int(row[0]) if row else 0
 
     async def message(self, session_id: str, message_id: str) -> MessageWithParts | None:
-        row = await self.db.fetch_one(sql.MESSAGE_INFO, {"id": message_id, "session_id": session_id})
-        if row is None:
+        rows = await self.db.fetch(sql.MESSAGE_WITH_PARTS, {"id": message_id, "session_id": session_id})
+        if not rows or rows[0][0] != 0:
             return None
-        part_rows = await self.db.fetch(sql.PARTS_OF_MESSAGE, {"id": message_id})
-        return {"info": loads(row[0]), "parts": [loads(p[0]) for p in part_rows]}
+        return {"info": loads(rows[0][1]), "parts": [loads(row[1]) for row in rows[1:]]}
 
     async def last_assistant(self, session_id: str, parent_id: str | None = None) -> MessageWithParts | None:
         """The newest assistant message of a session (answering ``parent_id`` when given)."""
@@ -332,10 +331,6 @@ class Queries:
             if parent_id is None or loads(info).get("parentID") == parent_id:
                 return await self.message(session_id, message_id)
         return None
-
-    async def input(self, input_id: str) -> InputRow | None:
-        row = await self.db.fetch_one(sql.INPUT_BY_ID, {"id": input_id})
-        return InputRow(*row) if row else None
 
     async def step_work(self, session_id: str) -> StepWork | None:
         """The session, its unsettled inputs and their window, in one read (None: no such session)."""

@@ -119,6 +119,7 @@ class Turn:
     began: float = field(default_factory=time.perf_counter)
     streamed: bool = False
     error: str | None = None
+    reply: str | None = None  # the message that settled its inputs, once that commit is done
 
     def start(self, ref: ModelRef) -> None:
         if self.ref is None:
@@ -254,7 +255,7 @@ class Runner:
         finally:
             turn.ended()
             for input_id in turn.inputs:
-                self.inputs.waiters.settle(input_id)
+                self.inputs.waiters.settle(input_id, turn.reply)
 
     async def _settle_waiting(self, session_id: str, through_seq: int) -> None:
         """A legacy abort stops the whole busy period: inputs queued behind the aborted turn stay
@@ -460,6 +461,8 @@ class Runner:
 
                 await self.sessions.service.mutate(tx, plan.session_id, change)
                 await kind.closed(tx, plan)
+        if not more:
+            turn.reply = recorder.info["id"]
         if changed and end:
             session = await self.sessions.service.get(plan.session_id)
             await self.history.diffs.after_step(session, plan.answered.id, turn.first, end)
@@ -563,6 +566,7 @@ class Runner:
             props = {"sessionID": recorder.session_id, "error": error}
             tx.publish(Event("session.error", props, recorder.session_id, recorder.directory))
             await recorder.complete(tx, turn.inputs, error)
+        turn.reply = recorder.info["id"]
         if changed and end:
             session = await self.sessions.service.get(recorder.session_id)
             await self.history.diffs.after_step(session, recorder.info["parentID"], turn.first, end)
