@@ -6,7 +6,8 @@ the figures are those of a server that has run a while: connections open, statem
 
 The servers reach PostgreSQL through ``bench/delay_proxy.py``, which holds every chunk
 ``--rtt-ms / 2`` in each direction (default 1 ms round trip, a database in the next rack; this
-kernel has no netem). For each configuration: admitted prompts/s, completed turns/s, accept
+kernel has no netem). For each configuration: a lone prompt's reply on the idle server (one
+session, prompts one after another), then under the burst: admitted prompts/s, completed turns/s, accept
 latency (p50/p99), each reply's wait (from when its session could begin it: its prompt created or
 the session's previous reply done, whichever is later, to its completion), server CPU per turn,
 the client's and the delay proxy's CPU (they share the machine) and, on PostgreSQL, per turn:
@@ -281,6 +282,21 @@ def _cross_process_latency(a: str, b: str, prompts: int) -> list[float]:
     return samples
 
 
+def _lone_replies(url: str, count: int = 20) -> list[float]:
+    """A prompt's wait on an otherwise idle server (ms, as the client sees it): one session's
+    prompts sent one after another with ``POST /session/:id/message``, which answers with the
+    reply once it is complete."""
+    samples: list[float] = []
+    with httpx.Client(timeout=30, trust_env=False) as client:
+        sid = client.post(f"{url}/session").json()["id"]
+        for index in range(count):
+            started = time.perf_counter()
+            answer = client.post(f"{url}/session/{sid}/message", json={"parts": [{"type": "text", "text": f"{index}"}]})
+            samples.append((time.perf_counter() - started) * 1000)
+            assert answer.status_code == 200, answer.text
+    return samples
+
+
 def _takeover(a: Server, b: Server, how: signal.Signals) -> float:
     """Seconds from the signal ``how`` (SIGKILL or SIGTERM) to the process draining a session
     until the other has begun its reply (the prompt's slow stream left out)."""
@@ -326,6 +342,9 @@ def _measure(
             # A warm-up burst on sessions of its own first, as a server that has run a while is:
             # its connections to the database open, its statements prepared, its caches filled.
             asyncio.run(_drive(entries, _sessions(entries[0]), 1))
+            lone = Metric(f"{label}: lone reply (POST /message, idle server)", "ms", 150.0)
+            lone.samples = _lone_replies(entries[0])
+            metrics.append(lone)
             sids = _sessions(entries[0])
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
