@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ def _fork(url: str, session_id: str) -> httpx.Response:
     return httpx.post(f"{url}/session/{session_id}/fork", json={}, timeout=60)
 
 
-def _import(url: str, export: dict[str, Any]) -> httpx.Response:
+def _import(url: str, *, export: dict[str, Any]) -> httpx.Response:
     headers = {"content-type": "application/json"}
     return httpx.post(f"{url}/opensession/import", content=json.dumps(export).encode(), headers=headers, timeout=60)
 
@@ -99,7 +100,7 @@ def test_a_fork_or_import_killed_at_any_moment_leaves_all_of_it_or_none(
     try:
         seed = httpx.post(f"{server.url}/session").json()["id"]
         assert httpx.post(f"{server.url}/session/{seed}/message", json=text_prompt("one")).status_code == 200
-        imported = _import(server.url, _long_export(server.url, seed))
+        imported = _import(server.url, export=_long_export(server.url, seed))
         assert imported.status_code == 200, imported.text
         source = imported.json()
         began = time.perf_counter()
@@ -107,7 +108,7 @@ def test_a_fork_or_import_killed_at_any_moment_leaves_all_of_it_or_none(
         fork_s = time.perf_counter() - began
         exports = [_long_export(server.url, seed) for _ in KILL_AT]
         began = time.perf_counter()
-        assert _import(server.url, _long_export(server.url, seed)).status_code == 200
+        assert _import(server.url, export=_long_export(server.url, seed)).status_code == 200
         import_s = time.perf_counter() - began
     finally:
         server.stop()
@@ -116,7 +117,7 @@ def test_a_fork_or_import_killed_at_any_moment_leaves_all_of_it_or_none(
         server = _started(database_url, project_dir, config_dir)
         _killed_during(server, lambda url: _fork(url, source["id"]), fork_s * fraction)
         server = _started(database_url, project_dir, config_dir)
-        _killed_during(server, lambda url, export=export: _import(url, export), import_s * fraction)
+        _killed_during(server, partial(_import, export=export), import_s * fraction)
     server = _started(database_url, project_dir, config_dir)
     try:
         _assert_whole(server.url, source, [export["info"]["id"] for export in exports])
