@@ -158,3 +158,17 @@ def test_when_not_even_the_error_can_be_written_the_next_drain_closes_the_reply(
         assert "could not be recorded" in first["info"]["error"]["data"]["message"]
         users = [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"]
         assert [first["info"]["parentID"], second["info"]["parentID"]] == [u["info"]["id"] for u in users]
+
+
+def test_projects_are_listed_on_a_full_disk(full_server: ThreadServer, disk: Disk, tmp_path: Path) -> None:
+    """Listing projects records the places of directories seen here (for machines that lack
+    them); on a full disk that record fails and the listing is answered all the same."""
+    elsewhere = tmp_path / "not-seen-yet"
+    elsewhere.mkdir()
+    with httpx.Client(base_url=full_server.url) as client:
+        disk.fill()
+        listed = client.get("/project", params={"directory": str(elsewhere)})
+        assert listed.status_code == 200, listed.text
+        assert listed.json()[0]["worktree"] == str(elsewhere)
+        disk.free()
+        assert client.get("/project", params={"directory": str(elsewhere)}).status_code == 200

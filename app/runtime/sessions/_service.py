@@ -3,6 +3,7 @@ row is its projection."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -31,6 +32,8 @@ from app.store import project_places, project_settings
 from app.store.project_places import Place
 from app.store.queries import Queries, session_exists, session_info
 from app.wire import GlobalSession, Session
+
+log = logging.getLogger("opensession.sessions")
 
 # Sessions a long list reads per query (``SessionService.walk``): what it holds in memory at once.
 LIST_PAGE = 500
@@ -181,15 +184,23 @@ class SessionService:
                 found = await resolved(directory)
             places.append((found, updated))
         if changed:
-            async with self.log.db.write() as scope:
-                for directory, place in changed.items():
-                    project_places.record(scope, directory, place)
+            await self._record_places(changed)
         found_projects = projects(places)
         settings = await project_settings.every_settings(self.log.db)
         for info in found_projects:
             if info["id"] in settings:
                 with_settings(info, *settings[info["id"]])
         return found_projects
+
+    async def _record_places(self, changed: dict[str, Place]) -> None:
+        """Record places seen here for the other machines: a hint a later listing records again,
+        so a listing never fails because it could not be written (a full disk, a lost database)."""
+        try:
+            async with self.log.db.write() as scope:
+                for directory, place in changed.items():
+                    project_places.record(scope, directory, place)
+        except Exception as exc:  # any engine's failure: the listing goes on
+            log.warning("could not record the projects of %s: %r", ", ".join(changed), exc)
 
     async def current_project(self, directory: str) -> dict[str, Any]:
         """``directory``'s project (``place``), with what clients set on it."""
