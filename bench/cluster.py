@@ -13,8 +13,9 @@ the session's previous reply done, whichever is later, to its completion), serve
 the client's and the delay proxy's CPU (they share the machine) and, on PostgreSQL, per turn:
 round trips (chunks the servers sent through the proxy), commits and statements
 (``pg_stat_statements``). With two or more processes also: cross-process event delivery
-(``/api/event`` on process B for prompts sent to process A: arrival minus the event's timestamp)
-and the takeover time after SIGTERM and after ``kill -9`` of the process draining a session.
+(``/api/event`` on process B for prompts sent to process A: arrival minus the event's timestamp),
+how long after its reply a sync prompt sent to B answers while A drains the session, and the
+takeover time after SIGTERM and after ``kill -9`` of the process draining a session.
 
 With ``--nginx`` every client request goes through the shipped ``deploy/nginx.conf`` (as a
 deployment runs it: round-robin over the processes, per request) instead of to the processes in
@@ -297,6 +298,23 @@ def _lone_replies(url: str, count: int = 20) -> list[float]:
     return samples
 
 
+def _hand_back(a: str, b: str, count: int = 10) -> list[float]:
+    """A sync prompt sent to B while A drains its session (a slow prompt first, sent to A): how
+    long after A completed B's reply (its ``time.completed``) B answers the call, in ms."""
+    samples: list[float] = []
+    with httpx.Client(timeout=30, trust_env=False) as client:
+        for index in range(count):
+            sid = client.post(f"{a}/session").json()["id"]
+            slow = {"parts": [{"type": "text", "text": "SLOW:0.2 drained by A"}]}
+            assert client.post(f"{a}/session/{sid}/prompt_async", json=slow).status_code == 204
+            time.sleep(0.05)  # A is draining it
+            answer = client.post(f"{b}/session/{sid}/message", json={"parts": [{"type": "text", "text": f"{index}"}]})
+            answered_ms = time.time() * 1000
+            assert answer.status_code == 200, answer.text
+            samples.append(answered_ms - answer.json()["info"]["time"]["completed"])
+    return samples
+
+
 def _takeover(a: Server, b: Server, how: signal.Signals) -> float:
     """Seconds from the signal ``how`` (SIGKILL or SIGTERM) to the process draining a session
     until the other has begun its reply (the prompt's slow stream left out)."""
@@ -398,6 +416,10 @@ def _measure(
                     procs[0].url, procs[1].url, 5 if per_session < PROMPTS else 20
                 )
                 metrics.append(delivery)
+                progress("sync prompt answered through the other process")
+                handed_back = Metric(f"{label}: sync prompt via B, A drains (lag after the reply)", "ms", 50.0)
+                handed_back.samples = _hand_back(procs[0].url, procs[1].url)
+                metrics.append(handed_back)
                 progress("takeover after SIGTERM")
                 handed = Metric(f"{label}: takeover after SIGTERM (lease {LEASE_SECONDS} s)", "s", 1.0)
                 handed.samples = [_takeover(procs[0], procs[1], signal.SIGTERM)]

@@ -14,8 +14,10 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any
 
 from app.config import reading
+from app.events.bus import Overflowed, Subscription
 from app.events.log import EventLog
 from app.observability import metrics, tracing
 from app.providers.registry import ModelRef
@@ -30,6 +32,26 @@ from app.store.queries import InputRow, Queries
 from app.wire import Session, SessionStatus
 
 SETTLE_GRACE_SECONDS = 5.0
+# What another process's drain says of a session that may settle a prompt waited for here.
+_SETTLING = frozenset({"session.status", "session.idle", "message.updated"})
+
+
+async def _first(waiter: asyncio.Future[str | None], heard: Subscription | None, seconds: float | None) -> str | None:
+    """Wait for ``waiter`` (the reply's id, or None), an event ``heard``, or ``seconds``; what the
+    waiter said, if it said it."""
+    if heard is None:
+        with suppress(TimeoutError):
+            return await asyncio.wait_for(asyncio.shield(waiter), seconds)
+        return None
+    listening = asyncio.ensure_future(heard.next(seconds or 0.0))
+    try:
+        either: list[asyncio.Future[Any]] = [waiter, listening]
+        await asyncio.wait(either, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        listening.cancel()
+        with suppress(asyncio.CancelledError, Overflowed):
+            await listening  # an overflow: the caller subscribes again
+    return waiter.result() if waiter.done() else None
 
 
 @dataclass(frozen=True)
@@ -100,27 +122,34 @@ class Prompting:
         Registered before the input is read: a settle in between still resolves the waiter. An
         idle announcement releases every waiter of the session (an abort), so re-check then: a
         prompt admitted during an abort's clean-up is answered by the drain that follows. Where
-        another process may drain the session the input is also re-read on a timer, for as long
-        as the topology's ``patience`` says."""
+        another process drains the session, its announcements and its reply's updates (relayed
+        here) prompt a re-read, and a timer too, for as long as the topology's ``patience`` says."""
         patience = self._topology.patience
         unowned = 0
         answered: str | None = None
-        while True:
-            waiter = self.waiters.register(session_id, input_id)
-            if answered is None:
-                unsettled, reply = await self.queries.unsettled_inputs(session_id), None
-            else:
-                unsettled, reply = await asyncio.gather(
-                    self.queries.unsettled_inputs(session_id), self.queries.message(session_id, answered)
-                )
-            if all(row.id != input_id for row in unsettled):  # completed (or its session is gone)
-                return _Settled(unsettled, reply)
-            drained = self.coordinator.is_active(session_id) or await self._topology.leased(session_id)
-            unowned = 0 if drained else unowned + 1
-            if unowned >= patience.rounds:  # nobody drains it: it will not be answered now
-                return _Settled(unsettled, None)
-            with suppress(TimeoutError):
-                answered = await asyncio.wait_for(asyncio.shield(waiter), patience.seconds)
+        elsewhere: Subscription | None = None  # what another process's drain says of the session
+        try:
+            while True:
+                waiter = self.waiters.register(session_id, input_id)
+                if answered is None:
+                    unsettled, reply = await self.queries.unsettled_inputs(session_id), None
+                else:
+                    unsettled, reply = await asyncio.gather(
+                        self.queries.unsettled_inputs(session_id), self.queries.message(session_id, answered)
+                    )
+                if all(row.id != input_id for row in unsettled):  # completed (or its session is gone)
+                    return _Settled(unsettled, reply)
+                here = self.coordinator.is_active(session_id)
+                unowned = 0 if here or await self._topology.leased(session_id) else unowned + 1
+                if unowned >= patience.rounds:  # nobody drains it: it will not be answered now
+                    return _Settled(unsettled, None)
+                if not here and patience.seconds is not None and (elsewhere is None or elsewhere.overflowed):
+                    elsewhere = self.log.bus.subscribe(lambda e: e.type in _SETTLING, session=session_id)
+                    continue  # read again: what was said before it subscribed is not in it
+                answered = await _first(waiter, None if here else elsewhere, patience.seconds)
+        finally:
+            if elsewhere is not None:
+                elsewhere.close()
 
     async def abort(self, session_id: str) -> None:
         """Legacy abort: stop the turn and drop the prompts queued behind it (they stay in the
