@@ -89,6 +89,7 @@ FOLLOWED_REQUEST_EVENTS = frozenset(
 # long a wait for one lasts before the lease is read again (its owner may have died).
 STATUS_EVENTS = frozenset({"session.status", "session.idle"})
 ELSEWHERE_RECHECK_S = 1.0
+FORWARD_RECHECK_S = 0.25  # a forwarded abort's wait re-reads the lease at least this often
 # The owner of a lease reserved for whichever process has the session's directory (``reserve``),
 # and how much longer than one that has it a process without the directory waits to claim.
 NOBODY = ""
@@ -413,10 +414,17 @@ class ClusterTopology:
         owner = await self._owner_elsewhere(session_id)
         if owner is None:
             return False
-        await self.send(owner, op, session_id, **extra)
-        deadline = time.monotonic() + self.lease_ms / 1000
-        while time.monotonic() < deadline and await leases.live_owner(self.db, session_id, now_ms()) == owner:
-            await asyncio.sleep(0.05)
+        # Its announcements (relayed here) say when it has stopped: the lease is given up before
+        # idle is announced. A slow re-check covers an announcement that never comes.
+        announced = self.infra.bus.subscribe(lambda e: e.type in STATUS_EVENTS, session=session_id)
+        try:
+            await self.send(owner, op, session_id, **extra)
+            deadline = time.monotonic() + self.lease_ms / 1000
+            while time.monotonic() < deadline and await leases.live_owner(self.db, session_id, now_ms()) == owner:
+                with suppress(Overflowed):
+                    await announced.next(min(FORWARD_RECHECK_S, max(deadline - time.monotonic(), 0.0)))
+        finally:
+            announced.close()
         return True
 
     def _received(self, payload: str) -> None:
