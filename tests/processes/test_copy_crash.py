@@ -1,4 +1,4 @@
-"""A fork or an import killed at any moment (kill -9 of the server) leaves the whole copy or none
+"""A fork or an import killed mid-copy (kill -9 of the server) leaves the whole copy or none
 of it, and its source as it was: each is one transaction, however many batches it sends ahead.
 After the restarts the server goes on forking."""
 
@@ -93,7 +93,7 @@ def _assert_whole(url: str, source: dict[str, Any], imported: list[str]) -> None
         assert _message_count(url, session_id) in (None, 2 * PAIRS)
 
 
-def test_a_fork_or_import_killed_at_any_moment_leaves_all_of_it_or_none(
+def test_a_fork_or_import_killed_mid_copy_leaves_all_of_it_or_none(
     database_url: str, project_dir: Path, config_dir: Path
 ) -> None:
     server = _started(database_url, project_dir, config_dir)
