@@ -148,6 +148,7 @@ class Prompting:
                     continue  # read again: what was said before it subscribed is not in it
                 answered = await _first(waiter, None if here else elsewhere, patience.seconds)
         finally:
+            self.waiters.forget(session_id, input_id)
             if elsewhere is not None:
                 elsewhere.close()
 

@@ -26,6 +26,16 @@ class InputWaiters:
         if future is not None and not future.done():
             future.set_result(reply)
 
+    def forget(self, session_id: str, input_id: str) -> None:
+        """Drop the waiter of ``input_id`` once nobody waits on it (its prompt's caller has its
+        answer): one whose session is drained by another process is never settled here."""
+        self.settle(input_id)
+        waiting = self._by_session.get(session_id)
+        if waiting is not None:
+            waiting.discard(input_id)
+            if not waiting:
+                del self._by_session[session_id]
+
     def settle_session(self, session_id: str) -> None:
         for input_id in self._by_session.pop(session_id, set()):
             self.settle(input_id)
