@@ -23,6 +23,7 @@ from app.store.database import (
     Queued,
     Row,
     Writer,
+    _head_revision,
     send_in_groups,
     upgrade_schema,
 )
@@ -327,7 +328,23 @@ class PostgresDatabase(Database):
         await conn.close()
 
     async def migrate(self) -> None:
-        await upgrade_schema(_with_scheme(self.url, "postgresql+asyncpg"))
+        """Bring the schema to the newest revision. At it already (every start but the first
+        after an upgrade), one query says so: Alembic's imports cost half a second a start."""
+        if await self._revision() != _head_revision():
+            await upgrade_schema(_with_scheme(self.url, "postgresql+asyncpg"))
+
+    async def _revision(self) -> str | None:
+        """The schema's Alembic revision, None when it has none yet (a new database)."""
+        with _reachable(self.url, connecting=True):
+            conn = await asyncpg.connect(_dsn(self.url), timeout=10)
+        try:
+            with _reachable(self.url):
+                revision = await conn.fetchval("SELECT version_num FROM alembic_version")
+        except asyncpg.UndefinedTableError:
+            return None
+        finally:
+            await conn.close()
+        return str(revision) if revision is not None else None
 
     async def _connected_writer(self) -> _Connection:
         """An idle writer connection, a new one when none is (the slots bound how many), or one
