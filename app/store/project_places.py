@@ -4,7 +4,7 @@ project directories) read it here instead of calling the project ``global``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.store import sql
 from app.store.database import Reader, Row, WriteScope
@@ -23,11 +23,7 @@ class Place:
     def same_project(self, other: Place | None) -> bool:
         """Whether ``other`` records this project (its ``created`` may have moved: a directory's
         ctime does)."""
-        return other is not None and (other.project_id, other.worktree, other.vcs) == (
-            self.project_id,
-            self.worktree,
-            self.vcs,
-        )
+        return other is not None and replace(other, created=self.created) == self
 
 
 def _place(row: Row) -> Place:

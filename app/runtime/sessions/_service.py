@@ -140,6 +140,15 @@ class _InfoCache:
         self._entries.clear()
 
 
+async def _recorded_elsewhere(directory: str, recorded: Place | None) -> Place:
+    """The project of a directory this machine lacks: as a process that has it ``recorded`` it
+    (and named so here from now on), else ``global``."""
+    if recorded is None:
+        return await resolved(directory)
+    learn(directory, recorded)
+    return recorded
+
+
 class SessionService:
     def __init__(self, log: EventLog, queries: Queries) -> None:
         self.log = log
@@ -154,11 +163,7 @@ class SessionService:
         a process whose machine has it recorded it (``project_places``), else ``global``."""
         if os.path.isdir(directory):
             return await resolved(directory)
-        found = await project_places.place(self.log.db, directory)
-        if found is None:
-            return await resolved(directory)
-        learn(directory, found)
-        return found
+        return await _recorded_elsewhere(directory, await project_places.place(self.log.db, directory))
 
     def record_place(self, tx: Transaction, directory: str, found: Place) -> None:
         """Record ``found`` for the other machines in ``tx``, if this machine has ``directory``
@@ -178,10 +183,8 @@ class SessionService:
                 found = await resolved(directory)
                 if not found.same_project(recorded.get(directory)):
                     changed[directory] = found
-            elif directory in recorded:
-                learn(directory, found := recorded[directory])
             else:
-                found = await resolved(directory)
+                found = await _recorded_elsewhere(directory, recorded.get(directory))
             places.append((found, updated))
         if changed:
             await self._record_places(changed)
