@@ -21,6 +21,7 @@ from pathlib import Path
 
 import asyncpg
 
+from app.store.postgres import PostgresDatabase
 from tests.servers import free_port
 
 
@@ -41,22 +42,36 @@ class Cluster:
     _bin: Path | None = None
     _owner: str | None = None
     _options: str = ""
+    _template: str | None = None  # a database at the newest schema, copied for each test
 
     def _as_owner(self, *command: str) -> list[str]:
         return ["runuser", "-u", self._owner, "--", *command] if self._owner else list(command)
 
     def create_database(self) -> str:
-        """A new, empty database; returns its SQLAlchemy-style URL."""
+        """A new database at the newest schema; returns its SQLAlchemy-style URL.
+
+        Each is a copy of one database the cluster migrated the first time (its migration is the
+        test of that path): migrating every test's database cost about 0.15 s a test."""
+        if self._template is None:
+            template = self._create(None)
+            asyncio.run(PostgresDatabase(self._url_of(template)).migrate())
+            self._template = template
+        return self._url_of(self._create(self._template))
+
+    def _create(self, template: str | None) -> str:
         name = f"t_{secrets.token_hex(6)}"
 
         async def create() -> None:
             conn = await asyncpg.connect(f"{self.url}/postgres")
             try:
-                await conn.execute(f'CREATE DATABASE "{name}"')
+                await conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
             finally:
                 await conn.close()
 
         asyncio.run(create())
+        return name
+
+    def _url_of(self, name: str) -> str:
         return f"{self.url.replace('postgresql://', 'postgresql+asyncpg://')}/{name}"
 
     def halt(self) -> None:
