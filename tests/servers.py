@@ -163,8 +163,16 @@ class ProcessServer:
     auth: tuple[str, str] | None = None  # what its health check is asked with (a password is set)
 
     def start(self) -> None:
+        self.spawn()
+        self.wait_started()
+
+    def spawn(self) -> None:
         with self.log.open("ab") as log:
-            proc = self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+
+    def wait_started(self) -> None:
+        proc = self.proc
+        assert proc is not None, "spawn() it first"
         try:
             wait_healthy(self.url, gone=lambda: proc.poll() is not None, auth=self.auth)
         except TimeoutError as exc:
@@ -186,6 +194,14 @@ class ProcessServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def start_together(*servers: ProcessServer) -> None:
+    """Start ``servers`` side by side (each start is mostly waiting: about a second apiece)."""
+    for server in servers:
+        server.spawn()
+    for server in servers:
+        server.wait_started()
 
 
 def process_server(db: str, directory: Path, config_dir: Path, data_dir: Path | None = None) -> ProcessServer:

@@ -25,7 +25,7 @@ from tests.balancer import nginx_binary, shipped_nginx
 from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 from tests.helpers import git_repository, text_prompt
 from tests.postgres import Cluster
-from tests.servers import ProcessServer, process_server
+from tests.servers import ProcessServer, process_server, start_together
 from tests.sse import EventCollector, Frame
 
 pytestmark = pytest.mark.slow
@@ -41,9 +41,8 @@ def cluster_url(postgres_cluster: Cluster | None) -> str:
 @pytest.fixture
 def two(cluster_url: str, project_dir: Path, config_dir: Path) -> Iterator[tuple[ProcessServer, ProcessServer]]:
     servers = [process_server(cluster_url, project_dir, config_dir) for _ in range(2)]
-    for server in servers:
-        server.start()
     try:
+        start_together(*servers)
         yield servers[0], servers[1]
     finally:
         for server in servers:
@@ -201,8 +200,7 @@ def test_an_always_answer_reaches_every_process_at_once(two: tuple[ProcessServer
 def test_killing_the_draining_process_loses_nothing(cluster_url: str, project_dir: Path, config_dir: Path) -> None:
     a = process_server(cluster_url, project_dir, config_dir)
     b = process_server(cluster_url, project_dir, config_dir)
-    a.start()
-    b.start()
+    start_together(a, b)
     try:
         sid = httpx.post(f"{a.url}/session").json()["id"]
         with EventCollector(f"{b.url}/event") as on_b:
@@ -237,7 +235,7 @@ def test_sigterm_hands_the_sessions_off_at_once(cluster_url: str, project_dir: P
     b = process_server(cluster_url, project_dir, config_dir)
     for server in (a, b):
         server.env["OPENSESSION_LEASE_SECONDS"] = "60"
-        server.start()
+    start_together(a, b)
     try:
         sid = httpx.post(f"{a.url}/session").json()["id"]
         waiting = httpx.post(f"{a.url}/session").json()["id"]
@@ -280,8 +278,7 @@ def test_undo_after_failover_restores_the_files(
     git_repository(project_dir)
     a = process_server(cluster_url, project_dir, config_dir, data_dir=tmp_path / "machine-a")
     b = process_server(cluster_url, project_dir, config_dir, data_dir=tmp_path / "machine-b")
-    a.start()
-    b.start()
+    start_together(a, b)
     try:
         sid = httpx.post(f"{a.url}/session").json()["id"]
         write = "TOOL:write " + json.dumps({"filePath": "notes.txt", "content": "after\n"})
@@ -442,8 +439,7 @@ def test_a_question_dies_with_the_process_that_asked_it(cluster_url: str, projec
     the prompt is answered again) and no longer lists the question or takes a reply to it."""
     a = process_server(cluster_url, project_dir, config_dir)
     b = process_server(cluster_url, project_dir, config_dir)
-    a.start()
-    b.start()
+    start_together(a, b)
     question = {"question": "Colour?", "header": "Colour", "options": [{"label": "Red", "description": "warm"}]}
     try:
         sid = httpx.post(f"{a.url}/session").json()["id"]
@@ -488,8 +484,7 @@ def test_a_prompt_admitted_just_before_its_process_dies_is_answered(
     once the leases expire and answers every prompt, without the dead process ever coming back."""
     a = process_server(cluster_url, project_dir, config_dir)
     b = process_server(cluster_url, project_dir, config_dir)
-    a.start()
-    b.start()
+    start_together(a, b)
     try:
         sessions = [httpx.post(f"{a.url}/session").json()["id"] for _ in range(3)]
         with httpx.Client(timeout=10) as client:

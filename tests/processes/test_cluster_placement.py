@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers import git_repository, text_prompt
 from tests.processes.test_cluster import _answered, _history_when, cluster_url  # noqa: F401  (fixture)
-from tests.servers import ProcessServer, process_server
+from tests.servers import ProcessServer, process_server, start_together
 
 pytestmark = pytest.mark.slow
 
@@ -65,12 +65,24 @@ def machines(
             server.env["OPENCODE_SERVER_PASSWORD"] = request.param
             server.auth = ("opencode", request.param)
     try:
-        a.start()
-        b.start()
+        start_together(a, b)
+        _until_b_forwards_to_a(b, project)
         yield a, b, project
     finally:
         b.stop()
         a.stop()
+
+
+def _until_b_forwards_to_a(b: ProcessServer, project: Path) -> None:
+    """Until B has heard of A (a newcomer hears from the others within milliseconds of its start;
+    until then B serves everything itself): B's read of A's file comes back with its content."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        read = httpx.get(f"{b.url}/file/content", params={"path": "hello.txt", "directory": str(project)}, auth=b.auth)
+        if read.status_code == 200 and ONLY_ON_A in read.text:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"B never forwarded a read of A's directory: {read.status_code} {read.text[:200]}")
 
 
 def _tool_part(history: list[dict]) -> dict:
@@ -83,7 +95,6 @@ def test_a_prompt_taken_where_the_directory_is_missing_is_drained_where_it_is(
     a, b, project = machines
     sid = httpx.post(f"{a.url}/session").json()["id"]
     assert httpx.get(f"{b.url}/session/{sid}").json()["directory"] == str(project)
-    time.sleep(1.5)  # each process has heard from the other (they say so every second)
     for turn in range(2):
         prompt = text_prompt("SLOW:0.2\nTOOL:read hello.txt")  # slow enough to see it busy
         assert httpx.post(f"{b.url}/session/{sid}/prompt_async", json=prompt).status_code == 204
@@ -102,7 +113,6 @@ def test_a_session_whose_directory_no_live_process_has_is_still_answered(
     a, b, _ = machines
     nowhere = tmp_path / "nowhere"
     sid = httpx.post(f"{b.url}/session", params={"directory": str(nowhere)}).json()["id"]
-    time.sleep(1.5)
     assert httpx.post(f"{b.url}/session/{sid}/prompt_async", json=text_prompt("TOOL:read hello.txt")).status_code == 204
     tool = _tool_part(_history_when(b.url, sid, _answered(1), timeout=15))
     assert tool["state"]["status"] == "error"
@@ -122,7 +132,6 @@ def test_prompts_sent_to_both_machines_at_once_are_all_drained_where_the_directo
     drained on A (B's admissions leave the session to A, whether A drains it already or not)."""
     a, b, _ = machines
     sids = [httpx.post(f"{a.url}/session").json()["id"] for _ in range(3)]
-    time.sleep(1.5)
     prompt = text_prompt("TOOL:read hello.txt")
     with ThreadPoolExecutor(8) as pool:
         sent = [
@@ -153,7 +162,6 @@ def test_a_revert_or_a_shell_command_landing_where_the_directory_is_missing_is_s
     a, b, project = machines
     git_repository(project)
     sid = httpx.post(f"{a.url}/session").json()["id"]
-    time.sleep(1.5)
     write = text_prompt('TOOL:write {"filePath": "made.txt", "content": "made by the model\\n"}')
     assert httpx.post(f"{a.url}/session/{sid}/message", json=write, timeout=30).status_code == 200
     assert (project / "made.txt").exists()
@@ -183,7 +191,6 @@ def test_forwarding_comes_after_the_guards(machines: tuple[ProcessServer, Proces
     write = text_prompt('TOOL:write {"filePath": "kept.txt", "content": "kept\\n"}')
     assert httpx.post(f"{a.url}/session/{sid}/message", json=write, timeout=30).status_code == 200
     user = next(m for m in httpx.get(f"{a.url}/session/{sid}/message").json() if m["info"]["role"] == "user")
-    time.sleep(1.5)
     body = json.dumps({"messageID": user["info"]["id"]})
     cross_site = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
     refused = httpx.post(f"{b.url}/session/{sid}/revert", content=body, headers=cross_site, timeout=30)
@@ -214,7 +221,6 @@ def test_forwarding_asks_for_the_password_where_the_request_lands_and_where_it_g
     assert httpx.post(f"{a.url}/session/{sid}/message", json=write, auth=auth, timeout=30).status_code == 200
     messages = httpx.get(f"{a.url}/session/{sid}/message", auth=auth).json()
     revert = {"messageID": next(m["info"]["id"] for m in messages if m["info"]["role"] == "user")}
-    time.sleep(1.5)
     for wrong in (None, ("opencode", "wrong")):
         refused = httpx.post(f"{b.url}/session/{sid}/revert", json=revert, auth=wrong, timeout=30)
         assert refused.status_code == 401
@@ -234,7 +240,6 @@ def test_requests_naming_a_directory_only_another_machine_has_are_served_there(
     config = {"command": {"only-on-a": {"template": "say hello", "description": "a project command"}}}
     (project / "opencode.json").write_text(json.dumps(config))
     in_project = {"directory": str(project)}
-    time.sleep(1.5)
     read = httpx.get(f"{b.url}/file/content", params={**in_project, "path": "hello.txt"}, timeout=30)
     assert read.status_code == 200, read.text
     assert ONLY_ON_A in read.json()["content"]

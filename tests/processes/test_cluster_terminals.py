@@ -15,7 +15,7 @@ import pytest
 import websockets
 
 from tests.processes.test_cluster import balanced, cluster_url, two  # noqa: F401  (fixtures)
-from tests.servers import ProcessServer, process_server
+from tests.servers import ProcessServer, process_server, start_together
 from tests.tools.test_pty import BASH, Reader
 
 pytestmark = pytest.mark.slow
@@ -121,8 +121,8 @@ def guarded(cluster_url: str, project_dir: Path, config_dir: Path) -> Iterator[t
         for server in (a, b):
             server.env["OPENCODE_SERVER_PASSWORD"] = "secret"
             server.auth = ("opencode", "secret")
-            server.start()
             started.callback(server.stop)
+        start_together(a, b)
         yield a, b
 
 

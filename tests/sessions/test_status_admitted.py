@@ -26,7 +26,7 @@ from app.store import leases
 from app.wire import SessionStatus
 from tests.helpers import text_prompt
 from tests.postgres import Cluster
-from tests.servers import ProcessServer, ThreadServer, process_server
+from tests.servers import ProcessServer, ThreadServer, process_server, start_together
 
 TRIALS = 20
 # Slow enough that the reply is still streaming when the status is read (the echo model waits
@@ -103,8 +103,7 @@ def two_processes(
     url = postgres_cluster.create_database()
     servers = [process_server(url, project_dir, config_dir) for _ in range(2)]
     try:
-        for server in servers:
-            server.start()
+        start_together(*servers)
         yield servers[0], servers[1]
     finally:
         for server in servers:
