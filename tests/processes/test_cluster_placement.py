@@ -21,6 +21,7 @@ import pytest
 from tests.helpers import git_repository, text_prompt
 from tests.processes.test_cluster import _answered, _history_when, cluster_url  # noqa: F401  (fixture)
 from tests.servers import ProcessServer, process_server, start_together
+from tests.sse import EventCollector
 
 pytestmark = pytest.mark.slow
 
@@ -295,6 +296,10 @@ def test_a_process_whose_machine_lacks_a_directory_names_its_project_as_where_it
     assert as_current[0]["id"] == repository and as_current[0]["worktree"] == str(project)
     location = httpx.get(f"{b.url}/api/location", params=in_project, timeout=30).json()
     assert location["project"]["id"] == repository
+    with EventCollector(f"{b.url}/global/event") as on_b:  # frames of A's turn, as B relays them
+        assert httpx.post(f"{a.url}/session/{made['id']}/prompt_async", json=text_prompt("hi")).status_code == 204
+        idle = on_b.wait_for(lambda f: f.type == "session.idle" and f.properties.get("sessionID") == made["id"])
+    assert idle.data["directory"] == str(project) and idle.data["project"] == repository, idle.data
 
     export = {"info": made | {"id": "ses_0000000000000000000000import"}, "messages": []}
     imported = httpx.post(f"{b.url}/opensession/import", params=in_project, json=export, timeout=30)
