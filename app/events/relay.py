@@ -205,6 +205,11 @@ class ClusterRelay:
         """The other processes heard from lately (each says it is there every second)."""
         return frozenset(self._heard_lately())
 
+    def heard_within(self, seconds: float) -> frozenset[str]:
+        """The other processes heard from in the last ``seconds``."""
+        since = time.monotonic() - seconds
+        return frozenset(origin for origin, heard in self._heard_lately().items() if heard >= since)
+
     @property
     def alone(self) -> bool:
         """Whether no other process was heard from lately: then nobody is told of anything."""

@@ -103,6 +103,11 @@ class LogTopology(Protocol):
         """The other processes on the database heard from lately (none: this one is alone)."""
         ...
 
+    def heard_within(self, seconds: float) -> frozenset[str]:
+        """The other processes heard from in the last ``seconds`` (each says it is there every
+        second)."""
+        ...
+
 
 class LocalLogTopology:
     def __init__(self, db: Database, bus: EventBus) -> None:
@@ -152,6 +157,9 @@ class LocalLogTopology:
     def peers(self) -> frozenset[str]:
         return frozenset()
 
+    def heard_within(self, seconds: float) -> frozenset[str]:
+        return frozenset()
+
 
 class ClusterLogTopology:
     concurrent = True
@@ -164,6 +172,7 @@ class ClusterLogTopology:
 
     async def start(self) -> None:
         self._bus.cursor = await stored_events.settled_cursor(self._db)  # below: all published
+        self._db.present_as(self.origin)  # held by the connection the relay listens on
         await self._relay.start()
 
     async def stop(self) -> None:
@@ -205,6 +214,9 @@ class ClusterLogTopology:
 
     def peers(self) -> frozenset[str]:
         return self._relay.peers
+
+    def heard_within(self, seconds: float) -> frozenset[str]:
+        return self._relay.heard_within(seconds)
 
 
 def log_topology(db: Database, bus: EventBus, origin: str, since: Since) -> LogTopology:

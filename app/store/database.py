@@ -387,6 +387,19 @@ class Database(ABC):
         """Send notifications now, in order, outside any transaction (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no notifications")
 
+    def present_as(self, origin: str) -> None:
+        """Say, for as long as this process stays connected, that ``origin`` is (shared engines)."""
+        raise NotImplementedError(f"{type(self).__name__} has no presence")
+
+    @property
+    def present_since(self) -> float | None:
+        """Since when this process's presence has been held; None while it is not (shared engines)."""
+        raise NotImplementedError(f"{type(self).__name__} has no presence")
+
+    async def absent(self, origins: list[str]) -> set[str]:
+        """Those of ``origins`` whose presence nobody holds now (shared engines)."""
+        raise NotImplementedError(f"{type(self).__name__} has no presence")
+
     async def execute_alone(self, statement: Statement, params: Params) -> list[Row]:
         """Run one write statement in a transaction of its own, outside this process's writer
         queue where the engine allows (PostgreSQL: on a pooled connection, one round trip), and

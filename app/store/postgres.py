@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
@@ -296,6 +297,16 @@ WRITERS = 8
 # default writers and the listener: at most 17 connections per process (as many as before these lists).
 READERS = 6
 ALONE = 2
+# The first key of the advisory locks that say a process is connected (``present_as``); the
+# second is the hash of the process's origin.
+PRESENCE_LOCKS = 0x6F736573
+_PRESENT = "SELECT pg_advisory_lock_shared($1, hashtext($2))"
+_ABSENT = """
+SELECT origin FROM unnest($1::text[]) AS origin WHERE NOT EXISTS (
+    SELECT 1 FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND classid = $2 AND objid = hashtext(origin)::oid AND objsubid = 2
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+"""
 
 
 class PostgresDatabase(Database):
@@ -311,6 +322,8 @@ class PostgresDatabase(Database):
         self._alone = _Pooled(url, ALONE)
         self._listener: asyncpg.Connection | None = None
         self._channels: dict[str, Callable[[str], None]] = {}
+        self._origin: str | None = None  # whose presence the listener holds (``present_as``)
+        self._present_since = 0.0
 
     async def open(self) -> None:
         dsn = _dsn(self.url)
@@ -380,9 +393,37 @@ class PostgresDatabase(Database):
         if self._listener is not None and not self._listener.is_closed():
             return
         with _reachable(self.url, connecting=True):
-            self._listener = await asyncpg.connect(_dsn(self.url), timeout=5)
-            for channel, callback in self._channels.items():
-                await self._listener.add_listener(channel, _deliver(callback))
+            name = " ".join(filter(None, ("opensession listener", self._origin)))  # pg_stat_activity shows it
+            listener = await asyncpg.connect(_dsn(self.url), timeout=5, server_settings={"application_name": name})
+            try:
+                if self._origin is not None:
+                    await listener.execute(_PRESENT, PRESENCE_LOCKS, self._origin)
+                for channel, callback in self._channels.items():
+                    await listener.add_listener(channel, _deliver(callback))
+            except BaseException:
+                listener.terminate()
+                raise
+            self._listener, self._present_since = listener, time.monotonic()
+
+    def present_as(self, origin: str) -> None:
+        """From its next connection on, the listener holds a lock that says ``origin`` is
+        connected: PostgreSQL drops it the moment the connection ends (the process died, or its
+        machine's connection did), so the others learn that at once (``absent``) instead of at
+        its leases' expiry. Shared, so two origins that hash alike never wait for each other
+        (one would only hide the other's absence)."""
+        self._origin = origin
+
+    @property
+    def present_since(self) -> float | None:
+        """When (``time.monotonic``) the listener last connected, holding this process's
+        presence; None while it is lost."""
+        return None if self._listener is None or self._listener.is_closed() else self._present_since
+
+    async def absent(self, origins: list[str]) -> set[str]:
+        """Those of ``origins`` whose presence no connection to this database holds."""
+        with _reachable(self.url, connecting=True):
+            async with self._readers.connection() as conn:
+                return {row[0] for row in await conn.fetch(_ABSENT, origins, PRESENCE_LOCKS)}
 
     async def notify(self, channel: str, *payloads: str) -> None:
         with _reachable(self.url, connecting=True):

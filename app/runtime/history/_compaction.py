@@ -122,8 +122,8 @@ class Summaries:
         """Store a new summary over version ``replaces``; Conflict if another writer got there
         first (checked inside the write transaction, so exactly one of two racing writers wins)."""
         written = Summary(session_id, replaces + 1, through_seq, message_id, reason, summary, now_ms())
-        async with self.log.db.write() as scope:
-            await scope.hold(session_id)
+        async with self.log.transaction(hold=session_id) as tx:  # a drain's checks its lease too
+            scope = tx.scope
             current = await summaries.latest_version(scope, session_id)
             if current != replaces:
                 raise Conflict(f"The summary of {session_id} is at version {current}, not {replaces}", session_id)

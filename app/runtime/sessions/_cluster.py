@@ -15,10 +15,13 @@
 - Fencing: the drain task writes under ``FENCE`` (session, owner, token); every write
   transaction checks the lease inside the transaction, so an owner that lost its lease (paused,
   partitioned, presumed dead) can never write into the session again (``LeaseLost``).
-- Liveness: each process renews its leases every third of the lease time. A process that dies
-  stops renewing; the watchdog of any other process finds the expired lease, claims the session
-  (a takeover), closes what the dead drain left open (and finishes a revert it was moving files
-  for, through ``takeovers``), and answers the admitted prompts.
+- Liveness: each process renews its leases every third of the lease time (every second at
+  most). A process that dies stops renewing; the watchdog of any other process finds the expired
+  lease, claims the session (a takeover), closes what the dead drain left open (and finishes a
+  revert it was moving files for, through ``takeovers``), and answers the admitted prompts. A
+  death PostgreSQL sees (the process's connections ended: a crash, a kill -9) is not waited out:
+  a process silent for ``SILENT_S`` whose presence lock is gone has its leases expired at once
+  (``_departed``); one only silent (frozen, cut off) keeps them until they expire.
 - A graceful stop hands off (``hand_off``, on SIGTERM before uvicorn waits for its connections):
   the process stops claiming (a wake it gets goes to every other process instead, an admission
   it still takes reserves an already expired lease), ends its drains, expires its leases and
@@ -98,6 +101,12 @@ WHERE_WAIT_S = 1.0  # how long ``where`` waits for a process that has a director
 # How long rows a process keeps (``memo``) are trusted: another process tells it of a change at
 # once, and this bounds a change whose word was lost (a listener reconnecting after an outage).
 MEMO_MAX_AGE_S = 5.0
+# The watchdog's round at most (shorter with short leases), how long a process unheard from may
+# be gone (each says it is there every second), and how long this process's own presence must
+# have stood before it judges another's absence (``_departed``).
+WATCH_S = 1.0
+SILENT_S = 2.0
+SETTLED_S = 3.0
 
 
 @dataclass
@@ -362,16 +371,18 @@ class ClusterTopology:
         return {session_id: owner for session_id, owner, _ in await leases.every(self.db)}
 
     async def _watch(self) -> None:
-        """Renew this process's leases; wake the sessions whose lease expired (a takeover), and
-        those whose lease is ours but unused by any drain or hold of ours two rounds running (a
-        claim or a release the database refused; one round could be a drain just ending)."""
-        interval = max(self.lease_ms / 3000, 0.2)
+        """Renew this process's leases; wake the sessions whose lease expired or whose owner is
+        gone (a takeover), and those whose lease is ours but unused by any drain or hold of ours
+        two rounds running (a claim or a release the database refused; one round could be a
+        drain just ending)."""
+        interval = min(max(self.lease_ms / 3000, 0.2), WATCH_S)
         unused: set[str] = set()
         while True:
             await asyncio.sleep(interval)
             try:
                 await leases.renew(self.db, self.origin, now_ms() + self.lease_ms)
                 held = await leases.every(self.db)
+                gone = await self._departed(held)
             except Exception:
                 log.exception("lease renewal failed")
                 continue
@@ -380,13 +391,38 @@ class ClusterTopology:
             for session_id, owner, expires_at in held:
                 if self._target.is_active(session_id):
                     continue
-                if expires_at < now:
+                if expires_at < now or owner in gone:
                     self._target.wake(session_id)
                 elif owner == self.origin and not self._target.is_held(session_id):
                     if session_id in seen:
                         self._target.wake(session_id)
                     else:
                         unused.add(session_id)
+
+    async def _departed(self, held: list[tuple[str, str, int]]) -> set[str]:
+        """The owners of live leases in ``held`` that are gone: not heard from for ``SILENT_S``
+        and holding no presence in the database (it ended with their connections: a kill -9, a
+        crash). Their leases are expired at once, so the next claim takes their sessions over
+        without waiting out the expiry. A machine that vanished without closing its connections
+        keeps its presence until PostgreSQL notices: its leases expire as before.
+
+        Judged only once this process's own presence has stood for ``SETTLED_S``: when the
+        database comes back from an outage, every process is silent and absent until it has
+        reconnected. One judged gone that was not (paused, cut off) loses nothing: its writes
+        check the lease, and its next renewal keeps whatever was not claimed yet."""
+        since = self.db.present_since
+        if since is None or time.monotonic() - since < SETTLED_S:
+            return set()
+        heard, now = self.infra.log.topology.heard_within(SILENT_S), now_ms()
+        silent = {owner for _, owner, expires_at in held if expires_at >= now and owner not in heard}
+        silent -= {NOBODY, self.origin}
+        if not silent:
+            return set()
+        gone = await self.db.absent(sorted(silent))
+        for owner in gone:
+            log.warning("process %s is gone (silent and disconnected): its sessions are taken over", owner)
+            await leases.renew(self.db, owner, now - 1)
+        return gone
 
     # -- control messages --------------------------------------------------------------------
 

@@ -72,8 +72,8 @@ class TodoStore:
         return await todo_lists.of_session(self.log.db, session_id)
 
     async def replace(self, session: Session, todos: list[dict[str, Any]]) -> None:
-        async with self.log.db.write() as scope:
-            todo_lists.replace(scope, session["id"], todos)
+        async with self.log.transaction() as tx:  # checks the drain's lease, as its other writes
+            todo_lists.replace(tx.scope, session["id"], todos)
         self.log.publish(
             Event("todo.updated", {"sessionID": session["id"], "todos": todos}, session["id"], session["directory"])
         )

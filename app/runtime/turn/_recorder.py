@@ -267,10 +267,12 @@ class AssistantRecorder:
             await self._checkpoint(self._open)
 
     async def _checkpoint(self, stream: _StreamingPart) -> None:
-        """Persist the partial text without an event: a crash then loses at most one interval."""
+        """Persist the partial text without an event: a crash then loses at most one interval.
+        In a transaction of the log's, so a drain that lost its lease (a process frozen past its
+        expiry, then thawed) cannot write over the part its successor closed."""
         stream.last_flush = time.monotonic()
-        async with self.log.db.write() as scope:
-            checkpoint_part(scope, stream.copy(final=False))
+        async with self.log.transaction() as tx:
+            checkpoint_part(tx.scope, stream.copy(final=False))
 
     async def end_part(self, tx: Transaction) -> None:
         """End the text or reasoning part being streamed (a failed call's partial text stays as it

@@ -262,8 +262,8 @@ class Runner:
         in the history as user messages but are not answered (as in OpenCode). Only inputs
         admitted before the abort (``admitted_seq <= through_seq``) are dropped: a prompt that got
         its 204 while the abort was settling is answered by the next drain."""
-        async with self.infra.log.db.write() as scope:
-            inputs.complete_through(scope, session_id, through_seq)
+        async with self.infra.log.transaction() as tx:  # checks the drain's lease
+            inputs.complete_through(tx.scope, session_id, through_seq)
         self.inputs.waiters.settle_session(session_id)
 
     async def _promote(self, tx: Transaction, session: Session, batch: list[InputRow]) -> None:
