@@ -68,7 +68,6 @@ OPTIONS.add_argument(
     help="send clients' requests through the shipped deploy/nginx.conf (round-robin), not to each process in turn",
 )
 STATEMENT_STATS = "-c shared_preload_libraries=pg_stat_statements -c fsync=on -c full_page_writes=on"
-LEASE_SECONDS = "5"
 
 
 @contextmanager
@@ -78,7 +77,6 @@ def servers(db: str, count: int, base: Path, project: Path, config: Path) -> Ite
         for index in range(count):
             server = Server(Path(db), project, config, base / f"server-{index}.log")
             server.args[server.args.index("--db") + 1] = db  # a URL, not a path
-            server.env["OPENSESSION_LEASE_SECONDS"] = LEASE_SECONDS
             stack.callback(server.stop)
             server.start()
             started.append(server)
@@ -421,11 +419,11 @@ def _measure(
                 handed_back.samples = _hand_back(procs[0].url, procs[1].url)
                 metrics.append(handed_back)
                 progress("takeover after SIGTERM")
-                handed = Metric(f"{label}: takeover after SIGTERM (lease {LEASE_SECONDS} s)", "s", 1.0)
+                handed = Metric(f"{label}: takeover after SIGTERM (default lease)", "s", 1.0)
                 handed.samples = [_takeover(procs[0], procs[1], signal.SIGTERM)]
                 procs[0].start()
                 progress("takeover after kill -9")
-                takeover = Metric(f"{label}: takeover after kill -9 (lease {LEASE_SECONDS} s)", "s", 10.0)
+                takeover = Metric(f"{label}: takeover after kill -9 (default lease)", "s", 10.0)
                 takeover.samples = [_takeover(procs[1], procs[0], signal.SIGKILL)]
                 metrics += [handed, takeover]
     return metrics
