@@ -3,8 +3,6 @@ synchronous reply, idempotency, retries and failures."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from app.settings import Settings
@@ -188,10 +186,6 @@ def test_an_abort_before_the_reply_is_begun_leaves_it_aborted(settings: Settings
             events.wait_for(lambda f: f.type == "server.connected")
             assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:60 never")).status_code == 204
             events.wait_for(lambda f: f.type == "session.status" and f.properties["sessionID"] == sid)
-            # Busy is announced when the drain claims the session, a few reads before its step
-            # holds the opening (longer under load); nothing outside shows that moment, and the
-            # model never answers, so a second lets the step get there.
-            time.sleep(1.0)
             assert client.get(f"/session/{sid}/message").json()[-1]["info"]["role"] == "user"  # not begun yet
             assert client.post(f"/session/{sid}/abort").json() is True
             events.wait_idle(sid)
@@ -200,3 +194,25 @@ def test_an_abort_before_the_reply_is_begun_leaves_it_aborted(settings: Settings
         assert history[1]["info"]["error"]["name"] == "MessageAbortedError"
         assert [p["type"] for p in history[1]["parts"]] == ["step-start"]
         assert client.get("/session/status").json() == {}
+
+
+def test_a_prompt_aborted_as_soon_as_it_is_accepted_gets_an_aborted_reply(
+    server: ThreadServer, client: httpx.Client
+) -> None:
+    """An abort right after the 204, before the drain has begun the prompt's step, still gives
+    the prompt its reply, marked aborted (as OpenCode, which makes the reply first), and the
+    session takes the next prompt as usual."""
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        events.wait_for(lambda f: f.type == "server.connected")
+        for _ in range(3):
+            assert client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:60 never")).status_code == 204
+            assert client.post(f"/session/{sid}/abort").json() is True
+            events.wait_idle(sid)
+    history = client.get(f"/session/{sid}/message").json()
+    assert [m["info"]["role"] for m in history] == ["user", "assistant"] * 3
+    for prompt, reply in zip(history[::2], history[1::2], strict=True):
+        assert reply["info"]["parentID"] == prompt["info"]["id"]
+        assert reply["info"]["error"]["name"] == "MessageAbortedError"
+        assert "completed" in reply["info"]["time"]
+    assert assistant_text(client.post(f"/session/{sid}/message", json=text_prompt("after")).json()) == "Echo: after"

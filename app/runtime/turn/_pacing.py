@@ -117,8 +117,8 @@ class Slot:
 
     __slots__ = ("_pacer",)
 
-    def __init__(self, pacer: StepPacer) -> None:
-        self._pacer: StepPacer | None = pacer
+    def __init__(self, pacer: StepPacer | None) -> None:
+        self._pacer = pacer  # None: nothing to give back (a step that never got a slot)
 
     def release(self) -> None:
         pacer, self._pacer = self._pacer, None

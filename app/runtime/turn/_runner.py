@@ -184,7 +184,8 @@ class Runner:
         try:
             # Each step's first read: the session as it stands, its unsettled inputs and their window.
             while (work := await self.infra.queries.step_work(session_id)) and (batch := next_batch(work.inputs)):
-                signal.check()
+                if signal.fired and signal.reason != "abort":
+                    signal.check()  # a shutdown leaves the batch to the next start (an abort: _step_in)
                 await self._turn(work, batch, signal)
                 if len(batch) == len(work.inputs) and self.sessions.coordinator.release_sees_admissions:
                     # The turn settled all it read; a prompt admitted since keeps the lease at its
@@ -297,7 +298,12 @@ class Runner:
         the turn goes on (the model called tools and nothing blocked). The step that ends the
         turn, however it ends, settles every input the turn answered. It starts once the pacer
         grants it a slot and gives the slot back when its stream ends (``_pacing``)."""
-        slot = await signal.race(self.pacer.acquire())
+        try:
+            slot = await signal.race(self.pacer.acquire())
+        except Aborted as exc:
+            if exc.reason != "abort" or parent is not None:
+                raise
+            slot = Slot(None)  # aborted before its turn began: the step opens all the same (_step_in)
         try:
             return await self._step_in(slot, work, batch, signal, turn, parent=parent, last_step=last_step)
         except (Aborted, LeaseLost, DatabaseUnavailable):
@@ -336,6 +342,11 @@ class Runner:
         logs.DIRECTORY.set(plan.directory)
         await kind.prepare(plan)
         recorder, start = await self._open(kind, plan, batch, turn)
+        if signal.fired and signal.reason == "abort":
+            # Aborted before it began: the prompt still gets its reply, marked aborted, as when the
+            # abort comes a moment later (and as in OpenCode, which makes the reply first).
+            await self._fail(recorder, turn, ABORTED)
+            raise Aborted("abort")
         try:
             provider, model = self.infra.registry.resolve(plan.directory, plan.ref)
             settings = self.inputs.admission.agents.get(plan.directory, plan.agent).tuning()
