@@ -58,6 +58,7 @@ CLOSING_POLL_S = 0.01  # how often a shutdown looks whether its connections and 
 class Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, runtime: Runtime, *, freeze_heap: bool = False) -> None:
         config.timeout_keep_alive = runtime.settings.keep_alive_seconds
+        # Before uvicorn's __init__, which sets ``should_exit`` (the setter below reads these).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._exit_asked = asyncio.Event()
         super().__init__(config)
