@@ -20,8 +20,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+# Why a drain's signal fired, besides a user's ``abort``: the process is stopping, or the drain's
+# lease was taken over by another process (its writes are refused: it must not act any more).
+SHUTDOWN = "shutdown"
+LOST = "lost"
+
+
 class Aborted(Exception):
-    """Raised inside a drain once its signal fired; ``reason`` is ``abort`` or ``shutdown``."""
+    """Raised inside a drain once its signal fired; ``reason`` is ``abort``, ``SHUTDOWN`` or ``LOST``."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

@@ -215,7 +215,7 @@ LIVE_LEASE = Clause(
         leases.c.session_id == bindparam("session_id"), leases.c.expires_at >= bindparam("now")
     )
 )
-ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.expires_at))
+ALL_LEASES = Clause(select(leases.c.session_id, leases.c.owner, leases.c.token, leases.c.expires_at))
 # -- pty owners (shared databases) ----------------------------------------------------------------
 SAVE_PTY_OWNER = _upsert(pty_owners)
 DELETE_PTY_OWNER = Clause(delete(pty_owners).where(pty_owners.c.id == bindparam("id")))

@@ -61,6 +61,15 @@ async def live_owner(reader: Reader, session_id: str, now: int) -> str | None:
     return rows[0][0] if rows else None
 
 
-async def every(reader: Reader) -> list[tuple[str, str, int]]:
-    """``(session_id, owner, expires_at)`` of every lease, live or expired."""
-    return [(row[0], row[1], int(row[2])) for row in await reader.fetch(sql.ALL_LEASES)]
+class Held(NamedTuple):
+    """A lease as stored, live or expired."""
+
+    session_id: str
+    owner: str
+    token: int
+    expires_at: int
+
+
+async def every(reader: Reader) -> list[Held]:
+    """Every lease, live or expired."""
+    return [Held(row[0], row[1], int(row[2]), int(row[3])) for row in await reader.fetch(sql.ALL_LEASES)]

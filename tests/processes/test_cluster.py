@@ -248,6 +248,43 @@ def test_killing_the_draining_process_loses_nothing(
         assert taken_over_in > 3.5, taken_over_in
 
 
+def test_a_thawed_process_stops_the_shell_command_of_a_session_taken_over(
+    cluster_url: str, project_dir: Path, config_dir: Path
+) -> None:
+    """A runs a shell command for a session and is frozen past its lease; B takes the session
+    over. Thawed, A must not let the command go on changing the project (it would write a file
+    seconds later): the lease it lost is noticed and the command's processes are killed."""
+    a = process_server(cluster_url, project_dir, config_dir)
+    b = process_server(cluster_url, project_dir, config_dir)
+    a.env["OPENSESSION_LEASE_SECONDS"] = "3"
+    start_together(a, b)
+    started, late = project_dir / "started.txt", project_dir / "late.txt"
+    run_for = 8.0
+    try:
+        assert a.proc is not None
+        sid = httpx.post(f"{a.url}/session").json()["id"]
+        command = f"touch started.txt; sleep {run_for:g}; echo late > late.txt"
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt(f"TOOL:bash {command}"))
+        deadline = time.monotonic() + 15
+        while not started.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        started_at = time.monotonic()
+        a.proc.send_signal(signal.SIGSTOP)
+        history = _history_when(b.url, sid, _interrupted, timeout=15)
+        assert time.monotonic() - started_at < run_for - 1.5, "taken over too late for the test to tell"
+        a.proc.send_signal(signal.SIGCONT)
+        time.sleep(max(0.0, started_at + run_for + 1.5 - time.monotonic()))  # past the command's write
+        assert not late.exists(), "the thawed process's command went on after the session was taken over"
+        assert httpx.get(f"{b.url}/session/{sid}/message").json() == history  # and A wrote nothing
+        assert httpx.get(f"{a.url}/session/status").json() == {}  # nor says it drains the session
+    finally:
+        a.stop()
+        b.stop()
+    [tool] = [p for m in history for p in m["parts"] if p["type"] == "tool"]
+    assert tool["state"]["status"] == "error", tool["state"]
+
+
 def test_a_process_whose_listening_connection_broke_keeps_its_sessions(
     two: tuple[ProcessServer, ProcessServer], cluster_url: str
 ) -> None:

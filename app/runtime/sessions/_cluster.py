@@ -156,7 +156,7 @@ class ClusterTopology:
         self._leaving = True
         await self._end_watchdog()  # it would renew the leases handed off
         await shutdown()
-        held = [sid for sid, owner, _ in await leases.every(self.db) if owner == self.origin]
+        held = [row.session_id for row in await leases.every(self.db) if row.owner == self.origin]
         await leases.renew(self.db, self.origin, now_ms())
         if held:  # one round trip for all of them
             await self.db.notify(CONTROL, *(self._message(EVERYONE, "wake", sid) for sid in held))
@@ -368,7 +368,7 @@ class ClusterTopology:
     async def holders(self) -> dict[str, str]:
         """Every session with a lease, live or expired (about to be taken over): session id ->
         owner. Each of them is busy."""
-        return {session_id: owner for session_id, owner, _ in await leases.every(self.db)}
+        return {row.session_id: row.owner for row in await leases.every(self.db)}
 
     async def _watch(self) -> None:
         """Renew this process's leases; wake the sessions whose lease expired or whose owner is
@@ -377,8 +377,10 @@ class ClusterTopology:
         drain just ending)."""
         interval = min(max(self.lease_ms / 3000, 0.2), WATCH_S)
         unused: set[str] = set()
+        assert self._target is not None
         while True:
             await asyncio.sleep(interval)
+            draining = self._target.under_lease()  # claimed before the read: it must show them
             try:
                 await leases.renew(self.db, self.origin, now_ms() + self.lease_ms)
                 held = await leases.every(self.db)
@@ -386,9 +388,9 @@ class ClusterTopology:
             except Exception:
                 log.exception("lease renewal failed")
                 continue
-            assert self._target is not None
+            self._stop_lost(draining, held)
             now, seen, unused = now_ms(), unused, set()
-            for session_id, owner, expires_at in held:
+            for session_id, owner, _, expires_at in held:
                 if self._target.is_active(session_id):
                     continue
                 if expires_at < now or owner in gone:
@@ -399,7 +401,18 @@ class ClusterTopology:
                     else:
                         unused.add(session_id)
 
-    async def _departed(self, held: list[tuple[str, str, int]]) -> set[str]:
+    def _stop_lost(self, draining: Mapping[str, Lease], held: list[leases.Held]) -> None:
+        """Stop the drains here whose lease another process has taken since (this process was
+        frozen or cut off past its expiry): their writes are refused already, and this ends what
+        else they do, the shell commands their tools run, without waiting for their next write.
+        A renewal cannot bring such a lease back: it renews only leases still this process's."""
+        assert self._target is not None
+        current = {row.session_id: (row.owner, row.token) for row in held}
+        for session_id, lease in draining.items():
+            if current.get(session_id) != (self.origin, lease.token):
+                self._target.lost(session_id, lease)
+
+    async def _departed(self, held: list[leases.Held]) -> set[str]:
         """The owners of live leases in ``held`` that are gone: not heard from for ``SILENT_S``
         and holding no presence in the database (it ended with their connections: a kill -9, a
         crash). Their leases are expired at once, so the next claim takes their sessions over
@@ -414,7 +427,7 @@ class ClusterTopology:
         if since is None or time.monotonic() - since < SETTLED_S:
             return set()
         heard, now = self.infra.log.topology.heard_within(SILENT_S), now_ms()
-        silent = {owner for _, owner, expires_at in held if expires_at >= now and owner not in heard}
+        silent = {row.owner for row in held if row.expires_at >= now and row.owner not in heard}
         silent -= {NOBODY, self.origin}
         if not silent:
             return set()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from app.events.topology import LeaseLost
-from app.runtime.abort import Aborted, AbortSignal
+from app.runtime.abort import LOST, Aborted, AbortSignal
 from app.runtime.errors import DatabaseUnavailable, SessionBusy
 from app.wire import BusyStatus, IdleStatus, SessionStatus
 
@@ -52,6 +52,9 @@ class _Entry:
     # that no prompt admitted since its claim waits (``Claims.release_sees_admissions``).
     woken: bool = False
     task: asyncio.Task[None] | None = None
+    # The lease the drain runs under, while it holds it (None before its claim, and from the
+    # moment it starts to give it up): what ``lost`` compares with.
+    lease: Lease | None = None
 
     @property
     def again(self) -> bool:
@@ -123,7 +126,7 @@ class DrainCoordinator:
         entry = _Entry()
         self._entries[session_id] = entry
         self.drains_started += 1
-        lease = self._claims.claim_at_once(session_id)
+        lease = entry.lease = self._claims.claim_at_once(session_id)
         if lease is not None:
             self.set_status(session_id, BUSY)
         entry.task = asyncio.create_task(self._run(session_id, entry, lease, work), name=f"drain:{session_id}")
@@ -203,6 +206,14 @@ class DrainCoordinator:
             log.exception("could not release %s", session_id)
             return False
 
+    async def _kept_by(self, entry: _Entry, session_id: str, lease: Lease, unless_admitted_after: int | None) -> bool:
+        """``_kept`` for a drain: while its release is in flight the lease is no longer the
+        drain's to lose (the row may vanish by its own doing)."""
+        entry.lease = None
+        kept = await self._kept(session_id, lease, unless_admitted_after)
+        entry.lease = lease if kept else None
+        return kept
+
     async def _resume_after_outage(self, session_id: str, entry: _Entry) -> bool:
         """Wait for the database to come back, then close the reply the failed step left open
         (this process still holds the session); False if an abort or a shutdown came first."""
@@ -220,21 +231,24 @@ class DrainCoordinator:
     async def _run(self, session_id: str, entry: _Entry, lease: Lease | None, work: Drain | None = None) -> None:
         """Drain under ``lease``, claimed first when none was granted at once."""
         holding = False  # whether ``lease`` is still this drain's to give up
+        lost = False  # another process took the session over: its drain announces the status
         try:
             if lease is None and (lease := await self._claim(session_id)) is None:
                 return
-            holding = True
+            holding, entry.lease = True, lease
             while True:
                 entry.pending_wake = entry.woken = False
                 # The first pass runs ``work`` when given (run_exclusive), later passes drain.
                 drain, work = work or self._drain, None
                 try:
                     await drain(session_id, entry.signal)
-                except Aborted:
+                except Aborted as exc:
+                    lost = exc.reason == LOST
+                    holding = not lost
                     break
                 except LeaseLost:
                     log.warning("%s was taken over by another process; this drain stops", session_id)
-                    holding = False
+                    holding, lost = False, True
                     break
                 except DatabaseUnavailable as exc:
                     # Nothing of the failed transaction was stored: retry once the database is back
@@ -254,7 +268,7 @@ class DrainCoordinator:
                 # another process, which left it to this drain); then one more pass, the same busy
                 # period. (Where the release cannot tell, a wake meanwhile made that pass above.)
                 entry.woken = False  # the release answers what woke it so far; a wake from now is new
-                if not await self._kept(session_id, lease, lease.seq):
+                if not await self._kept_by(entry, session_id, lease, lease.seq):
                     holding = False
                     break
                 entry.pending_wake = True
@@ -267,11 +281,12 @@ class DrainCoordinator:
                 # process, its admission left it to this drain: ``Topology.reserve``).
                 # (A stopping process leaves its leases to expire; a successor keeps this one.)
                 settled = entry.signal.settle_through if entry.signal.fired else lease.seq
-                if await self._kept(session_id, lease, settled):
+                if await self._kept_by(entry, session_id, lease, settled):
                     entry.pending_wake = True
+            entry.lease = None
             if self._entries.get(session_id) is entry:
                 del self._entries[session_id]
-            if shutting_down:
+            if shutting_down or lost:
                 self._status.pop(session_id, None)
             elif lease is not None:
                 self.set_status(session_id, IDLE)
@@ -291,6 +306,22 @@ class DrainCoordinator:
         entry.signal.fire(reason, settle_through=settle_through)
         await entry.done.wait()
         return True
+
+    def under_lease(self) -> dict[str, Lease]:
+        """The drains running under a lease now, by session."""
+        return {sid: entry.lease for sid, entry in self._entries.items() if entry.lease is not None}
+
+    def lost(self, session_id: str, lease: Lease) -> None:
+        """The session's lease was found with another owner or token after the drain had claimed
+        ``lease`` (the drain's process was frozen, or cut off, past its expiry, and another
+        process took the session over): stop the drain and what it runs (a shell command's
+        processes are killed) at once. It writes nothing more: its writes would be refused."""
+        entry = self._entries.get(session_id)
+        if entry is None or entry.lease is not lease:
+            return  # given up or claimed again since the lease was read
+        log.warning("%s was taken over by another process; its drain and tools stop", session_id)
+        entry.pending_wake = entry.woken = False
+        entry.signal.fire(LOST)
 
     async def await_idle(self, session_id: str) -> None:
         while (entry := self._entries.get(session_id)) is not None:
