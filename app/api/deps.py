@@ -103,6 +103,20 @@ async def location_directory(
     return await instance_directory(request, directory)
 
 
+IDEMPOTENCY_KEY_MAX = 255
+
+
+async def idempotency_key(request: HTTPConnection) -> str | None:
+    """The request's ``Idempotency-Key`` header: a prompt sent again with the same key is the one
+    already admitted (the shipped nginx configuration sends one with every request, the same on
+    the retry it makes when a replica died with the request). Read from the connection rather
+    than declared, so the OpenAPI document stays OpenCode's."""
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 0 < len(key) <= IDEMPOTENCY_KEY_MAX:
+        raise InvalidInput(f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters", kind="Header")
+    return key
+
+
 def checked_directory(value: str, *, kind: str = "Payload") -> str:
     """An absolute, NUL-free directory path, normalised."""
     if "\0" in value or not os.path.isabs(value):
@@ -113,6 +127,7 @@ def checked_directory(value: str, *, kind: str = "Payload") -> str:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 DirectoryDep = Annotated[str, Depends(instance_directory)]
 LocationDep = Annotated[str, Depends(location_directory)]
+IdempotencyKeyDep = Annotated[str | None, Depends(idempotency_key)]
 
 SettingsDep = Annotated[Settings, _service(lambda runtime: runtime.settings)]
 ConfigDep = Annotated[ConfigLoader, _service(lambda runtime: runtime.config)]

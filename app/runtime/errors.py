@@ -82,6 +82,11 @@ class InputConflict(Conflict):
         super().__init__(f"Prompt message ID conflicts with an existing durable record: {message_id}", message_id)
 
 
+class RequestKeyConflict(Conflict):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"Idempotency-Key was already used for a different prompt in this session: {key}", key)
+
+
 class SessionBusy(RuntimeFailure):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"Session is busy: {session_id}")

@@ -491,6 +491,10 @@ LAST_ASSISTANTS = Clause(
     quick=True,
 )
 INPUT_BY_ID = Clause(select(inputs).where(inputs.c.id == bindparam("id")), quick=True)
+INPUT_BY_REQUEST_KEY = Clause(
+    select(inputs).where(inputs.c.session_id == bindparam("session_id"), inputs.c.request_key == bindparam("key")),
+    quick=True,
+)
 UNSETTLED_INPUTS = Clause(
     select(inputs)
     .where(inputs.c.session_id == bindparam("session_id"), inputs.c.completed.is_(False))

@@ -21,6 +21,12 @@ async def by_id(reader: Reader, input_id: str) -> InputRow | None:
     return InputRow(*rows[0]) if rows else None
 
 
+async def by_request_key(reader: Reader, session_id: str, key: str) -> InputRow | None:
+    """The session's input admitted under the Idempotency-Key ``key``, if any."""
+    rows = await reader.fetch(sql.INPUT_BY_REQUEST_KEY, {"session_id": session_id, "key": key})
+    return InputRow(*rows[0]) if rows else None
+
+
 def promote(scope: WriteScope, input_id: str, seq: int) -> None:
     """The input entered the history at ``seq`` (a step took it)."""
     scope.execute(sql.PROMOTE_INPUT, {"id": input_id, "promoted_seq": seq})

@@ -75,6 +75,7 @@ class InputRow:
     promoted_seq: int | None
     completed: bool
     time_created: int
+    request_key: str | None = None  # the Idempotency-Key it was admitted under
 
     def as_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -82,7 +82,11 @@ inputs = Table(
     Column("promoted_seq", BigInteger, nullable=True),
     Column("completed", Boolean, nullable=False, default=False),
     Column("time_created", BigInteger, nullable=False),
+    # The client's Idempotency-Key (nginx sends one per client request, the same on its retries):
+    # a request repeated with it is the prompt already admitted, not a second one.
+    Column("request_key", String, nullable=True),
     Index("ix_inputs_pending", "session_id", "completed", "admitted_seq"),
+    Index("ix_inputs_request_key", "session_id", "request_key", unique=True),
 )
 
 events = Table(

@@ -507,6 +507,30 @@ def test_killing_a_replica_behind_nginx_mid_turn_loses_nothing(
     assert [r["info"]["parentID"] for r in answers] == [u["info"]["id"] for u in users]
 
 
+def test_a_synchronous_prompt_whose_replica_is_killed_is_admitted_once(
+    two: tuple[ProcessServer, ProcessServer], balanced: str, cluster_url: str
+) -> None:
+    """A synchronous prompt through nginx; the replica that admitted it is killed while it waits
+    for the reply. nginx passes the POST to the other replica (the shipped configuration retries
+    POSTs), with the same Idempotency-Key: that replica answers the prompt already admitted and
+    does not admit it a second time."""
+    sid = httpx.post(f"{balanced}/session").json()["id"]
+    with EventCollector(f"{balanced}/event") as events, ThreadPoolExecutor(1) as pool:
+        events.wait_for(lambda f: f.type == "server.connected")
+        sent = pool.submit(
+            httpx.post, f"{balanced}/session/{sid}/message", json=text_prompt("SLOW:0.3 only once"), timeout=60
+        )
+        events.wait_for(_delta_of(sid), timeout=15)
+        owner = _owner(cluster_url, sid)
+        next(s for s in two if s.proc is not None and s.proc.pid == owner).kill9()
+        replied = sent.result(timeout=60)
+    assert replied.status_code == 200, replied.text
+    history = _history_when(balanced, sid, _answered(2), timeout=30)
+    [user] = [m for m in history if m["info"]["role"] == "user"]
+    assert replied.json()["info"]["parentID"] == user["info"]["id"]
+    assert "error" not in replied.json()["info"], replied.json()["info"]
+
+
 def test_questions_are_answered_from_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
     """Asked on A (whose tool waits), listed and answered on B: the reply is forwarded to A; a
     second reply, and a dismissal of a later question, go the same way."""

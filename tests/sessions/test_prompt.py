@@ -116,6 +116,38 @@ def test_client_message_id_is_idempotent_and_conflicts_on_new_content(client: ht
     assert len(client.get(f"/session/{sid}/message").json()) == 2
 
 
+def test_a_prompt_repeated_with_its_idempotency_key_is_admitted_once(client: httpx.Client) -> None:
+    """A retry (a client's, or nginx's after a replica died with the request) carries the same
+    Idempotency-Key: it gets the prompt already admitted, through whichever prompt route; the key
+    belongs to its session, and a different prompt under it is a conflict."""
+    sid, other = create_session(client)["id"], create_session(client)["id"]
+    key = {"Idempotency-Key": "retry-1"}
+    first = client.post(f"/session/{sid}/message", json=text_prompt("once only"), headers=key)
+    again = client.post(f"/session/{sid}/message", json=text_prompt("once only"), headers=key)
+    queued = client.post(f"/session/{sid}/prompt_async", json=text_prompt("once only"), headers=key)
+    assert first.status_code == again.status_code == 200 and queued.status_code == 204
+    assert again.json() == first.json()
+    assert client.post(f"/session/{other}/message", json=text_prompt("once only"), headers=key).status_code == 200
+    conflict = client.post(f"/session/{sid}/prompt_async", json=text_prompt("other text"), headers=key)
+    assert conflict.status_code == 409 and "retry-1" in conflict.json()["message"], conflict.text
+    unkeyed = client.post(f"/session/{sid}/message", json=text_prompt("once only"))  # no key: a new prompt
+    assert unkeyed.status_code == 200
+    users = [m["info"]["id"] for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"]
+    assert users == [first.json()["info"]["parentID"], unkeyed.json()["info"]["parentID"]]
+    assert len(client.get(f"/session/{other}/message").json()) == 2
+    v2_key = {"Idempotency-Key": "retry-2"}
+    admitted = [
+        client.post(f"/api/session/{sid}/prompt", json={"prompt": {"text": "v2"}}, headers=v2_key) for _ in "ab"
+    ]
+    assert [r.status_code for r in admitted] == [200, 200]
+    first_v2, again_v2 = (r.json()["data"] for r in admitted)  # the second may find it promoted already
+    assert (again_v2["id"], again_v2["admittedSeq"]) == (first_v2["id"], first_v2["admittedSeq"])
+    too_long = client.post(
+        f"/session/{sid}/prompt_async", json=text_prompt("x"), headers={"Idempotency-Key": "k" * 256}
+    )
+    assert too_long.status_code == 400 and "Idempotency-Key" in too_long.text
+
+
 def test_reasoning_part_precedes_text(client: httpx.Client) -> None:
     sid = create_session(client)["id"]
     reply = client.post(f"/session/{sid}/message", json=text_prompt("REASON about this")).json()

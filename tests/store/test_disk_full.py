@@ -36,12 +36,13 @@ class Disk:
         self._filler = root / "filler"
 
     def fill(self) -> None:
-        with self._filler.open("ab") as filler:
+        # Unbuffered: a buffered file keeps what a short write left over and fails again when it
+        # is closed, depending on how the space left divides into blocks.
+        with self._filler.open("ab", buffering=0) as filler:
             block = b"\0" * 65536
             try:
                 while True:
                     filler.write(block)
-                    filler.flush()
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC, exc
 

@@ -15,6 +15,7 @@ from app.api.deps import (
     DiffsDep,
     DirectoryDep,
     HistoryDep,
+    IdempotencyKeyDep,
     MessageIDPath,
     PartIDPath,
     PromptingDep,
@@ -53,7 +54,7 @@ MESSAGES_PAGE = 10_000
 _SESSION_DOC: dict[int | str, dict[str, Any]] = {200: {"description": "Session info (OpenCode's Session schema)"}}
 
 
-def _prompt_request(body: PromptBody) -> PromptRequest:
+def _prompt_request(body: PromptBody, key: str | None) -> PromptRequest:
     return PromptRequest(
         parts=[part.model_dump(exclude_none=True) for part in body.parts],
         message_id=body.messageID,
@@ -63,6 +64,7 @@ def _prompt_request(body: PromptBody) -> PromptRequest:
         no_reply=bool(body.noReply),
         tools=body.tools,
         variant=body.variant,
+        request_key=key,
     )
 
 
@@ -233,8 +235,10 @@ async def get_message(history: HistoryDep, sessionID: SessionIDPath, messageID: 
 @router.post(
     "/session/{sessionID}/message", operation_id="session.prompt", summary="Send a prompt and wait for the reply"
 )
-async def prompt(request: Request, prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
-    reply = await prompting.prompt_and_wait(sessionID, _prompt_request(body))
+async def prompt(
+    request: Request, prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody, key: IdempotencyKeyDep
+) -> Response:
+    reply = await prompting.prompt_and_wait(sessionID, _prompt_request(body, key))
     if stainless.speaks(request):  # 0.x answered the assistant message's info alone
         return JSONBody(stainless.message_info(reply["info"]))
     return JSONBody(reply)
@@ -246,8 +250,10 @@ async def prompt(request: Request, prompting: PromptingDep, sessionID: SessionID
     status_code=204,
     summary="Admit a prompt and return at once",
 )
-async def prompt_async(prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
-    await prompting.prompt(sessionID, _prompt_request(body))
+async def prompt_async(
+    prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody, key: IdempotencyKeyDep
+) -> Response:
+    await prompting.prompt(sessionID, _prompt_request(body, key))
     return Response(status_code=204)
 
 
@@ -369,7 +375,9 @@ async def init(commands: CommandsDep, sessionID: SessionIDPath, body: InitBody) 
     operation_id="session.command",
     summary="Run a project command (opencode.json) as a prompt and wait for the reply",
 )
-async def command(commands: CommandsDep, sessionID: SessionIDPath, body: CommandBody) -> Response:
+async def command(
+    commands: CommandsDep, sessionID: SessionIDPath, body: CommandBody, key: IdempotencyKeyDep
+) -> Response:
     reply = await commands.command(
         sessionID,
         body.command,
@@ -378,5 +386,6 @@ async def command(commands: CommandsDep, sessionID: SessionIDPath, body: Command
         model=body.model,
         message_id=body.messageID,
         variant=body.variant,
+        request_key=key,
     )
     return JSONBody(reply)

@@ -17,6 +17,7 @@ from app.api.deps import (
     EventLogDep,
     EventSourcesDep,
     HistoryDep,
+    IdempotencyKeyDep,
     MessageIDPath,
     PromptingDep,
     RevertsDep,
@@ -54,7 +55,7 @@ Order = Annotated[str | None, Query(pattern="^(asc|desc)$")]
 LastEventID = Annotated[str | None, Header(alias="Last-Event-ID")]
 
 
-def _prompt_request(body: PromptBody) -> PromptRequest:
+def _prompt_request(body: PromptBody, key: str | None) -> PromptRequest:
     """A V2 prompt as the runtime admits it: deferred (its user message is written at promotion),
     with the parts legacy clients will see, and the prompt as V2 clients gave it (file types
     filled in where the client left them out)."""
@@ -67,7 +68,9 @@ def _prompt_request(body: PromptBody) -> PromptRequest:
             part["filename"] = file["name"]
         parts.append(part)
     parts += [{"type": "agent", "name": agent["name"]} for agent in view.get("agents", [])]
-    return PromptRequest(parts=parts, message_id=body.id, delivery=body.delivery, deferred=True, view=view)
+    return PromptRequest(
+        parts=parts, message_id=body.id, delivery=body.delivery, deferred=True, view=view, request_key=key
+    )
 
 
 @router.get("/health", operation_id="v2.health.get")
@@ -159,8 +162,10 @@ async def switch_model(runtime: RuntimeDep, sessionID: SessionIDPath, body: Mode
     operation_id="v2.session.prompt",
     summary="Admit a prompt (steer or queue); idempotent for a client-chosen id",
 )
-async def prompt(prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody) -> Response:
-    admitted = await prompting.prompt(sessionID, _prompt_request(body), resume=body.resume)
+async def prompt(
+    prompting: PromptingDep, sessionID: SessionIDPath, body: PromptBody, key: IdempotencyKeyDep
+) -> Response:
+    admitted = await prompting.prompt(sessionID, _prompt_request(body, key), resume=body.resume)
     return JSONBody({"data": admitted.record.admitted_record()})
 
 

@@ -26,7 +26,7 @@ from app.events.model import Event
 from app.jsonutil import dumps, loads
 from app.providers.registry import ModelNotFoundError, ModelRef, ProviderRegistry
 from app.runtime.agents import Agents, tools_rules
-from app.runtime.errors import InputConflict, InvalidInput
+from app.runtime.errors import InputConflict, InvalidInput, RequestKeyConflict
 from app.runtime.history import History, commit_staged
 from app.runtime.inputs._stored import StoredPrompt
 from app.runtime.payloads import next_event
@@ -55,6 +55,8 @@ class PromptRequest:
     compaction: str | None = None
     # The prompt as the V2 protocol shows it ({text, files?, agents?}); derived from parts if absent.
     view: dict[str, Any] | None = None
+    # The request's Idempotency-Key: the same request sent again with it is the same prompt.
+    request_key: str | None = None
 
     def canonical(self) -> dict[str, Any]:
         """The request as compared on retry (everything the client chose, nothing we generated)."""
@@ -213,6 +215,8 @@ class Admission:
             message_id, created = request.message_id or ids.message_id(), now_ms()
             if request.message_id is not None:  # ids we generate are new by construction
                 await self._check_reuse(tx, session_id, message_id, canonical)
+            if request.request_key is not None:
+                await self._check_repeat(tx, session_id, request.request_key, canonical)
             if not self.history.coordinator.is_active(session_id):
                 # Never under a running turn (Reverts keeps a staged revert from coexisting with
                 # one; this guards the invariant): the turn would lose its own prompt and reply.
@@ -249,6 +253,7 @@ class Admission:
                 promoted_seq=None,
                 completed=request.no_reply,
                 time_created=created,
+                request_key=request.request_key,
             )
             inputs.insert(tx.scope, record)
             wake = self.topology.reserve(tx, session_id, directory) if reserve else True
@@ -284,8 +289,23 @@ class Admission:
         reuse of the id is a conflict."""
         row = await inputs.by_id(tx.scope, message_id)
         if row is not None:
-            if row.session_id == session_id and StoredPrompt.from_json(row.prompt).request == canonical:
-                raise _Duplicate(row)
-            raise InputConflict(message_id)
+            if not _repeats(row, session_id, canonical):
+                raise InputConflict(message_id)
+            raise _Duplicate(row)
         if await message_id_taken(tx.scope, message_id):
             raise InputConflict(message_id)
+
+    @staticmethod
+    async def _check_repeat(tx: Transaction, session_id: str, key: str, canonical: dict[str, Any]) -> None:
+        """An Idempotency-Key already used in the session: the same request again (a retry) ends
+        admission early (``_Duplicate``); a different one under that key is a conflict."""
+        row = await inputs.by_request_key(tx.scope, session_id, key)
+        if row is not None:
+            if not _repeats(row, session_id, canonical):
+                raise RequestKeyConflict(key)
+            raise _Duplicate(row)
+
+
+def _repeats(row: InputRow, session_id: str, canonical: dict[str, Any]) -> bool:
+    """Whether admitting ``canonical`` in ``session_id`` would repeat the prompt of ``row``."""
+    return row.session_id == session_id and StoredPrompt.from_json(row.prompt).request == canonical

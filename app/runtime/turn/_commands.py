@@ -110,6 +110,7 @@ class Commands:
         model: str | None,
         message_id: str | None,
         variant: str | None = None,
+        request_key: str | None = None,
     ) -> PromptRequest:
         spec = next((c for c in await self.all(session["directory"]) if c["name"] == name), None)
         if spec is None:
@@ -126,6 +127,7 @@ class Commands:
             model=ref,
             message_id=message_id,
             variant=variant,
+            request_key=request_key,
         )
 
     async def command(
@@ -138,10 +140,18 @@ class Commands:
         model: str | None = None,
         message_id: str | None = None,
         variant: str | None = None,
+        request_key: str | None = None,
     ) -> MessageWithParts:
         session = await self.sessions.service.get(session_id)
         request = await self.prompt_for(
-            session, name, arguments, agent=agent, model=model, message_id=message_id, variant=variant
+            session,
+            name,
+            arguments,
+            agent=agent,
+            model=model,
+            message_id=message_id,
+            variant=variant,
+            request_key=request_key,
         )
         reply = await self.prompter.prompt_and_wait(session_id, request)
         props = {"name": name, "sessionID": session_id, "arguments": arguments, "messageID": reply["info"]["id"]}
