@@ -88,8 +88,11 @@ class Transaction:
         return seq
 
     def _allocate_cursor(self) -> int:
-        if self.first_cursor is None:
+        if not self._log.topology.concurrent:
             return self._log.allocate_cursor()
+        if self.first_cursor is None:  # numbered from the id its first hold took (``hold_session``)
+            assert self.scope.transaction_id is not None, "a durable event is written under its session's hold"
+            self.first_cursor = self.scope.transaction_id << events.CURSOR_BITS
         self._numbered += 1
         if self._numbered >= CURSORS_PER_TRANSACTION:
             raise TooManyEvents(f"one transaction may record at most {CURSORS_PER_TRANSACTION - 1} events")

@@ -46,7 +46,7 @@ class Opened:
     session's info (JSON text; None: no such session), revert journal (None: none) and drain
     lease (None: nobody's) as read under the hold."""
 
-    cursor: int
+    cursor: int | None  # None: no session held yet (its first hold numbers it)
     next_seq: dict[str, int]
     infos: dict[str, str | None]
     journals: dict[str, str | None]

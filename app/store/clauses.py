@@ -261,6 +261,12 @@ def _typed_params(**types: Any) -> list[BindParameter[Any]]:
 
 # The session's hold, and its last seq as the hold leaves it (-1 before its first event).
 HOLD_SESSION = Clause(select(func.opensession_hold_session(bindparam("session_id", type_=String))))
+# The same in a transaction without an id yet, which it takes right after the hold (migration 0018).
+HOLD_NUMBERED = Clause(
+    select(literal_column("last_seq"), literal_column("first_cursor")).select_from(
+        func.opensession_hold_numbered(bindparam("session_id", type_=String))
+    )
+)
 # A claim of a session's drain lease, one statement in a transaction of its own (migration 0013):
 # the session's last seq under its hold, the lease's owner before, and the new token (NULL:
 # another live owner keeps it).

@@ -24,7 +24,9 @@ class HeldLease(NamedTuple):
 class WriteHead(NamedTuple):
     """Where a write transaction on a shared database continues from (``write_head``)."""
 
-    first_cursor: int  # its events' cursors follow this one (its transaction id, shifted)
+    # Its events' cursors follow this one (its transaction id, shifted), taken once it holds
+    # ``session_id``; None without a session (a later hold takes it: ``hold_session``).
+    first_cursor: int | None
     last_seq: int  # the held session's newest seq (-1 before its first event, or none held)
     lease: HeldLease | None  # the held session's lease (None: nobody holds it)
     session_info: str | None  # the held session's info as JSON text (None: no such session)
@@ -38,14 +40,22 @@ async def write_head(scope: WriteScope, session_id: str | None) -> WriteHead:
     first, seq, owner, token, info, journal, expires = (
         await scope.fetch(sql.WRITE_HEAD, {"session_id": session_id or ""})
     )[0]
-    scope.transaction_id = int(first) >> CURSOR_BITS
+    if first is not None:
+        scope.transaction_id = int(first) >> CURSOR_BITS
     lease = None if owner is None else HeldLease(owner, int(token), int(expires))
-    return WriteHead(int(first), -1 if seq is None else int(seq), lease, info, journal)
+    return WriteHead(None if first is None else int(first), -1 if seq is None else int(seq), lease, info, journal)
 
 
 async def hold_session(scope: WriteScope, session_id: str) -> int:
-    """The session's hold (to the commit), and its last seq then (shared databases)."""
-    return int((await scope.fetch(sql.HOLD_SESSION, {"session_id": session_id}))[0][0])
+    """The session's hold (to the commit), and its last seq then (shared databases). A
+    transaction without an id yet takes it right after the hold (``scope.transaction_id``): a
+    session's writers are numbered in the order they held it, so the log's cursor order (what
+    every process publishes in) keeps each session's events in ``seq`` order."""
+    if scope.transaction_id is not None:
+        return int((await scope.fetch(sql.HOLD_SESSION, {"session_id": session_id}))[0][0])
+    seq, first = (await scope.fetch(sql.HOLD_NUMBERED, {"session_id": session_id}))[0]
+    scope.transaction_id = int(first) >> CURSOR_BITS
+    return int(seq)
 
 
 def append(

@@ -6,7 +6,8 @@ order. What must hold:
 - a reader following the log by cursor, while it is written, misses no event (the log is read
   only below the oldest transaction still running);
 - every process's bus publishes every event exactly once, in cursor order;
-- a session's seq is gap-free, whoever writes it;
+- a session's seq is gap-free, whoever writes it, and its events are in seq order in cursor order
+  (a transaction is numbered once it holds the session);
 - a read-modify-write under a hold loses no concurrent change.
 
 Each writer sleeps inside its transaction, so transactions that began later commit first."""
@@ -68,7 +69,9 @@ async def two_logs(postgres_cluster: Cluster | None) -> AsyncIterator[list[Event
 async def _write(log: EventLog, name: str, rng: random.Random) -> None:
     for index in range(TRANSACTIONS_PER_WRITER):
         session = f"ses_{rng.randrange(SESSIONS)}"  # several writers on each session at once
-        async with log.transaction() as tx:
+        # Held from the transaction's first statement (a drain's, an admission's), or by its
+        # first event (an edit through the API).
+        async with log.transaction(hold=session if rng.random() < 0.5 else None) as tx:
             for _ in range(rng.randint(1, 3)):
                 await tx.emit("test.tick", {"by": name, "n": index}, session_id=session, directory="/d")
             await asyncio.sleep(rng.random() * 0.01)  # others begin and commit meanwhile
@@ -103,9 +106,13 @@ async def test_overlapping_writers_on_two_logs_leave_no_gap_for_readers_buses_or
     stop.set()
     await asyncio.wait_for(follower, 30)
 
-    every = [event.cursor for event in await _all(two_logs[1])]
+    logged = await _all(two_logs[1])
+    every = [event.cursor for event in logged]
     assert len(every) >= 2 * WRITERS_PER_LOG * TRANSACTIONS_PER_WRITER
     assert every == sorted(every)
+    for number in range(SESSIONS):  # cursor order, the order every process publishes in, keeps seq order
+        in_cursor_order = [event.seq or 0 for event in logged if event.session_id == f"ses_{number}"]
+        assert in_cursor_order == sorted(in_cursor_order), f"ses_{number}: {in_cursor_order}"
     assert followed == every, f"the follower missed {sorted(set(every) - set(followed))[:10]}"
 
     for log in two_logs:  # each bus: every event once, in cursor order

@@ -259,8 +259,8 @@ async def test_a_commit_whose_answer_is_lost_is_looked_up_not_guessed(
 
     async def write(session_id: str, *, with_id: bool = True) -> None:
         async with pg.write() as scope:
-            if with_id:
-                await events.write_head(scope, None)  # as every event-log transaction does
+            if with_id:  # as every event-log transaction that holds a session does
+                await events.write_head(scope, session_id)
             scope.execute(sql.UPSERT_TODOS, {"session_id": session_id, "todos": "[]"})
 
     async def stored(session_id: str) -> bool:
@@ -275,6 +275,6 @@ async def test_a_commit_whose_answer_is_lost_is_looked_up_not_guessed(
     assert not await stored("ses_before")
     cut.append("after")
     with pytest.raises(DatabaseUnavailable):  # without its id nobody can tell: reported lost
-        await write("ses_unknown", with_id=False)
+        await write("ses_unknown", with_id=False)  # (one that holds no session: it writes no event)
     await write("ses_next")  # a new connection replaces the lost one
     assert await stored("ses_next")
