@@ -81,7 +81,10 @@ class _Pooled:
     Why not asyncpg's pool: its acquire and release cost the caller about 100 us of CPU per use,
     more than a read itself (63 us; measured on loopback, 5,000 ``SELECT 1``), and a turn makes a
     dozen such uses. A connection a caller left mid-statement (cancelled, or the link broke) is
-    closed, not handed on; one whose statement the server refused is fine and kept."""
+    closed, not handed on; one whose statement the server refused is fine and kept, unless the
+    refusal ends the connection (a server shutting down answers every statement with
+    ``AdminShutdownError``, and a connection handed on after it failed its next caller with
+    asyncpg's "another operation is in progress")."""
 
     def __init__(self, url: str, size: int) -> None:
         self._url = url
@@ -95,12 +98,12 @@ class _Pooled:
             conn = await self._connected()
             try:
                 yield conn
-            except asyncpg.PostgresError:
-                self._idle.append(conn)  # the server answered: the connection is in a known state
-                raise
-            except BaseException:
-                self._all.discard(conn)
-                conn.terminate()
+            except BaseException as exc:
+                if isinstance(exc, asyncpg.PostgresError) and not isinstance(exc, LOST):
+                    self._idle.append(conn)  # the server answered, and goes on: a known state
+                else:  # cut off, or the server ends the connection (it is shutting down)
+                    self._all.discard(conn)
+                    conn.terminate()
                 raise
             self._idle.append(conn)
 

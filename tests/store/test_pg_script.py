@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -278,3 +279,34 @@ async def test_a_commit_whose_answer_is_lost_is_looked_up_not_guessed(
         await write("ses_unknown", with_id=False)  # (one that holds no session: it writes no event)
     await write("ses_next")  # a new connection replaces the lost one
     assert await stored("ses_next")
+
+
+async def test_a_connection_its_server_ended_is_not_handed_on(
+    pg: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server shutting down answers a statement with ``AdminShutdownError`` and ends the
+    connection: that connection is closed, not handed to the next caller (which found asyncpg
+    stuck mid-operation on one, a 500, while PostgreSQL restarted under load: bench/chaos.py).
+    A statement alone and a notification borrow their connections the same way."""
+    used: list[asyncpg.Connection] = []
+    fetch, execute = asyncpg.Connection.fetch, asyncpg.Connection.execute
+
+    def refusing_first(original: Any) -> Any:
+        async def call(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+            used.append(self)
+            if len(used) % 2:  # the first of each pair of calls: as if the server shut down
+                raise asyncpg.exceptions.AdminShutdownError("terminating connection due to administrator command")
+            return await original(self, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", refusing_first(fetch))
+    monkeypatch.setattr(asyncpg.Connection, "execute", refusing_first(execute))
+    with pytest.raises(DatabaseUnavailable):
+        await pg.execute_alone(sql.MAX_CURSOR, {})
+    assert await pg.execute_alone(sql.MAX_CURSOR, {}) == [(0,)]
+    with pytest.raises(DatabaseUnavailable):
+        await pg.notify("opensession_test", "refused")
+    await pg.notify("opensession_test", "sent")
+    assert used[0] is not used[1] and used[2] is not used[3]
+    assert used[0].is_closed() and used[2].is_closed()

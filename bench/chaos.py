@@ -1,0 +1,295 @@
+"""Chaos probe: server processes on one PostgreSQL database behind the shipped nginx
+configuration, clients prompting through it, while processes are killed (``kill -9``) or stopped
+(SIGTERM) and started again at random, and with ``--pg`` PostgreSQL itself is restarted.
+
+It is a soak test more than a benchmark: the figures it prints are counts, and what it reports is
+whether anything a client was promised broke. Every prompt answered 204 must be stored once and
+answered once (a reply cut off by a death is closed with an error and the prompt answered again);
+a prompt answered 5xx or lost with its connection may or may not be stored, but never twice; no
+reply stays open; every session reads idle at the end; each session's V2 event stream, followed
+through nginx and resumed with ``Last-Event-ID`` after each break, delivers ``seq`` 1 to the
+session's last, in order, each once; the legacy ``/event`` stream's durable frames arrive in
+ascending id order; and no request gets a 500. The exit status is 1 when something broke.
+
+Everything runs on 127.0.0.1 (a throw-away PostgreSQL cluster from the system's binaries, nginx,
+the processes) and is removed on exit; the loops end after ``--seconds``. From the repository
+root::
+
+    python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1]
+
+Both problems it found when it was written are fixed (bench/README.md, "Chaos probe").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # ``tests`` starts the cluster, the processes and nginx
+
+from tests.balancer import nginx_binary, shipped_nginx  # noqa: E402
+from tests.helpers import text_prompt  # noqa: E402
+from tests.postgres import Cluster, start_cluster  # noqa: E402
+from tests.servers import ProcessServer, process_server, start_together  # noqa: E402
+
+SESSIONS = 12
+CLIENTS = 4
+# What the clients ask the built-in echo model: quick and slower replies, and a turn of two steps.
+PROMPTS = ("quick", "SLOW:0.05 hello", "SLOW:0.2 a slower answer", "TOOL:bash echo hi")
+DURABLE_FRAMES = ("message.updated", "message.part.updated", "message.removed", "session.created")
+SETTLE_S = 90.0  # how long the sessions may take to go idle once the chaos is over
+
+
+@dataclass
+class Record:
+    """What the clients saw, shared by their threads (list appends and counter updates only)."""
+
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    admitted: dict[str, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
+    unsure: set[str] = field(default_factory=set)  # answered 5xx or cut off: stored at most once
+    errors: list[str] = field(default_factory=list)  # 500s: a bug whatever the chaos
+    seqs: dict[str, list[int]] = field(default_factory=lambda: collections.defaultdict(list))
+    durable_ids: list[int] = field(default_factory=list)
+
+
+def _client(
+    url: str, sessions: list[str], record: Record, rng: random.Random, name: str, stop: threading.Event
+) -> None:
+    with httpx.Client(base_url=url, timeout=30) as http:
+        sent = 0
+        while not stop.is_set():
+            sid, sent = rng.choice(sessions), sent + 1
+            text = f"{rng.choice(PROMPTS)} {name}-{sent}"
+            try:
+                answer = http.post(f"/session/{sid}/prompt_async", json=text_prompt(text))
+            except httpx.HTTPError:
+                record.counts["prompt cut off"] += 1
+                record.unsure.add(text)
+                continue
+            record.counts[f"prompt {answer.status_code}"] += 1
+            if answer.status_code == 204:
+                record.admitted[sid].append(text)
+            else:
+                record.unsure.add(text)
+                if answer.status_code == 500:
+                    record.errors.append(f"POST prompt_async: {answer.text[:300]}")
+            try:
+                read = http.get(f"/session/{sid}/message", params={"limit": 5})
+                record.counts[f"read {read.status_code}"] += 1
+                if read.status_code == 500:
+                    record.errors.append(f"GET message: {read.text[:300]}")
+            except httpx.HTTPError:
+                record.counts["read cut off"] += 1
+            time.sleep(rng.uniform(0.02, 0.15))
+
+
+def _follow(url: str, path: str, take: Callable[[int, str], None], record: Record, stop: threading.Event) -> None:
+    """Read an SSE stream through nginx, resuming with Last-Event-ID after every break, until
+    ``stop``; ``take(id, type)`` gets each frame that has an id."""
+    last: int | None = None
+    while not stop.is_set():
+        headers = {} if last is None else {"Last-Event-ID": str(last)}
+        try:
+            with (
+                httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=5)) as http,
+                http.stream("GET", path, headers=headers) as response,
+            ):
+                if response.status_code != 200:
+                    record.counts[f"stream {response.status_code}"] += 1
+                    time.sleep(0.2)
+                    continue
+                frame_id: int | None = None
+                for line in response.iter_lines():
+                    if line.startswith("id:"):
+                        frame_id = last = int(line[3:])
+                    elif line.startswith("data:") and frame_id is not None:
+                        take(frame_id, json.loads(line[5:]).get("type", ""))
+                        frame_id = None
+                    if stop.is_set():
+                        return
+        except httpx.HTTPError:
+            record.counts["stream reconnect"] += 1
+            time.sleep(0.1)
+
+
+def _chaos(
+    servers: list[ProcessServer], cluster: Cluster, seconds: float, pg: bool, record: Record, rng: random.Random
+) -> None:
+    kinds = ["kill -9", "SIGTERM"] * 2 + (["PostgreSQL restart"] if pg else [])
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(2, 5))
+        kind = rng.choice(kinds)
+        record.counts[kind] += 1
+        if kind == "PostgreSQL restart":
+            cluster.halt()
+            time.sleep(rng.uniform(0.5, 3))
+            cluster.resume()
+            continue
+        victim = rng.choice(servers)
+        assert victim.proc is not None
+        if kind == "kill -9":
+            victim.kill9()
+        else:
+            victim.proc.terminate()
+            victim.proc.wait(timeout=30)
+        time.sleep(rng.uniform(0.2, 2))
+        victim.start()
+
+
+def _problems(http: httpx.Client, sessions: list[str], record: Record) -> list[str]:
+    problems = [f"500: {error}" for error in record.errors]
+    for sid in sessions:
+        history = http.get(f"/session/{sid}/message").json()
+        users = {
+            m["info"]["id"]: "".join(p.get("text", "") for p in m["parts"])
+            for m in history
+            if m["info"]["role"] == "user"
+        }
+        stored = list(users.values())
+        for text in record.admitted[sid]:
+            if stored.count(text) != 1:
+                problems.append(f"{sid}: {text!r}, admitted, is stored {stored.count(text)} times")
+        for text in set(stored) - set(record.admitted[sid]):
+            if text not in record.unsure or stored.count(text) > 1:
+                problems.append(f"{sid}: {text!r} is stored {stored.count(text)} times, never admitted")
+        replies = [m["info"] for m in history if m["info"]["role"] == "assistant"]
+        answered = collections.Counter(r.get("parentID") for r in replies if "error" not in r)
+        for user_id, text in users.items():
+            steps = 2 if text.startswith("TOOL:") else 1  # the tool step, then the answer
+            if not 1 <= answered[user_id] <= steps:
+                problems.append(f"{sid}: {text!r} has {answered[user_id]} replies without an error")
+        problems += [f"{sid}: reply {r['id']} left open" for r in replies if "completed" not in r["time"]]
+        last, after = 0, 0
+        while True:
+            page = http.get(f"/api/session/{sid}/history", params={"after": after, "limit": 100}).json()
+            if page["data"]:
+                after = last = page["data"][-1]["durable"]["seq"]
+            if not page["hasMore"]:
+                break
+        seen = record.seqs[sid]
+        if seen != list(range(1, last + 1)):
+            at = next((i for i, (a, b) in enumerate(zip(seen, range(1, last + 1), strict=False)) if a != b), len(seen))
+            problems.append(
+                f"{sid}: its stream's seqs differ from 1..{last} at index {at}: {seen[max(0, at - 2) : at + 4]}"
+            )
+    ids = record.durable_ids
+    if any(later <= earlier for earlier, later in itertools.pairwise(ids)):
+        problems.append("/event: durable frames out of order or repeated")
+    return problems
+
+
+def _followers(url: str, sessions: list[str], record: Record, stop: threading.Event) -> list[threading.Thread]:
+    """One V2 stream per session and the legacy ``/event`` stream, each on a thread of its own."""
+
+    def of_session(session_id: str) -> Callable[[int, str], None]:
+        return lambda frame_id, _: record.seqs[session_id].append(frame_id)
+
+    def durable(frame_id: int, kind: str) -> None:
+        if kind in DURABLE_FRAMES:
+            record.durable_ids.append(frame_id)
+
+    streams = [(f"/api/session/{sid}/event?after=0", of_session(sid)) for sid in sessions] + [("/event", durable)]
+    return [threading.Thread(target=_follow, args=(url, path, take, record, stop)) for path, take in streams]
+
+
+def _drive(
+    url: str, servers: list[ProcessServer], cluster: Cluster, options: argparse.Namespace, record: Record
+) -> list[str]:
+    """Clients and streams through nginx at ``url`` during the chaos, then the checks."""
+    rng = random.Random(options.seed)
+    with httpx.Client(base_url=url, timeout=30) as http:
+        sessions = [http.post("/session").json()["id"] for _ in range(SESSIONS)]
+        stop_clients, stop_streams = threading.Event(), threading.Event()
+        followers = _followers(url, sessions, record, stop_streams)
+        for follower in followers:
+            follower.start()
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            clients = [
+                pool.submit(_client, url, sessions, record, random.Random(rng.random()), f"c{n}", stop_clients)
+                for n in range(CLIENTS)
+            ]
+            try:
+                _chaos(servers, cluster, options.seconds, options.pg, record, rng)
+            finally:
+                stop_clients.set()
+            for done in clients:
+                done.result()
+        deadline = time.monotonic() + SETTLE_S
+        while (busy := http.get("/session/status").json()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3)  # the streams catch up with the last events
+        stop_streams.set()
+        for follower in followers:
+            follower.join(timeout=15)
+        return _problems(http, sessions, record) + ([f"still busy after {SETTLE_S:g} s: {busy}"] if busy else [])
+
+
+def _explain(errors: list[str], servers: list[ProcessServer]) -> None:
+    """Print what the servers logged with each 500's reference (its traceback), to stderr."""
+    for ref in re.findall(r"err_[0-9a-f]+", " ".join(errors)):
+        for server in servers:
+            lines = server.log.read_text(errors="replace").splitlines()
+            for index, line in enumerate(lines):
+                if ref in line:  # its traceback runs up to the next line the logger began
+                    end = next((i for i in range(index + 1, len(lines)) if lines[i][:2] == "20"), len(lines))
+                    print("\n".join(lines[index:end]), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seconds", type=float, default=60, help="how long the chaos lasts (default 60)")
+    parser.add_argument("--processes", type=int, default=3, help="server processes (default 3)")
+    parser.add_argument("--pg", action="store_true", help="restart PostgreSQL too, now and then")
+    parser.add_argument("--seed", type=int, default=1, help="the random choices' seed (default 1)")
+    options = parser.parse_args(argv)
+    nginx = nginx_binary()
+    cluster = start_cluster()
+    if nginx is None or cluster is None:
+        raise SystemExit("needs nginx and PostgreSQL (apt-get install nginx postgresql)")
+    record = Record()
+    print(f"... {options.processes} processes, {SESSIONS} sessions, {options.seconds:g} s of chaos", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="opensession-chaos-") as tmp:
+        base = Path(tmp)
+        (base / "project").mkdir()
+        (base / "config").mkdir()
+        url = cluster.create_database()
+        servers = [process_server(url, base / "project", base / "config") for _ in range(options.processes)]
+        try:
+            start_together(*servers)
+            netlocs = [urlsplit(server.url).netloc for server in servers]
+            with shipped_nginx(nginx, netlocs, base / "nginx") as balancer:
+                problems = _drive(balancer.url, servers, cluster, options, record)
+            _explain(record.errors, servers)
+        finally:
+            for server in servers:
+                server.stop()
+            cluster.stop()
+    admitted = sum(len(texts) for texts in record.admitted.values())
+    print(f"prompts admitted (204): {admitted}; answered 5xx or cut off: {len(record.unsure)}")
+    for name, count in sorted(record.counts.items()):
+        print(f"{name}: {count}")
+    print(f"problems: {len(problems)}")
+    for problem in problems[:30]:
+        print(f"  {problem}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
