@@ -1,6 +1,7 @@
-"""Chaos probe: server processes on one PostgreSQL database behind the shipped nginx
-configuration, clients prompting through it, while processes are killed (``kill -9``) or stopped
-(SIGTERM) and started again at random, and with ``--pg`` PostgreSQL itself is restarted.
+"""Chaos probe: server processes on one PostgreSQL database behind the shipped nginx configuration,
+clients prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts),
+while processes are killed (``kill -9``) or stopped (SIGTERM) and started again at random, and
+with ``--pg`` PostgreSQL itself is restarted.
 
 It is a soak test more than a benchmark: the figures it prints are counts, and what it reports is
 whether anything a client was promised broke. Every prompt answered 204 must be stored once and
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -66,29 +68,42 @@ class Record:
     errors: list[str] = field(default_factory=list)  # 500s: a bug whatever the chaos
     seqs: dict[str, list[int]] = field(default_factory=lambda: collections.defaultdict(list))
     durable_ids: list[int] = field(default_factory=list)
+    routes: dict[str, str] = field(default_factory=dict)  # prompt text -> the route it went by
+
+
+V2_ROUTE = "/api/session/{}/prompt"
+# How a client sends a prompt: (route, the body for a text, the status that means admitted).
+ROUTES: tuple[tuple[str, Callable[[str], dict[str, Any]], int], ...] = (
+    ("/session/{}/prompt_async", text_prompt, 204),
+    ("/session/{}/prompt_async", text_prompt, 204),
+    (V2_ROUTE, lambda text: {"prompt": {"text": text}}, 200),
+    ("/session/{}/message", text_prompt, 200),  # waits for the reply
+)
 
 
 def _client(
     url: str, sessions: list[str], record: Record, rng: random.Random, name: str, stop: threading.Event
 ) -> None:
-    with httpx.Client(base_url=url, timeout=30) as http:
+    with httpx.Client(base_url=url, timeout=60) as http:
         sent = 0
         while not stop.is_set():
             sid, sent = rng.choice(sessions), sent + 1
             text = f"{rng.choice(PROMPTS)} {name}-{sent}"
+            route, body, admitted = rng.choice(ROUTES)
+            record.routes[text] = route
             try:
-                answer = http.post(f"/session/{sid}/prompt_async", json=text_prompt(text))
+                answer = http.post(route.format(sid), json=body(text))
             except httpx.HTTPError:
                 record.counts["prompt cut off"] += 1
                 record.unsure.add(text)
                 continue
             record.counts[f"prompt {answer.status_code}"] += 1
-            if answer.status_code == 204:
+            if answer.status_code == admitted:
                 record.admitted[sid].append(text)
             else:
                 record.unsure.add(text)
                 if answer.status_code == 500:
-                    record.errors.append(f"POST prompt_async: {answer.text[:300]}")
+                    record.errors.append(f"POST {route}: {answer.text[:300]}")
             try:
                 read = http.get(f"/session/{sid}/message", params={"limit": 5})
                 record.counts[f"read {read.status_code}"] += 1
@@ -171,10 +186,17 @@ def _problems(http: httpx.Client, sessions: list[str], record: Record) -> list[s
                 problems.append(f"{sid}: {text!r} is stored {stored.count(text)} times, never admitted")
         replies = [m["info"] for m in history if m["info"]["role"] == "assistant"]
         answered = collections.Counter(r.get("parentID") for r in replies if "error" not in r)
-        for user_id, text in users.items():
+        order = list(users)
+        for index, (user_id, text) in enumerate(users.items()):
             steps = 2 if text.startswith("TOOL:") else 1  # the tool step, then the answer
-            if not 1 <= answered[user_id] <= steps:
-                problems.append(f"{sid}: {text!r} has {answered[user_id]} replies without an error")
+            # V2 prompts queued together are answered in one turn, replying to the last of them.
+            batched = record.routes.get(text) == V2_ROUTE and any(answered[u] for u in order[index + 1 :])
+            if not (1 <= answered[user_id] <= steps or (batched and not answered[user_id])):
+                failed = [r.get("error", {}).get("name") for r in replies if r.get("parentID") == user_id]
+                problems.append(
+                    f"{sid}: {text!r} ({record.routes.get(text)}) has {answered[user_id]} replies without"
+                    f" an error, and {failed} with one"
+                )
         problems += [f"{sid}: reply {r['id']} left open" for r in replies if "completed" not in r["time"]]
         last, after = 0, 0
         while True:

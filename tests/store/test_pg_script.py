@@ -310,3 +310,24 @@ async def test_a_connection_its_server_ended_is_not_handed_on(
     await pg.notify("opensession_test", "sent")
     assert used[0] is not used[1] and used[2] is not used[3]
     assert used[0].is_closed() and used[2].is_closed()
+
+
+async def test_a_read_on_a_connection_asyncpg_finds_busy_is_made_again_on_another(
+    pg: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg refuses to begin a statement on a connection it still finds busy (nothing runs):
+    that connection is closed and the read answered on another, not failed with a 500."""
+    used: list[asyncpg.Connection] = []
+    fetch = asyncpg.Connection.fetch
+
+    async def busy_first(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        used.append(self)
+        if len(used) == 1:
+            raise asyncpg.exceptions.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress"
+            )
+        return await fetch(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", busy_first)
+    assert await pg.fetch(sql.MAX_CURSOR) == [(0,)]
+    assert len(used) == 2 and used[0] is not used[1] and used[0].is_closed()
