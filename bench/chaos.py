@@ -1,7 +1,9 @@
-"""Chaos probe: server processes on one PostgreSQL database behind the shipped nginx configuration,
-clients prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts),
-while processes are killed (``kill -9``) or stopped (SIGTERM) and started again at random, and
-with ``--pg`` PostgreSQL itself is restarted.
+"""Chaos probe: prompts and event streams through nginx while processes and PostgreSQL fail.
+
+Server processes on one PostgreSQL database behind the shipped nginx configuration, clients
+prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts), while
+processes are killed (``kill -9``) or stopped (SIGTERM) and started again at random, and with
+``--pg`` PostgreSQL itself is restarted.
 
 It is a soak test more than a benchmark: the figures it prints are counts, and what it reports is
 whether anything a client was promised broke. Every prompt answered 204 must be stored once and
