@@ -20,14 +20,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-# Why a drain's signal fired, besides a user's ``abort``: the process is stopping, or the drain's
-# lease was taken over by another process (its writes are refused: it must not act any more).
-SHUTDOWN = "shutdown"
+# Why a drain's signal fired, besides a user's ``abort`` and a ``shutdown`` of the process: the
+# drain's lease was taken over by another process (its writes are refused: it must not act any more).
 LOST = "lost"
 
 
 class Aborted(Exception):
-    """Raised inside a drain once its signal fired; ``reason`` is ``abort``, ``SHUTDOWN`` or ``LOST``."""
+    """Raised inside a drain once its signal fired; ``reason`` is ``abort``, ``shutdown`` or ``LOST``."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
