@@ -60,6 +60,8 @@ def test_a_cross_site_page_can_change_nothing(
     first = client.post(f"/session/{sid}/message", json=text_prompt("one")).json()["info"]["parentID"]
     assert client.post(f"/session/{sid}/revert", json={"messageID": first}).json()["revert"]["messageID"] == first
     directory, marker = marking_mcp_project(tmp_path)
+    history = client.get(f"/session/{sid}/message").json()
+    prompt = json.dumps({"parts": [{"type": "text", "text": "TOOL:bash touch planted.txt"}]})
     export = {
         "info": {"id": "ses_planted", "title": "planted", "time": {"created": 1, "updated": 9e12}},
         "messages": [],
@@ -76,6 +78,10 @@ def test_a_cross_site_page_can_change_nothing(
         fetch(target + "/opensession/import", {{method: "POST", mode: "no-cors", body: export_}}),
         fetch(target + "/opensession/import", {{method: "POST", mode: "no-cors", body: new Blob([export_])}}),
         fetch(target + "/session/{sid}/unrevert", {{method: "POST", mode: "no-cors"}}),
+        // A prompt would start a turn and its tools; the key header is no help (no-cors drops it).
+        ...["/session/{sid}/prompt_async", "/session/{sid}/message", "/api/session/{sid}/prompt"].map(path =>
+          fetch(target + path, {{method: "POST", mode: "no-cors", body: {json.dumps(prompt)},
+                                headers: {{"Idempotency-Key": "k"}}}})),
         fetch(target + "/pty", {{method: "POST", mode: "no-cors"}}),
         fetch(target + "/session", {{method: "POST", mode: "no-cors", referrerPolicy: "no-referrer"}}),
       ];
@@ -102,6 +108,7 @@ def test_a_cross_site_page_can_change_nothing(
     assert [s["id"] for s in sessions] == [sid], "a cross-site page created or imported a session"
     assert client.get(f"/session/{sid}").json()["revert"]["messageID"] == first, "a cross-site unrevert acted"
     assert client.get("/pty").json() == [], "a cross-site page opened a terminal"
+    assert client.get(f"/session/{sid}/message").json() == history, "a cross-site page sent a prompt"
     assert not marker.exists(), "a cross-site <img> started an MCP server"
 
 
