@@ -29,7 +29,7 @@ class Infrastructure:
 
     @classmethod
     def create(cls, settings: Settings) -> Infrastructure:
-        db = open_database(settings.database_url, writers=settings.db_writers)
+        db = open_database(settings.database_url, writers=settings.db_writers, stalled_after_s=settings.lease_seconds)
         bus = EventBus(settings.subscriber_queue_size, settings.subscriber_queue_bytes)
         config = ConfigLoader(settings.config_dir)
         registry = ProviderRegistry(config, Credentials(settings.data_path / "auth.json"))

@@ -500,18 +500,23 @@ class Database(ABC):
             raise
 
 
-def open_database(url: str, *, writers: int | None = None) -> Database:
+def open_database(url: str, *, writers: int | None = None, stalled_after_s: float | None = None) -> Database:
     """The engine for ``url``: ``sqlite:///path`` (or ``sqlite+aiosqlite``) or
     ``postgresql://`` (or ``postgresql+asyncpg``). PostgreSQL's driver is imported only when used;
-    ``writers`` is how many write transactions it runs at once (SQLite: one, always)."""
+    ``writers`` is how many write transactions it runs at once (SQLite: one, always), and
+    ``stalled_after_s`` how long one may idle mid-transaction before PostgreSQL ends it."""
     if re.match(r"sqlite(\+aiosqlite)?:///", url):
         from app.store.sqlite import SqliteDatabase
 
         return SqliteDatabase(url)
     if re.match(r"postgres(ql)?(\+asyncpg)?://", url):
-        from app.store.postgres import PostgresDatabase
+        from app.store import postgres
 
-        return PostgresDatabase(url) if writers is None else PostgresDatabase(url, writers=writers)
+        return postgres.PostgresDatabase(
+            url,
+            writers=postgres.WRITERS if writers is None else writers,
+            stalled_after_s=postgres.STALLED_AFTER_S if stalled_after_s is None else stalled_after_s,
+        )
     raise UnsupportedDatabase(
         f"unsupported database URL {url!r}: use a SQLite file path or postgresql+asyncpg://user:pass@host:port/db"
     )

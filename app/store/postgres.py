@@ -182,6 +182,7 @@ class _Connection:
         self._pending: list[str] = []  # statements for the next round trip (BEGIN, holds)
         self._sent = False  # the open transaction ran a statement
         self._prepared = pg_script.Prepared()  # statements prepared on this connection
+        self.idle_since = time.monotonic()  # when it was last handed back (``PostgresDatabase``)
 
     @contextmanager
     def _usable(self) -> Iterator[None]:
@@ -300,6 +301,9 @@ WRITERS = 8
 # default writers and the listener: at most 17 connections per process (as many as before these lists).
 READERS = 6
 ALONE = 2
+# How long a writer may idle inside a transaction before PostgreSQL ends its connection (and
+# with it the transaction's holds): by default the drain lease (``Settings.lease_seconds``).
+STALLED_AFTER_S = 10.0
 # The first key of the advisory locks that say a process is connected (``present_as``); the
 # second is the hash of the process's origin.
 PRESENCE_LOCKS = 0x6F736573
@@ -316,9 +320,10 @@ class PostgresDatabase(Database):
     shared = True
     writers = WRITERS
 
-    def __init__(self, url: str, *, writers: int = WRITERS) -> None:
+    def __init__(self, url: str, *, writers: int = WRITERS, stalled_after_s: float = STALLED_AFTER_S) -> None:
         self.writers = writers
         super().__init__(url)
+        self._stalled_after_s = stalled_after_s
         self._idle: list[_Connection] = []  # writer connections with no transaction open
         self._busy: set[_Connection] = set()
         self._readers = _Pooled(url, READERS)
@@ -329,11 +334,9 @@ class PostgresDatabase(Database):
         self._present_since = 0.0
 
     async def open(self) -> None:
-        dsn = _dsn(self.url)
         try:
             await self.migrate()
-            with _reachable(self.url, connecting=True):
-                self._idle.append(_Connection(await asyncpg.connect(dsn), self.url))
+            self._idle.append(await self._new_writer())
         except DatabaseUnavailable:
             await self.close()
             raise
@@ -364,13 +367,29 @@ class PostgresDatabase(Database):
 
     async def _connected_writer(self) -> _Connection:
         """An idle writer connection, a new one when none is (the slots bound how many), or one
-        lost earlier opened again (the database may be back)."""
+        lost earlier opened again (the database may be back). One idle for half the stall limit
+        is closed rather than used: the server may be about to end it (``_new_writer``)."""
+        fresh_since = time.monotonic() - self._stalled_after_s / 2
         while self._idle:
             writer = self._idle.pop()
-            if not writer.conn.is_closed():
+            if writer.idle_since < fresh_since:
+                writer.discard()
+            elif not writer.conn.is_closed():
                 return writer
+        return await self._new_writer()
+
+    async def _new_writer(self) -> _Connection:
+        """A writer connection that PostgreSQL ends once it idles in a transaction for the stall
+        limit. A process frozen (stopped, swapped out) or cut off mid-transaction would otherwise
+        keep its sessions' holds, and the process taking its sessions over would wait on them
+        for as long as the freeze lasts; so its holds last no longer than its leases. An idle
+        writer waits in an empty transaction too (``_Connection.commit``), hence the freshness
+        rule above."""
+        limit_ms = str(max(1, int(self._stalled_after_s * 1000)))
+        settings = {"idle_in_transaction_session_timeout": limit_ms}
         with _reachable(self.url, connecting=True):
-            return _Connection(await asyncpg.connect(_dsn(self.url), timeout=5), self.url)
+            conn = await asyncpg.connect(_dsn(self.url), timeout=5, server_settings=settings)
+        return _Connection(conn, self.url)
 
     async def _begin(self) -> _Connection:
         writer = await self._connected_writer()
@@ -382,6 +401,7 @@ class PostgresDatabase(Database):
         assert isinstance(writer, _Connection)
         self._busy.discard(writer)
         if not writer.conn.is_closed():
+            writer.idle_since = time.monotonic()
             self._idle.append(writer)
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:

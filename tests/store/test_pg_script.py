@@ -219,24 +219,56 @@ async def test_a_statement_is_prepared_once_per_connection_and_again_after_a_scr
 
 
 async def test_a_writer_connection_the_server_closed_while_idle_is_replaced(pg_url: str) -> None:
-    """Writer connections wait with an empty transaction open (COMMIT begins the next): where the
-    server ends such idle transactions, the next write opens a new connection and succeeds."""
-    admin = await asyncpg.connect(pg_url.replace("postgresql+asyncpg", "postgresql"))
-    try:
-        name = pg_url.rsplit("/", 1)[1]
-        await admin.execute(f'ALTER DATABASE "{name}" SET idle_in_transaction_session_timeout = 200')
-    finally:
-        await admin.close()
-    db = open_database(pg_url)
+    """Writer connections wait with an empty transaction open (COMMIT begins the next), and the
+    server ends transactions idle past the stall limit: the next write opens a new connection and
+    succeeds."""
+    db = open_database(pg_url, stalled_after_s=0.2)
     await db.open()
     try:
         for round_ in range(3):
             async with db.write() as scope:
                 scope.execute(sql.UPSERT_TODOS, {"session_id": f"ses_{round_}", "todos": "[]"})
-            await asyncio.sleep(0.5)  # longer than the timeout: the server closes the idle writer
+            await asyncio.sleep(0.5)  # longer than the limit: the server closes the idle writer
             assert isinstance(db, PostgresDatabase) and all(w.conn.is_closed() for w in db._idle)
         assert [len(await db.fetch(sql.TODOS, {"session_id": f"ses_{i}"})) for i in range(3)] == [1, 1, 1]
     finally:
+        await db.close()
+
+
+async def test_a_writer_stalled_mid_transaction_gives_up_its_session_holds(pg_url: str) -> None:
+    """A process frozen inside a write transaction (stopped, swapped out, cut off) must not keep
+    its session's hold for as long as the freeze lasts: another process taking the session over
+    waits on that hold. Past the stall limit the server ends the stalled connection, the waiting
+    hold is granted, and the stalled transaction commits nothing."""
+    db = open_database(pg_url, stalled_after_s=1.0)
+    await db.open()
+    other = await asyncpg.connect(pg_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        async with db.write() as scope:  # a writer that has sent BEGIN, as every idle one has
+            scope.execute(sql.UPSERT_TODOS, {"session_id": "warm", "todos": "[]"})
+
+        async def stall() -> None:
+            async with db.write() as scope:
+                await scope.hold("ses_frozen")
+                await scope.fetch(sql.TODOS, {"session_id": "ses_frozen"})  # the hold is taken now
+                await asyncio.sleep(3.0)  # frozen: the event loop of a stopped process runs nothing
+                scope.execute(sql.UPSERT_TODOS, {"session_id": "ses_frozen", "todos": "[1]"})
+
+        stalled = asyncio.create_task(stall())
+        await asyncio.sleep(0.3)
+        began = asyncio.get_running_loop().time()
+        async with other.transaction():  # the taker's claim waits on the session's hold
+            await other.execute(pg_script.statement_text(sql.HOLD, {"key": "ses_frozen"}))
+        waited = asyncio.get_running_loop().time() - began
+        assert 0.4 < waited < 2.5, waited  # granted once the limit ended the stalled connection
+        with pytest.raises(DatabaseUnavailable):
+            await stalled
+        assert await db.fetch(sql.TODOS, {"session_id": "ses_frozen"}) == []
+        async with db.write() as scope:  # and the process writes again on a new connection
+            scope.execute(sql.UPSERT_TODOS, {"session_id": "ses_after", "todos": "[]"})
+        assert len(await db.fetch(sql.TODOS, {"session_id": "ses_after"})) == 1
+    finally:
+        await other.close()
         await db.close()
 
 
