@@ -179,15 +179,6 @@ PROMOTE_INPUT = Clause(
     update(inputs).where(inputs.c.id == bindparam("id")).values(promoted_seq=bindparam("promoted_seq"))
 )
 COMPLETE_INPUT = Clause(update(inputs).where(inputs.c.id == bindparam("id")).values(completed=true()))
-COMPLETE_INPUTS_THROUGH = Clause(
-    update(inputs)
-    .where(
-        inputs.c.session_id == bindparam("session_id"),
-        inputs.c.completed.is_(False),
-        inputs.c.admitted_seq <= bindparam("through_seq"),
-    )
-    .values(completed=true())
-)
 
 
 # -- leases (shared databases) --------------------------------------------------------------------

@@ -36,11 +36,6 @@ def complete(scope: WriteScope, input_id: str) -> None:
     scope.execute(sql.COMPLETE_INPUT, {"id": input_id})
 
 
-def complete_through(scope: WriteScope, session_id: str, through_seq: int) -> None:
-    """Complete every input of the session admitted at or before ``through_seq``."""
-    scope.execute(sql.COMPLETE_INPUTS_THROUGH, {"session_id": session_id, "through_seq": through_seq})
-
-
 async def any_unsettled(reader: Reader, session_id: str) -> bool:
     """Whether an input of the session is not completed."""
     return bool(await reader.fetch(sql.UNSETTLED_INPUTS, {"session_id": session_id}))

@@ -73,6 +73,33 @@ def test_abort_stops_prompts_queued_behind_the_turn(server: ThreadServer, client
     assert len(client.get(f"/session/{sid}/message").json()) == 5
 
 
+def test_a_v2_prompt_waiting_behind_an_aborted_turn_stays_admitted_for_the_next_turn(
+    server: ThreadServer, client: httpx.Client
+) -> None:
+    """A V2 prompt that waits behind the turn is not in the history yet. A legacy abort must not
+    drop it (it was answered 200 and would vanish without a trace): it stays parked, as OpenCode's
+    interrupt leaves it, and the session's next turn takes it in."""
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:
+        client.post(f"/session/{sid}/prompt_async", json=text_prompt("SLOW:0.3 first"))
+        events.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid)
+        parked = client.post(f"/api/session/{sid}/prompt", json={"prompt": {"text": "parked"}, "delivery": "queue"})
+        assert parked.status_code == 200
+        client.post(f"/session/{sid}/abort")
+        events.wait_idle(sid)
+    texts = [p.get("text") for m in client.get(f"/session/{sid}/message").json() for p in m["parts"]]
+    assert "parked" not in texts  # not taken into a turn, and not answered after the abort
+    client.post(f"/session/{sid}/message", json=text_prompt("next"))
+    history = client.get(f"/session/{sid}/message").json()
+    users = {m["info"]["id"]: m["parts"][0].get("text") for m in history if m["info"]["role"] == "user"}
+    assert sorted(users.values()) == ["SLOW:0.3 first", "next", "parked"]
+    assert parked.json()["data"]["id"] in users
+    answered = [
+        users[m["info"]["parentID"]] for m in history if m["info"]["role"] == "assistant" and "error" not in m["info"]
+    ]
+    assert answered == ["parked", "next"]  # each in its turn, oldest first (both queued)
+
+
 def _answered(client: httpx.Client, sid: str, user_id: str, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

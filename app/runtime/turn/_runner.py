@@ -193,8 +193,9 @@ class Runner:
                     return
         except Aborted as exc:
             if exc.reason == "abort" and signal.settle_through is not None:
-                await self._settle_waiting(session_id, signal.settle_through)
-                if await self.infra.queries.unsettled_inputs(session_id):
+                through = signal.settle_through
+                await self._settle_waiting(session_id, through)
+                if any(row.admitted_seq > through for row in await self.infra.queries.unsettled_inputs(session_id)):
                     # Admitted after the abort: its wake may have been dropped with the aborted
                     # busy period's, so the drain after this one answers it.
                     self.sessions.coordinator.wake(session_id)
@@ -259,12 +260,17 @@ class Runner:
                 self.inputs.waiters.settle(input_id, turn.reply)
 
     async def _settle_waiting(self, session_id: str, through_seq: int) -> None:
-        """A legacy abort stops the whole busy period: inputs queued behind the aborted turn stay
+        """A legacy abort stops the whole busy period: prompts queued behind the aborted turn stay
         in the history as user messages but are not answered (as in OpenCode). Only inputs
         admitted before the abort (``admitted_seq <= through_seq``) are dropped: a prompt that got
-        its 204 while the abort was settling is answered by the next drain."""
+        its 204 while the abort was settling is answered by the next drain. A V2 prompt not yet
+        taken into a turn is not in the history: it stays admitted, parked until the session's
+        next wake, as OpenCode's interrupt leaves it (dropping it would lose it without a trace)."""
+        waiting = await self.infra.queries.unsettled_inputs(session_id)
         async with self.infra.log.transaction() as tx:  # checks the drain's lease
-            inputs.complete_through(tx.scope, session_id, through_seq)
+            for row in waiting:
+                if row.admitted_seq <= through_seq and not _parked(row):
+                    inputs.complete(tx.scope, row.id)
         self.inputs.waiters.settle_session(session_id)
 
     async def _promote(self, tx: Transaction, session: Session, batch: list[InputRow]) -> None:
@@ -581,3 +587,8 @@ class Runner:
         if changed and end:
             session = await self.sessions.service.get(recorder.session_id)
             await self.history.diffs.after_step(session, recorder.info["parentID"], turn.first, end)
+
+
+def _parked(row: InputRow) -> bool:
+    """A V2 prompt no turn has taken yet: admitted, but not in the history."""
+    return row.promoted_seq is None and StoredPrompt.from_json(row.prompt).deferred
