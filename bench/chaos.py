@@ -1,15 +1,19 @@
 """Chaos probe: prompts and event streams through nginx while processes and PostgreSQL fail.
 
 Server processes on one PostgreSQL database behind the shipped nginx configuration, clients
-prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts), while
-processes are killed (``kill -9``) or stopped (SIGTERM) and started again at random, and with
-``--pg`` PostgreSQL itself is restarted.
+prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts) and a user
+aborting turns and forking sessions, while processes are killed (``kill -9``) or stopped
+(SIGTERM) and started again at random, and with ``--pg`` PostgreSQL itself is restarted.
 
 It is a soak test more than a benchmark: the figures it prints are counts, and what it reports is
 whether anything a client was promised broke. Every prompt answered 204 must be stored once and
 answered once (a reply cut off by a death is closed with an error and the prompt answered again);
 a prompt answered 5xx or lost with its connection may or may not be stored, but never twice; no
-reply stays open; every session reads idle at the end; each session's V2 event stream, followed
+reply stays open (an abort may leave a prompt unanswered, never a V2 prompt not yet taken into a
+turn: the probe prompts the aborted sessions once more at the end, and those must then be
+answered); a fork holds the prompts that entered its source before the message it was forked at
+(a prefix of its source's, when forked whole); every session reads idle at the end; each
+session's V2 event stream, followed
 through nginx and resumed with ``Last-Event-ID`` after each break, delivers ``seq`` 1 to the
 session's last, in order, each once; the legacy ``/event`` stream's durable frames arrive in
 ascending id order; and no request gets a 500. The exit status is 1 when something broke.
@@ -20,7 +24,7 @@ root::
 
     python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1]
 
-Both problems it found when it was written are fixed (bench/README.md, "Chaos probe").
+The problems it found are fixed (bench/README.md, "Chaos probe").
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ from tests.servers import ProcessServer, process_server, start_together  # noqa:
 
 SESSIONS = 12
 CLIENTS = 4
+# The first sessions are also aborted now and then: their prompts may go unanswered (an abort
+# drops the prompts queued behind the turn it stops), so the others keep the strict check.
+ABORTED_SESSIONS = 4
 # What the clients ask the built-in echo model: quick and slower replies, and a turn of two steps.
 PROMPTS = ("quick", "SLOW:0.05 hello", "SLOW:0.2 a slower answer", "TOOL:bash echo hi")
 DURABLE_FRAMES = ("message.updated", "message.part.updated", "message.removed", "session.created")
@@ -71,6 +78,10 @@ class Record:
     seqs: dict[str, list[int]] = field(default_factory=lambda: collections.defaultdict(list))
     durable_ids: list[int] = field(default_factory=list)
     routes: dict[str, str] = field(default_factory=dict)  # prompt text -> the route it went by
+    sent_at: dict[str, float] = field(default_factory=dict)  # prompt text -> when its POST began
+    # session -> when each abort sent to it was answered (inf: it may have taken effect any time)
+    aborts: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    forks: list[tuple[str, str | None, str]] = field(default_factory=list)  # (source, up to, fork)
 
 
 V2_ROUTE = "/api/session/{}/prompt"
@@ -92,7 +103,7 @@ def _client(
             sid, sent = rng.choice(sessions), sent + 1
             text = f"{rng.choice(PROMPTS)} {name}-{sent}"
             route, body, admitted = rng.choice(ROUTES)
-            record.routes[text] = route
+            record.routes[text], record.sent_at[text] = route, time.monotonic()
             try:
                 answer = http.post(route.format(sid), json=body(text))
             except httpx.HTTPError:
@@ -114,6 +125,43 @@ def _client(
             except httpx.HTTPError:
                 record.counts["read cut off"] += 1
             time.sleep(rng.uniform(0.02, 0.15))
+
+
+def _operator(
+    url: str, sessions: list[str], record: Record, rng: random.Random, stop: threading.Event
+) -> None:
+    """What a user does besides prompting: abort a turn (in the first ``ABORTED_SESSIONS``
+    sessions), fork a session whole or up to one of its recent messages."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        while not stop.wait(rng.uniform(0.2, 0.8)):
+            if rng.random() < 0.5:
+                sid = rng.choice(sessions[:ABORTED_SESSIONS])
+                try:
+                    answer = http.post(f"/session/{sid}/abort")
+                except httpx.HTTPError:
+                    record.counts["abort cut off"] += 1
+                    record.aborts[sid].append(float("inf"))
+                    continue
+                record.counts[f"abort {answer.status_code}"] += 1
+                record.aborts[sid].append(time.monotonic() if answer.status_code == 200 else float("inf"))
+                if answer.status_code == 500:
+                    record.errors.append(f"POST abort: {answer.text[:300]}")
+                continue
+            sid, up_to = rng.choice(sessions), None
+            try:
+                if rng.random() < 0.5:
+                    recent = http.get(f"/session/{sid}/message", params={"limit": 4})
+                    if recent.status_code == 200 and recent.json():
+                        up_to = rng.choice(recent.json())["info"]["id"]
+                answer = http.post(f"/session/{sid}/fork", json={"messageID": up_to} if up_to else {})
+            except httpx.HTTPError:
+                record.counts["fork cut off"] += 1
+                continue
+            record.counts[f"fork {answer.status_code}"] += 1
+            if answer.status_code == 200:
+                record.forks.append((sid, up_to, answer.json()["id"]))
+            elif answer.status_code == 500:
+                record.errors.append(f"POST fork: {answer.text[:300]}")
 
 
 def _follow(url: str, path: str, take: Callable[[int, str], None], record: Record, stop: threading.Event) -> None:
@@ -172,6 +220,7 @@ def _chaos(
 
 def _problems(http: httpx.Client, sessions: list[str], record: Record) -> list[str]:
     problems = [f"500: {error}" for error in record.errors]
+    histories: dict[str, list[dict[str, Any]]] = {}
     for sid in sessions:
         history = http.get(f"/session/{sid}/message").json()
         users = {
@@ -182,10 +231,15 @@ def _problems(http: httpx.Client, sessions: list[str], record: Record) -> list[s
         stored = list(users.values())
         for text in record.admitted[sid]:
             if stored.count(text) != 1:
-                problems.append(f"{sid}: {text!r}, admitted, is stored {stored.count(text)} times")
+                aborted = any(at > record.sent_at.get(text, 0.0) for at in record.aborts[sid])
+                problems.append(
+                    f"{sid}: {text!r}, admitted by {record.routes.get(text)}, is stored {stored.count(text)}"
+                    f" times{' (an abort followed)' if aborted else ''}"
+                )
         for text in set(stored) - set(record.admitted[sid]):
             if text not in record.unsure or stored.count(text) > 1:
                 problems.append(f"{sid}: {text!r} is stored {stored.count(text)} times, never admitted")
+        histories[sid] = history
         replies = [m["info"] for m in history if m["info"]["role"] == "assistant"]
         answered = collections.Counter(r.get("parentID") for r in replies if "error" not in r)
         order = list(users)
@@ -193,7 +247,9 @@ def _problems(http: httpx.Client, sessions: list[str], record: Record) -> list[s
             steps = 2 if text.startswith("TOOL:") else 1  # the tool step, then the answer
             # V2 prompts queued together are answered in one turn, replying to the last of them.
             batched = record.routes.get(text) == V2_ROUTE and any(answered[u] for u in order[index + 1 :])
-            if not (1 <= answered[user_id] <= steps or (batched and not answered[user_id])):
+            # An abort answered after the prompt was sent may have dropped it, or ended its reply.
+            dropped = any(at > record.sent_at.get(text, 0.0) for at in record.aborts[sid])
+            if not (1 <= answered[user_id] <= steps or (not answered[user_id] and (batched or dropped))):
                 failed = [r.get("error", {}).get("name") for r in replies if r.get("parentID") == user_id]
                 problems.append(
                     f"{sid}: {text!r} ({record.routes.get(text)}) has {answered[user_id]} replies without"
@@ -213,9 +269,50 @@ def _problems(http: httpx.Client, sessions: list[str], record: Record) -> list[s
             problems.append(
                 f"{sid}: its stream's seqs differ from 1..{last} at index {at}: {seen[max(0, at - 2) : at + 4]}"
             )
+    problems += _fork_problems(http, histories, record)
     ids = record.durable_ids
     if any(later <= earlier for earlier, later in itertools.pairwise(ids)):
         problems.append("/event: durable frames out of order or repeated")
+    return problems
+
+
+def _user_texts(messages: list[dict[str, Any]]) -> list[str]:
+    return ["".join(p.get("text", "") for p in m["parts"]) for m in messages if m["info"]["role"] == "user"]
+
+
+def _entry_order(http: httpx.Client, session_id: str) -> list[str]:
+    """The session's message ids in the order they entered it (V2's listing), the order a fork
+    copies by; the legacy listing is in id order, which processes' clocks make differ."""
+    ids: list[str] = []
+    params: dict[str, Any] = {"order": "asc", "limit": 200}
+    while True:
+        page = http.get(f"/api/session/{session_id}/message", params=params).json()
+        ids += [m["id"] for m in page["data"]]
+        if "next" not in page["cursor"]:
+            return ids
+        params = {"cursor": page["cursor"]["next"], "limit": 200}
+
+
+def _fork_problems(http: httpx.Client, histories: dict[str, list[dict[str, Any]]], record: Record) -> list[str]:
+    """A fork holds the source's messages that entered it before the one it was asked for (all it
+    had, when none): its prompts are those, or a prefix of the source's (the source went on)."""
+    problems, orders = [], {}
+    for source, up_to, fork in record.forks:
+        answer = http.get(f"/session/{fork}/message")
+        if answer.status_code != 200:
+            problems.append(f"fork {fork} of {source}: reading it answered {answer.status_code}")
+            continue
+        if source not in orders:
+            orders[source] = _entry_order(http, source)
+        by_id = {m["info"]["id"]: m for m in histories[source]}
+        history = [by_id[i] for i in orders[source]]
+        copied, order = _user_texts(answer.json()), orders[source]
+        if up_to is not None:
+            expected = _user_texts(history[: order.index(up_to)]) if up_to in order else None
+            if copied != expected:
+                problems.append(f"fork {fork} of {source} up to {up_to}: its prompts are {copied[-3:]}")
+        elif copied != _user_texts(history)[: len(copied)]:
+            problems.append(f"fork {fork} of {source}: its prompts are no prefix of the source's")
     return problems
 
 
@@ -249,12 +346,22 @@ def _drive(
                 pool.submit(_client, url, sessions, record, random.Random(rng.random()), f"c{n}", stop_clients)
                 for n in range(CLIENTS)
             ]
+            operator = threading.Thread(
+                target=_operator, args=(url, sessions, record, random.Random(rng.random()), stop_clients)
+            )
+            operator.start()
             try:
                 _chaos(servers, cluster, options.seconds, options.pg, record, rng)
             finally:
                 stop_clients.set()
             for done in clients:
                 done.result()
+            operator.join()
+        for sid in sessions[:ABORTED_SESSIONS]:  # wakes the V2 prompts an abort left parked
+            text = f"quick wake {sid}"
+            record.routes[text], record.sent_at[text] = ROUTES[0][0], time.monotonic()
+            if http.post(f"/session/{sid}/prompt_async", json=text_prompt(text)).status_code == 204:
+                record.admitted[sid].append(text)
         deadline = time.monotonic() + SETTLE_S
         while (busy := http.get("/session/status").json()) and time.monotonic() < deadline:
             time.sleep(0.5)
