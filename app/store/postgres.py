@@ -47,10 +47,17 @@ def _where(url: str) -> str:
 
 # What a lost database looks like to the driver: the connection broke, the server shut down or
 # refuses connections now. Each becomes DatabaseUnavailable (a 503 for clients).
+# InternalClientError ("cannot switch to state 12; another operation (2) is in progress") is a
+# connection the server ended while it was idle, as a restart or pg_terminate_backend does:
+# asyncpg has read the server's FATAL message, which it does not expect between statements, but
+# not yet the connection's end, so it refuses the next statement (nothing runs). Seen once in 30
+# terminations of an idle connection followed at once by a read, and at every PostgreSQL restart
+# under load (bench/chaos.py).
 LOST = (
     OSError,
     asyncio.TimeoutError,
     asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
     asyncpg.exceptions.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.InvalidCatalogNameError,
@@ -66,6 +73,11 @@ def _reachable(url: str, *, connecting: bool = False) -> Iterator[None]:
         yield
     except lost as exc:
         raise DatabaseUnavailable(f"PostgreSQL at {_where(url)} is unavailable: {exc}") from exc
+
+
+# A pooled connection the server ended while it sat idle, found out by the statement put on it:
+# asyncpg read the end (ConnectionDoesNotExistError) or only its FATAL message (InternalClientError).
+_ENDED_WHILE_IDLE = (asyncpg.exceptions.InternalClientError, asyncpg.exceptions.ConnectionDoesNotExistError)
 
 
 def _positional(statement: Statement, params: Params) -> list[Any]:
@@ -459,14 +471,16 @@ class PostgresDatabase(Database):
                 return list(await conn.fetch(statement.postgres, *_positional(statement, params)))
 
     async def fetch(self, statement: Statement, params: Params | None = None) -> list[Row]:
-        """A read, on a connection of the readers'. One that asyncpg finds still busy with an
-        operation that ended (it refuses to begin the statement, so nothing ran) is closed and
-        the read made again on another: under load, with PostgreSQL restarting, reads met such
-        connections (bench/chaos.py) though every error that ends a connection closes it."""
+        """A read, on a connection of the readers'. One the server ended while it was idle
+        (``_ENDED_WHILE_IDLE``) is closed and the read made again on another: one ended alone (by
+        an administrator, or a timeout) costs no client a 503. When that one fails too the
+        database is going away: 503."""
         args = _positional(statement, params or {})
         try:
             return await self._read(statement, args)
-        except asyncpg.exceptions.InternalClientError:
+        except DatabaseUnavailable as exc:
+            if not isinstance(exc.__cause__, _ENDED_WHILE_IDLE):
+                raise
             return await self._read(statement, args)
 
     async def _read(self, statement: Statement, args: list[Any]) -> list[Row]:

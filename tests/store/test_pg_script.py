@@ -5,6 +5,7 @@ whatever they contain, and a transaction must take as few round trips as it clai
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -363,3 +364,36 @@ async def test_a_read_on_a_connection_asyncpg_finds_busy_is_made_again_on_anothe
     monkeypatch.setattr(asyncpg.Connection, "fetch", busy_first)
     assert await pg.fetch(sql.MAX_CURSOR) == [(0,)]
     assert len(used) == 2 and used[0] is not used[1] and used[0].is_closed()
+
+
+async def test_reads_on_connections_the_server_ended_are_503s_not_500s(pg: PostgresDatabase, pg_url: str) -> None:
+    """PostgreSQL ending idle connections (a restart does it to all of them at once): a read on
+    one is made again on another, and where that fails too the caller is told the database is
+    unavailable (a 503), never an error of the driver's (a 500). asyncpg refuses a statement on a
+    connection whose end it has half read; each trial here ends every reader connection and
+    reads at once."""
+    admin = await asyncpg.connect(pg_url.replace("postgresql+asyncpg", "postgresql"))
+    outcomes: collections.Counter[str] = collections.Counter()
+    try:
+        for _ in range(40):
+            reads = await asyncio.gather(*(pg.fetch(sql.MAX_CURSOR) for _ in range(3)), return_exceptions=True)
+            pids = [conn.get_server_pid() for conn in pg._readers._idle]
+            await admin.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", pids)
+            reads += await asyncio.gather(pg.fetch(sql.MAX_CURSOR), return_exceptions=True)
+            for read in reads:
+                outcomes[type(read).__name__ if isinstance(read, BaseException) else "rows"] += 1
+    finally:
+        await admin.close()
+    assert set(outcomes) <= {"rows", "DatabaseUnavailable"}, outcomes
+    assert outcomes["rows"] >= 120, outcomes  # one read alone on a connection ended is made again
+
+
+async def test_a_read_every_connection_of_which_asyncpg_finds_busy_is_a_503(
+    pg: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def busy(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.exceptions.InternalClientError("cannot switch to state 11; another operation (2) is in progress")
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", busy)
+    with pytest.raises(DatabaseUnavailable):
+        await pg.fetch(sql.MAX_CURSOR)
