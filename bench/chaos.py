@@ -372,6 +372,14 @@ def _drive(
         return _problems(http, sessions, record) + ([f"still busy after {SETTLE_S:g} s: {busy}"] if busy else [])
 
 
+def _nginx_errors(log: Path, record: Record) -> None:
+    """Count what nginx logged about the processes (a refused connection, one closed early), by
+    kind: what a 502 came from."""
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if "[error]" in line and (kind := re.search(r"\] \d+#\d+: \*?\d* ?([^(,]+)", line)):
+            record.counts[f"nginx: {kind.group(1).strip()}"] += 1
+
+
 def _explain(errors: list[str], servers: list[ProcessServer]) -> None:
     """Print what the servers logged with each 500's reference (its traceback), to stderr."""
     for ref in re.findall(r"err_[0-9a-f]+", " ".join(errors)):
@@ -407,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             netlocs = [urlsplit(server.url).netloc for server in servers]
             with shipped_nginx(nginx, netlocs, base / "nginx") as balancer:
                 problems = _drive(balancer.url, servers, cluster, options, record)
+            _nginx_errors(base / "nginx" / "error.log", record)
             _explain(record.errors, servers)
         finally:
             for server in servers:
