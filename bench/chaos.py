@@ -1,9 +1,10 @@
 """Chaos probe: prompts and event streams through nginx while processes and PostgreSQL fail.
 
 Server processes on one PostgreSQL database behind the shipped nginx configuration, clients
-prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts) and a user
-aborting turns and forking sessions, while processes are killed (``kill -9``) or stopped
-(SIGTERM) and started again at random, and with ``--pg`` PostgreSQL itself is restarted.
+prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts), a user
+aborting turns and forking sessions, and two users having the model write a file then undoing
+and redoing the turn, while processes are killed (``kill -9``) or stopped (SIGTERM) and started
+again at random, and with ``--pg`` PostgreSQL itself is restarted.
 
 It is a soak test more than a benchmark: the figures it prints are counts, and what it reports is
 whether anything a client was promised broke. Every prompt answered 204 must be stored once and
@@ -12,11 +13,12 @@ a prompt answered 5xx or lost with its connection may or may not be stored, but 
 reply stays open (an abort may leave a prompt unanswered, never a V2 prompt not yet taken into a
 turn: the probe prompts the aborted sessions once more at the end, and those must then be
 answered); a fork holds the prompts that entered its source before the message it was forked at
-(a prefix of its source's, when forked whole); every session reads idle at the end; each
-session's V2 event stream, followed
-through nginx and resumed with ``Last-Event-ID`` after each break, delivers ``seq`` 1 to the
-session's last, in order, each once; the legacy ``/event`` stream's durable frames arrive in
-ascending id order; and no request gets a 500. The exit status is 1 when something broke.
+(a prefix of its source's, when forked whole); a turn whose tool completed left its file written,
+an answered revert put the file back as it was before the turn, an answered unrevert as the turn
+left it; every session reads idle at the end; each session's V2 event stream, followed through
+nginx and resumed with ``Last-Event-ID`` after each break, delivers ``seq`` 1 to the session's
+last, in order, each once; the legacy ``/event`` stream's durable frames arrive in ascending id
+order; and no request gets a 500. The exit status is 1 when something broke.
 
 Everything runs on 127.0.0.1 (a throw-away PostgreSQL cluster from the system's binaries, nginx,
 the processes) and is removed on exit; the loops end after ``--seconds``. From the repository
@@ -35,6 +37,7 @@ import itertools
 import json
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -64,6 +67,11 @@ ABORTED_SESSIONS = 4
 # What the clients ask the built-in echo model: quick and slower replies, and a turn of two steps.
 PROMPTS = ("quick", "SLOW:0.05 hello", "SLOW:0.2 a slower answer", "TOOL:bash echo hi")
 DURABLE_FRAMES = ("message.updated", "message.part.updated", "message.removed", "session.created")
+# Sessions of their own where a user has the model write a file, then undoes the turn (and
+# sometimes redoes it): the file must read as it did before the turn, then as the turn left it.
+# Each works in a folder of its own: a step's snapshots cover its session's directory, so a turn
+# of one session there would also undo what another wrote there meanwhile (as in OpenCode).
+REVERTED_SESSIONS = 2
 SETTLE_S = 90.0  # how long the sessions may take to go idle once the chaos is over
 
 
@@ -82,6 +90,7 @@ class Record:
     # session -> when each abort sent to it was answered (inf: it may have taken effect any time)
     aborts: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     forks: list[tuple[str, str | None, str]] = field(default_factory=list)  # (source, up to, fork)
+    undo_problems: list[str] = field(default_factory=list)  # files an answered revert left wrong
 
 
 V2_ROUTE = "/api/session/{}/prompt"
@@ -127,9 +136,7 @@ def _client(
             time.sleep(rng.uniform(0.02, 0.15))
 
 
-def _operator(
-    url: str, sessions: list[str], record: Record, rng: random.Random, stop: threading.Event
-) -> None:
+def _operator(url: str, sessions: list[str], record: Record, rng: random.Random, stop: threading.Event) -> None:
     """What a user does besides prompting: abort a turn (in the first ``ABORTED_SESSIONS``
     sessions), fork a session whole or up to one of its recent messages."""
     with httpx.Client(base_url=url, timeout=60) as http:
@@ -162,6 +169,77 @@ def _operator(
                 record.forks.append((sid, up_to, answer.json()["id"]))
             elif answer.status_code == 500:
                 record.errors.append(f"POST fork: {answer.text[:300]}")
+
+
+def _undoer(url: str, session_id: str, directory: Path, record: Record, stop: threading.Event) -> None:
+    """Turns that write a file, each undone (``revert``) and every other one redone
+    (``unrevert``); the next turn commits an undo left in place. Only what was answered is
+    judged: after an operation cut off or answered 5xx, or a turn whose tool did not complete (its
+    process died), the round ends and the next waits for the session to be idle, so a turn still
+    queued cannot write behind it."""
+    name = "undo.txt"
+
+    def content() -> str | None:
+        return (directory / name).read_text() if (directory / name).exists() else None
+
+    def wrong(what: str) -> None:
+        record.undo_problems.append(f"{directory.name}: {what}")
+
+    with httpx.Client(base_url=url, timeout=60) as http:
+        settled = True
+        for turn in itertools.count(1):
+            if stop.wait(0.05):
+                return
+            try:
+                if not settled:
+                    settled = _idle(http, session_id, stop)
+                    continue
+                settled = False  # until this round ends as it should
+                before = content()
+                reply = http.post(f"/session/{session_id}/message", json=text_prompt(f"TOOL:bash echo {turn} > {name}"))
+                record.counts[f"undo turn {reply.status_code}"] += 1
+                if reply.status_code != 200 or not _tool_completed(http, session_id, reply.json()["info"]["parentID"]):
+                    continue
+                if (after := content()) != f"{turn}\n":
+                    record.undo_problems.append(
+                        f"{directory.name}: turn {turn}'s tool completed, the file reads {after!r}"
+                    )
+                    continue
+                undo = http.post(f"/session/{session_id}/revert", json={"messageID": reply.json()["info"]["parentID"]})
+                record.counts[f"revert {undo.status_code}"] += 1
+                if undo.status_code != 200:
+                    continue
+                if (now := content()) != before:
+                    record.undo_problems.append(
+                        f"{directory.name}: reverted turn {turn}, it reads {now!r}, not {before!r}"
+                    )
+                if turn % 2:
+                    redo = http.post(f"/session/{session_id}/unrevert")
+                    record.counts[f"unrevert {redo.status_code}"] += 1
+                    if redo.status_code != 200:
+                        continue
+                    if (now := content()) != after:
+                        record.undo_problems.append(
+                            f"{directory.name}: unreverted turn {turn}, it reads {now!r}, not {after!r}"
+                        )
+                settled = True
+            except httpx.HTTPError:
+                record.counts["undo cut off"] += 1
+
+
+def _idle(http: httpx.Client, session_id: str, stop: threading.Event) -> bool:
+    """Whether the session reads idle (on every process: the status is the cluster's)."""
+    status = http.get("/session/status")
+    return status.status_code == 200 and session_id not in status.json() and not stop.wait(0.2)
+
+
+def _tool_completed(http: httpx.Client, session_id: str, user_id: str) -> bool:
+    """Whether the turn answering ``user_id`` ran its tool to the end."""
+    history = http.get(f"/session/{session_id}/message")
+    parts = [p for m in history.json() if m["info"].get("parentID") == user_id for p in m["parts"]]
+    return history.status_code == 200 and any(
+        p["type"] == "tool" and p["state"]["status"] == "completed" for p in parts
+    )
 
 
 def _follow(url: str, path: str, take: Callable[[int, str], None], record: Record, stop: threading.Event) -> None:
@@ -331,12 +409,16 @@ def _followers(url: str, sessions: list[str], record: Record, stop: threading.Ev
 
 
 def _drive(
-    url: str, servers: list[ProcessServer], cluster: Cluster, options: argparse.Namespace, record: Record
+    url: str, servers: list[ProcessServer], cluster: Cluster, options: argparse.Namespace, record: Record, project: Path
 ) -> list[str]:
     """Clients and streams through nginx at ``url`` during the chaos, then the checks."""
     rng = random.Random(options.seed)
     with httpx.Client(base_url=url, timeout=30) as http:
         sessions = [http.post("/session").json()["id"] for _ in range(SESSIONS)]
+        folders = [project / f"undo-{n}" for n in range(REVERTED_SESSIONS)]
+        for folder in folders:
+            folder.mkdir()
+        undone = [http.post("/session", params={"directory": str(folder)}).json()["id"] for folder in folders]
         stop_clients, stop_streams = threading.Event(), threading.Event()
         followers = _followers(url, sessions, record, stop_streams)
         for follower in followers:
@@ -350,6 +432,12 @@ def _drive(
                 target=_operator, args=(url, sessions, record, random.Random(rng.random()), stop_clients)
             )
             operator.start()
+            undoers = [
+                threading.Thread(target=_undoer, args=(url, sid, folder, record, stop_clients))
+                for sid, folder in zip(undone, folders, strict=True)
+            ]
+            for undoer in undoers:
+                undoer.start()
             try:
                 _chaos(servers, cluster, options.seconds, options.pg, record, rng)
             finally:
@@ -357,6 +445,8 @@ def _drive(
             for done in clients:
                 done.result()
             operator.join()
+            for undoer in undoers:
+                undoer.join()
         for sid in sessions[:ABORTED_SESSIONS]:  # wakes the V2 prompts an abort left parked
             text = f"quick wake {sid}"
             record.routes[text], record.sent_at[text] = ROUTES[0][0], time.monotonic()
@@ -369,7 +459,8 @@ def _drive(
         stop_streams.set()
         for follower in followers:
             follower.join(timeout=15)
-        return _problems(http, sessions, record) + ([f"still busy after {SETTLE_S:g} s: {busy}"] if busy else [])
+        busy_left = [f"still busy after {SETTLE_S:g} s: {busy}"] if busy else []
+        return _problems(http, sessions, record) + record.undo_problems + busy_left
 
 
 def _nginx_errors(log: Path, record: Record) -> None:
@@ -407,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="opensession-chaos-") as tmp:
         base = Path(tmp)
         (base / "project").mkdir()
+        # A git work tree: snapshots, which undo restores files from, are taken of git projects.
+        subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
         (base / "config").mkdir()
         url = cluster.create_database()
         servers = [process_server(url, base / "project", base / "config") for _ in range(options.processes)]
@@ -414,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             start_together(*servers)
             netlocs = [urlsplit(server.url).netloc for server in servers]
             with shipped_nginx(nginx, netlocs, base / "nginx") as balancer:
-                problems = _drive(balancer.url, servers, cluster, options, record)
+                problems = _drive(balancer.url, servers, cluster, options, record, base / "project")
             _nginx_errors(base / "nginx" / "error.log", record)
             _explain(record.errors, servers)
         finally:
