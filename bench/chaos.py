@@ -201,27 +201,21 @@ def _undoer(url: str, session_id: str, directory: Path, record: Record, stop: th
                 if reply.status_code != 200 or not _tool_completed(http, session_id, reply.json()["info"]["parentID"]):
                     continue
                 if (after := content()) != f"{turn}\n":
-                    record.undo_problems.append(
-                        f"{directory.name}: turn {turn}'s tool completed, the file reads {after!r}"
-                    )
+                    wrong(f"turn {turn}'s tool completed, the file reads {after!r}")
                     continue
                 undo = http.post(f"/session/{session_id}/revert", json={"messageID": reply.json()["info"]["parentID"]})
                 record.counts[f"revert {undo.status_code}"] += 1
                 if undo.status_code != 200:
                     continue
                 if (now := content()) != before:
-                    record.undo_problems.append(
-                        f"{directory.name}: reverted turn {turn}, it reads {now!r}, not {before!r}"
-                    )
+                    wrong(f"reverted turn {turn}, it reads {now!r}, not {before!r}")
                 if turn % 2:
                     redo = http.post(f"/session/{session_id}/unrevert")
                     record.counts[f"unrevert {redo.status_code}"] += 1
                     if redo.status_code != 200:
                         continue
                     if (now := content()) != after:
-                        record.undo_problems.append(
-                            f"{directory.name}: unreverted turn {turn}, it reads {now!r}, not {after!r}"
-                        )
+                        wrong(f"unreverted turn {turn}, it reads {now!r}, not {after!r}")
                 settled = True
             except httpx.HTTPError:
                 record.counts["undo cut off"] += 1
