@@ -75,3 +75,17 @@ def test_v2_stage_clear_commit(client: httpx.Client) -> None:
     kinds = [e["type"] for e in client.get(f"/api/session/{sid}/history", params={"limit": 100}).json()["data"]]
     assert kinds.count("session.next.revert.staged") == 2
     assert "session.next.revert.cleared" in kinds and kinds[-1] == "session.next.revert.committed"
+
+
+def test_a_shell_command_commits_a_staged_revert_first(client: httpx.Client) -> None:
+    """As a prompt does: the command continues from the revert point, and no revert stays staged
+    beside what it ran (a later revert would start from the stale one)."""
+    sid = create_session(client)["id"]
+    history = _turns(client, sid, "one", "two")
+    assert client.post(f"/session/{sid}/revert", json={"messageID": history[2]["info"]["id"]}).status_code == 200
+    shell = client.post(f"/session/{sid}/shell", json={"agent": "build", "command": "echo from-shell"})
+    assert shell.status_code == 200, shell.text
+    after = client.get(f"/session/{sid}/message").json()
+    assert [m["info"]["id"] for m in after[:2]] == [m["info"]["id"] for m in history[:2]]
+    assert len(after) == 4 and after[3]["info"]["id"] == shell.json()["info"]["id"]
+    assert "revert" not in client.get(f"/session/{sid}").json()

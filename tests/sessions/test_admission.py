@@ -5,6 +5,7 @@ never answered."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -82,3 +83,32 @@ async def test_an_admission_on_postgresql_is_two_round_trips(runtime: Runtime, m
     COUNTED.set(True)
     await runtime.admission.admit(sid, _text("counted", no_reply=True))
     assert len(calls) == 2, calls
+
+
+async def test_a_prompt_admitted_while_the_drain_runs_with_nothing_to_answer_commits_the_staged_revert(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain can be running with nothing to answer (woken by a takeover, or in its pass after a
+    turn) while a revert is staged. A prompt admitted then is that drain's next turn: it must
+    commit the revert first, or the turn continues from the reverted messages and a later revert
+    takes the old revert's files for the state to come back to (seen with several processes)."""
+    sid = await _session(runtime)
+    reply = await runtime.prompting.prompt_and_wait(sid, _text("one"))
+    await runtime.reverts.stage(sid, reply["info"]["parentID"])
+    read_work, release = runtime.infra.queries.step_work, asyncio.Event()
+
+    async def step_work_after_release(session_id: str) -> Any:
+        await release.wait()
+        return await read_work(session_id)
+
+    monkeypatch.setattr(runtime.infra.queries, "step_work", step_work_after_release)
+    runtime.coordinator.wake(sid)  # a pass that will find nothing but what is admitted meanwhile
+    assert runtime.coordinator.is_active(sid)
+    answering = asyncio.create_task(runtime.prompting.prompt_and_wait(sid, _text("two")))
+    while not await runtime.infra.queries.unsettled_inputs(sid):
+        await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.wait_for(answering, 30)
+    assert "revert" not in await runtime.sessions.get(sid)
+    texts = [p.get("text") for m in await runtime.history.get_messages(sid) for p in m["parts"] if p["type"] == "text"]
+    assert texts == ["two", "Echo: two"]

@@ -217,10 +217,12 @@ class Admission:
                 await self._check_reuse(tx, session_id, message_id, canonical)
             if request.request_key is not None:
                 await self._check_repeat(tx, session_id, request.request_key, canonical)
-            if not self.history.coordinator.is_active(session_id):
-                # Never under a running turn (Reverts keeps a staged revert from coexisting with
-                # one; this guards the invariant): the turn would lose its own prompt and reply.
-                await commit_staged(tx, self.history, session)
+            # A staged revert never coexists with a turn or a shell command (Reverts stages none
+            # while anything runs, and both commit it as they begin), so committing it here cannot
+            # remove what a running turn wrote. The drain may be running even so, with nothing
+            # to answer yet (woken by a takeover, or in its pass after a turn): this prompt is
+            # then its next turn, which must continue from the revert point.
+            await commit_staged(tx, self.history, session)
             admitted = await tx.emit(
                 "session.next.prompt.admitted",
                 next_event(session_id, messageID=message_id, prompt=view, delivery=request.delivery),

@@ -16,7 +16,7 @@ from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import CommandNotFound, InvalidInput
 from app.runtime.extensions import Extensions
-from app.runtime.history import HistoryDomain, MessageWithParts
+from app.runtime.history import HistoryDomain, MessageWithParts, commit_staged
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.inputs import DEFAULT_AGENT, InputsDomain, PromptRequest
 from app.runtime.sessions import SessionsDomain, zero_tokens
@@ -200,6 +200,8 @@ class Commands:
         }
         recorder = AssistantRecorder(log, info, directory, self.infra.settings.part_flush_seconds)
         async with log.transaction() as tx:
+            # A revert staged before the command is committed first, as a prompt's admission does.
+            await commit_staged(tx, self.history.service, await self.sessions.service.current(tx, session_id))
             notice = {"type": "text", "text": SHELL_NOTICE, "synthetic": True}
             await self.history.service.append_message(tx, session, question, [notice])
             await recorder.begin(tx, None)  # a user command is not a model step: no snapshot
