@@ -93,8 +93,8 @@ async def test_a_prompt_admitted_while_the_drain_runs_with_nothing_to_answer_com
     commit the revert first, or the turn continues from the reverted messages and a later revert
     takes the old revert's files for the state to come back to (seen with several processes)."""
     sid = await _session(runtime)
-    reply = await runtime.prompting.prompt_and_wait(sid, _text("one"))
-    await runtime.reverts.stage(sid, reply["info"]["parentID"])
+    await runtime.prompting.prompt_and_wait(sid, _text("one", "msg_one"))
+    await runtime.reverts.stage(sid, "msg_one")
     read_work, release = runtime.infra.queries.step_work, asyncio.Event()
 
     async def step_work_after_release(session_id: str) -> Any:
