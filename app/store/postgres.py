@@ -8,6 +8,7 @@ upgraded by the same Alembic migrations as SQLite's.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -194,10 +195,11 @@ class _Connection:
         self._pending: list[str] = []  # statements for the next round trip (BEGIN, holds)
         self._sent = False  # the open transaction ran a statement
         self._prepared = pg_script.Prepared()  # statements prepared on this connection
-        self.idle_since = time.monotonic()  # when it was last handed back (``PostgresDatabase``)
+        self.last_sent = time.monotonic()  # when its last round trip began (``PostgresDatabase``)
 
     @contextmanager
     def _usable(self) -> Iterator[None]:
+        self.last_sent = time.monotonic()
         with _reachable(self.url):
             try:
                 yield
@@ -207,6 +209,17 @@ class _Connection:
 
     def discard(self) -> None:
         self.conn.terminate()
+
+    @property
+    def waits_in_transaction(self) -> bool:
+        """Whether the server has a transaction open on it (one a BEGIN waits to open is not)."""
+        return self._begun and self._pending[:1] != ["BEGIN"]
+
+    def renew(self) -> None:
+        """End the empty transaction this idle writer waits in and begin another, with the next
+        round trip: the server's clock of how long it idles in a transaction starts again."""
+        if self._begun and not self._pending:
+            self._pending = ["COMMIT", "BEGIN"]
 
     def begin(self) -> None:
         """Open a transaction, without a round trip of its own."""
@@ -287,8 +300,9 @@ class _Connection:
             raise
 
     def _forget_pending(self) -> None:
-        """Drop the holds of a transaction that ran nothing; a BEGIN not sent yet stays for the next."""
-        self._pending = self._pending[:1] if self._pending[:1] == ["BEGIN"] else []
+        """Drop the holds of a transaction that ran nothing; a BEGIN (or a renewal's COMMIT and
+        BEGIN) not sent yet stays for the next."""
+        self._pending = list(itertools.takewhile(lambda text: text in ("COMMIT", "BEGIN"), self._pending))
 
     async def rollback(self) -> None:
         if not self._sent:
@@ -379,15 +393,20 @@ class PostgresDatabase(Database):
 
     async def _connected_writer(self) -> _Connection:
         """An idle writer connection, a new one when none is (the slots bound how many), or one
-        lost earlier opened again (the database may be back). One idle for half the stall limit
-        is closed rather than used: the server may be about to end it (``_new_writer``)."""
-        fresh_since = time.monotonic() - self._stalled_after_s / 2
+        lost earlier opened again (the database may be back). The server ends one that sat in
+        its empty transaction for the stall limit (``_new_writer``): one silent for half of it
+        begins a new transaction with its next round trip (no round trip of its own), one
+        silent for most of it is closed rather than raced."""
+        now = time.monotonic()
         while self._idle:
             writer = self._idle.pop()
-            if writer.idle_since < fresh_since:
+            silent = (now - writer.last_sent) if writer.waits_in_transaction else 0.0
+            if writer.conn.is_closed() or silent > self._stalled_after_s * 0.8:
                 writer.discard()
-            elif not writer.conn.is_closed():
-                return writer
+                continue
+            if silent > self._stalled_after_s / 2:
+                writer.renew()
+            return writer
         return await self._new_writer()
 
     async def _new_writer(self) -> _Connection:
@@ -396,7 +415,7 @@ class PostgresDatabase(Database):
         keep its sessions' holds, and the process taking its sessions over would wait on them
         for as long as the freeze lasts; so its holds last no longer than its leases. An idle
         writer waits in an empty transaction too (``_Connection.commit``), hence the freshness
-        rule above."""
+        rules above."""
         limit_ms = str(max(1, int(self._stalled_after_s * 1000)))
         settings = {"idle_in_transaction_session_timeout": limit_ms}
         with _reachable(self.url, connecting=True):
@@ -413,7 +432,6 @@ class PostgresDatabase(Database):
         assert isinstance(writer, _Connection)
         self._busy.discard(writer)
         if not writer.conn.is_closed():
-            writer.idle_since = time.monotonic()
             self._idle.append(writer)
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:

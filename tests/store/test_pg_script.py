@@ -236,6 +236,37 @@ async def test_a_writer_connection_the_server_closed_while_idle_is_replaced(pg_u
         await db.close()
 
 
+async def test_a_writer_idle_for_half_the_stall_limit_is_renewed_not_reopened(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle writer waits in an empty transaction, which the server ends at the stall limit:
+    one silent for half of it begins a new transaction with its next script (no connection
+    opened, no round trip added), so a server that writes now and then keeps its connections;
+    one silent for most of it is replaced rather than raced."""
+    db = open_database(pg_url, stalled_after_s=1.0)
+    await db.open()
+    assert isinstance(db, PostgresDatabase)
+    try:
+
+        async def write(key: str) -> asyncpg.Connection:
+            async with db.write() as scope:
+                await scope.hold(key)
+                scope.execute(sql.UPSERT_TODOS, {"session_id": key, "todos": "[]"})
+            return db._idle[-1].conn
+
+        first = await write("ses_0")
+        sent = record_scripts(monkeypatch)
+        for round_ in range(1, 4):
+            await asyncio.sleep(0.6)  # past half the limit: renewed; the server's clock restarts
+            assert await write(f"ses_{round_}") is first
+        assert len(sent) == 3 and all(text.startswith("COMMIT;\nBEGIN;\n") for text in sent), sent
+        await asyncio.sleep(0.9)  # most of the limit: replaced
+        assert await write("ses_4") is not first
+        assert [len(await db.fetch(sql.TODOS, {"session_id": f"ses_{i}"})) for i in range(5)] == [1] * 5
+    finally:
+        await db.close()
+
+
 async def test_a_writer_stalled_mid_transaction_gives_up_its_session_holds(pg_url: str) -> None:
     """A process frozen inside a write transaction (stopped, swapped out, cut off) must not keep
     its session's hold for as long as the freeze lasts: another process taking the session over
