@@ -350,7 +350,7 @@ class PostgresDatabase(Database):
         self.writers = writers
         super().__init__(url)
         self._stalled_after_s = stalled_after_s
-        self._idle: list[_Connection] = []  # writer connections with no transaction open
+        self._idle: list[_Connection] = []  # writer connections not in use (each in an empty transaction)
         self._busy: set[_Connection] = set()
         self._readers = _Pooled(url, READERS)
         self._alone = _Pooled(url, ALONE)
