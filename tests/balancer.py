@@ -24,13 +24,14 @@ def nginx_binary() -> Path | None:
 
 
 def configured(upstreams: list[str], port: int) -> str:
-    """The shipped configuration with ``upstreams`` (``host:port`` each, every one with the
-    shipped server options) in place of its replicas, listening on 127.0.0.1:``port``."""
+    """The shipped configuration with ``upstreams`` (``host:port`` each) in place of its
+    replicas, listening on 127.0.0.1:``port``: each replica line of the shipped file (the
+    primaries, then the backups), with its options, becomes one line per upstream."""
     conf = SHIPPED.read_text()
-    shipped = re.search(r"    server opensession-\d+:4096([^;]*);\n", conf)
-    assert shipped is not None, "deploy/nginx.conf no longer names its replicas as the tests expect"
-    servers = "".join(f"    server {address}{shipped.group(1)};\n" for address in upstreams)
-    conf = re.sub(r"(    server opensession-\d+:4096[^;]*;\n)+", servers, conf)  # the rest of the block stays
+    first = re.compile(r"    server opensession-1:4096([^;]*);\n")
+    assert first.search(conf), "deploy/nginx.conf no longer names its replicas as the tests expect"
+    conf = re.sub(r"    server opensession-(?!1:)\d+:4096[^;]*;\n", "", conf)  # one line of each kind stays
+    conf = first.sub(lambda m: "".join(f"    server {address}{m.group(1)};\n" for address in upstreams), conf)
     return conf.replace("listen 4096;", f"listen 127.0.0.1:{port};")
 
 
