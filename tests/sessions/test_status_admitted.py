@@ -260,8 +260,8 @@ class _Claims:
     def claim_at_once(self, session_id: str) -> Lease | None:
         return None
 
-    def fence(self, session_id: str, lease: Lease) -> None:
-        return None
+    def fence(self, session_id: str, lease: Lease) -> Callable[[], None]:
+        return lambda: None
 
     async def claim(self, session_id: str) -> Lease | None:
         self.leases.add(session_id)

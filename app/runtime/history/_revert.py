@@ -178,8 +178,9 @@ class Reverts:
 
     async def _finish(self, session: Session, journal: Journal) -> Session:
         """Restore the journal's files, then record the outcome (the marker, its event, the
-        session's diff) and drop the journal in one transaction; returns the session info. A
-        failed restore leaves the journal for the next try."""
+        session's diff) and drop the journal in one transaction, unless the journal was finished
+        meanwhile; returns the session info. A failed restore leaves the journal for the next
+        try."""
         session_id, directory = session["id"], session["directory"]
         await self.files.restore(directory, journal.restore)
         messages = await self.history.get_messages(session_id, by_seq=True)
@@ -202,8 +203,10 @@ class Reverts:
                 info["revert"] = marker
 
         async with self.log.transaction() as tx:
-            info = await self.sessions.mutate(tx, session_id, record)
-            await tx.emit(event, props, session_id=session_id, directory=directory)
-            await self.diffs.publish(tx, info, diffs)
-            finished(tx.scope, session_id)
+            await self.sessions.current(tx, session_id)  # the session held: the journal stays as read
+            if await pending_in(tx, session_id) == journal:  # else another finished it (a takeover)
+                info = await self.sessions.mutate(tx, session_id, record)
+                await tx.emit(event, props, session_id=session_id, directory=directory)
+                await self.diffs.publish(tx, info, diffs)
+                finished(tx.scope, session_id)
         return await self.sessions.get(session_id)  # a copy: the one in the events stays as sent

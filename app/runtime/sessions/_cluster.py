@@ -154,8 +154,8 @@ class ClusterTopology:
 
     async def hand_off(self, shutdown: Callable[[], Awaitable[None]]) -> None:
         self._leaving = True
+        await shutdown()  # the watchdog renews the leases while the holds in flight end
         await self._end_watchdog()  # it would renew the leases handed off
-        await shutdown()
         held = [row.session_id for row in await leases.every(self.db) if row.owner == self.origin]
         await leases.renew(self.db, self.origin, now_ms())
         if held:  # one round trip for all of them
@@ -199,8 +199,9 @@ class ClusterTopology:
     def claim_at_once(self, session_id: str) -> Lease | None:
         return None  # only the database knows who may drain it: ``claim``
 
-    def fence(self, session_id: str, lease: Lease) -> None:
-        FENCE.set((session_id, self.origin, lease.token))  # the calling task's writes check the lease
+    def fence(self, session_id: str, lease: Lease) -> Callable[[], None]:
+        fenced = FENCE.set((session_id, self.origin, lease.token))  # the calling task's writes check the lease
+        return lambda: FENCE.reset(fenced)
 
     def reserve(self, tx: Transaction, session_id: str, directory: str) -> bool:
         """In an admission's transaction: the session's lease for this process if nobody has it

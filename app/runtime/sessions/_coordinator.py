@@ -39,6 +39,9 @@ T = TypeVar("T")
 StatusListener = Callable[[str, SessionStatus], None]
 
 RETRY_UNAVAILABLE_SECONDS = 1.0
+# How long a stopping process lets the history operations in flight (holds: a revert moving
+# files) end before it gives their sessions up: one handed off halfway is finished by the taker.
+HOLDS_END_WITHIN_S = 5.0
 BUSY: BusyStatus = {"type": "busy"}
 IDLE: IdleStatus = {"type": "idle"}
 
@@ -86,8 +89,9 @@ class Claims(Protocol):
         """The lease, or None when another process drains the session."""
         ...
 
-    def fence(self, session_id: str, lease: Lease) -> None:
-        """Make the calling task's writes (and its children's) check ``lease``."""
+    def fence(self, session_id: str, lease: Lease) -> Callable[[], None]:
+        """Make the calling task's writes (and its children's) check ``lease``; returns what
+        ends that (a task that ends with the lease need not call it)."""
         ...
 
     async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool: ...
@@ -108,6 +112,7 @@ class DrainCoordinator:
         self._entries: dict[str, _Entry] = {}
         self._status: dict[str, SessionStatus] = {}
         self._held: set[str] = set()
+        self._hold_ended = asyncio.Event()
         self._deferred: set[str] = set()  # held sessions woken meanwhile: they drain on release
         self.drains_started = 0  # observable for tests: how many drain loops ever ran
 
@@ -161,7 +166,10 @@ class DrainCoordinator:
         """Claim the idle session for an operation that must not overlap a turn; raises
         SessionBusy if a drain runs or another hold is in place. The local check and mark happen
         before the first await; the hold also takes the session's lease, so no other process starts
-        a drain meanwhile (it wakes this one, which drains afterwards)."""
+        a drain meanwhile (it wakes this one, which drains afterwards). The operation writes
+        under that lease, as a drain does: if another process took the session over meanwhile
+        (this one was cut off past the lease, or handed it off), its writes are refused and it
+        ends with SessionBusy, whatever it left under way being the taker's to finish."""
         if session_id in self._entries or session_id in self._held:
             raise SessionBusy(session_id)
         self._held.add(session_id)
@@ -170,7 +178,14 @@ class DrainCoordinator:
             lease = self._claims.claim_at_once(session_id) or await self._claims.claim(session_id)
             if lease is None:
                 raise SessionBusy(session_id)
-            yield
+            unfence = self._claims.fence(session_id, lease)
+            try:
+                yield
+            except LeaseLost as exc:
+                lease = None  # the taker's now
+                raise SessionBusy(session_id) from exc
+            finally:
+                unfence()
         finally:
             woken = session_id in self._deferred
             if lease is not None and not woken:
@@ -178,6 +193,7 @@ class DrainCoordinator:
                 # lease) keeps the lease for the drain that answers it.
                 woken = await self._kept(session_id, lease, lease.seq)
             self._held.discard(session_id)
+            self._hold_ended.set()
             self._deferred.discard(session_id)
             if woken:
                 self._start(session_id)
@@ -362,5 +378,13 @@ class DrainCoordinator:
 
     async def shutdown(self) -> None:
         """Stop every drain without settling its work: admitted inputs stay pending and the next
-        start recovers them."""
+        start recovers them. The holds in flight end first (for ``HOLDS_END_WITHIN_S`` at most)."""
+        deadline = asyncio.get_running_loop().time() + HOLDS_END_WITHIN_S
+        while self._held:
+            self._hold_ended.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._hold_ended.wait()
+            except TimeoutError:
+                break
         await asyncio.gather(*(self.interrupt(sid, "shutdown") for sid in list(self._entries)))

@@ -32,6 +32,10 @@ Handler = Callable[[dict[str, Any]], Awaitable[None]]
 Takeover = Callable[[str], Awaitable[None]]  # finishes, in a session taken over, what a domain left
 
 
+def _unfenced() -> None:
+    """Nothing to end: one process, whose writes no other process can take a session from."""
+
+
 class Controlled(Protocol):
     """What the topology acts on: this process's drain coordinator."""
 
@@ -191,8 +195,8 @@ class LocalTopology:
     async def claim(self, session_id: str) -> Lease | None:
         return OWN
 
-    def fence(self, session_id: str, lease: Lease) -> None:
-        return None
+    def fence(self, session_id: str, lease: Lease) -> Callable[[], None]:
+        return _unfenced
 
     async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool:
         return True
