@@ -83,8 +83,8 @@ class InputConflict(Conflict):
 
 
 class RequestKeyConflict(Conflict):
-    def __init__(self, key: str) -> None:
-        super().__init__(f"Idempotency-Key was already used for a different prompt in this session: {key}", key)
+    def __init__(self, key: str, used_for: str = "a different prompt in this session") -> None:
+        super().__init__(f"Idempotency-Key was already used for {used_for}: {key}", key)
 
 
 class SessionBusy(RuntimeFailure):

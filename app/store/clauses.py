@@ -54,6 +54,7 @@ from app.store.schema import (
     project_places,
     projects,
     pty_owners,
+    request_keys,
     reverts,
     saved_permissions,
     sessions,
@@ -139,7 +140,7 @@ DELETE_PART = Clause(delete(parts).where(parts.c.id == bindparam("id")))
 DELETE_PARTS_OF_MESSAGE = Clause(delete(parts).where(parts.c.message_id == bindparam("message_id")))
 DELETE_SESSION_ROWS = {
     table.name: Clause(delete(table).where(table.c.session_id == bindparam("session_id")))
-    for table in (parts, messages, inputs, shares, snapshots, todos, reverts)
+    for table in (parts, messages, inputs, shares, snapshots, todos, reverts, request_keys)
 }
 SAVE_REVERT = _upsert(reverts)
 REVERT = Clause(select(reverts.c.journal).where(reverts.c.session_id == bindparam("session_id")), quick=True)
@@ -171,6 +172,11 @@ LATEST_SUMMARY = Clause(
     .where(snapshots.c.session_id == bindparam("session_id"))
     .order_by(snapshots.c.version.desc())
     .limit(literal_column("1")),
+    quick=True,
+)
+INSERT_REQUEST_KEY = Clause(request_keys.insert().values({c.name: bindparam(c.name) for c in request_keys.columns}))
+REQUEST_KEY = Clause(
+    select(request_keys.c.session_id, request_keys.c.request).where(request_keys.c.request_key == bindparam("key")),
     quick=True,
 )
 INSERT_SHARE = Clause(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))

@@ -171,6 +171,19 @@ reverts = Table(
     Column("journal", Text, nullable=False),
 )
 
+# The Idempotency-Key of each request that created a session (a create or a fork; nginx sends
+# one per client request, the same on its retries): the request repeated with it answers the
+# session it created instead of creating another. ``request`` says what was asked (``create``
+# and its arguments, or ``fork <source> <message>``): the key reused for another request is a conflict.
+request_keys = Table(
+    "request_keys",
+    metadata,
+    Column("request_key", String, primary_key=True),
+    Column("session_id", String, nullable=False),
+    Column("request", Text, nullable=False),
+    Index("ix_request_keys_session", "session_id"),
+)
+
 # What clients set on a project (``PATCH /project/:id``: ``name``, ``icon``, ``commands``), as
 # ``info`` JSON, by project id. Everything else about a project (worktree, vcs, times) comes from
 # the directories its sessions are in.

@@ -23,6 +23,7 @@ DELETE_SESSION_ROWS = {
     'snapshots': Statement("DELETE_SESSION_ROWS['snapshots']", 'DELETE FROM snapshots WHERE snapshots.session_id = :session_id', 'DELETE FROM snapshots WHERE snapshots.session_id = $1::VARCHAR', ('session_id',)),
     'todos': Statement("DELETE_SESSION_ROWS['todos']", 'DELETE FROM todos WHERE todos.session_id = :session_id', 'DELETE FROM todos WHERE todos.session_id = $1::VARCHAR', ('session_id',)),
     'reverts': Statement("DELETE_SESSION_ROWS['reverts']", 'DELETE FROM reverts WHERE reverts.session_id = :session_id', 'DELETE FROM reverts WHERE reverts.session_id = $1::VARCHAR', ('session_id',)),
+    'request_keys': Statement("DELETE_SESSION_ROWS['request_keys']", 'DELETE FROM request_keys WHERE request_keys.session_id = :session_id', 'DELETE FROM request_keys WHERE request_keys.session_id = $1::VARCHAR', ('session_id',)),
 }
 SAVE_REVERT = Statement('SAVE_REVERT', 'INSERT INTO reverts (session_id, journal) VALUES (:session_id, :journal) ON CONFLICT (session_id) DO UPDATE SET journal = excluded.journal', 'INSERT INTO reverts (session_id, journal) VALUES ($1::VARCHAR, $2::VARCHAR) ON CONFLICT (session_id) DO UPDATE SET journal = excluded.journal', ('session_id', 'journal'))
 REVERT = Statement('REVERT', 'SELECT reverts.journal \nFROM reverts \nWHERE reverts.session_id = :session_id', 'SELECT reverts.journal \nFROM reverts \nWHERE reverts.session_id = $1::VARCHAR', ('session_id',), quick=True)
@@ -41,6 +42,8 @@ PROJECT_PLACE = Statement('PROJECT_PLACE', 'SELECT project_places.directory, pro
 ALL_PROJECT_PLACES = Statement('ALL_PROJECT_PLACES', 'SELECT project_places.directory, project_places.project_id, project_places.worktree, project_places.vcs, project_places.created \nFROM project_places', 'SELECT project_places.directory, project_places.project_id, project_places.worktree, project_places.vcs, project_places.created \nFROM project_places', ())
 INSERT_SUMMARY = Statement('INSERT_SUMMARY', 'INSERT INTO snapshots (session_id, version, through_seq, message_id, reason, summary, time_created) VALUES (:session_id, :version, :through_seq, :message_id, :reason, :summary, :time_created)', 'INSERT INTO snapshots (session_id, version, through_seq, message_id, reason, summary, time_created) VALUES ($1::VARCHAR, $2::BIGINT, $3::BIGINT, $4::VARCHAR, $5::VARCHAR, $6::VARCHAR, $7::BIGINT)', ('session_id', 'version', 'through_seq', 'message_id', 'reason', 'summary', 'time_created'))
 LATEST_SUMMARY = Statement('LATEST_SUMMARY', 'SELECT snapshots.session_id, snapshots.version, snapshots.through_seq, snapshots.message_id, snapshots.reason, snapshots.summary, snapshots.time_created \nFROM snapshots \nWHERE snapshots.session_id = :session_id ORDER BY snapshots.version DESC\n LIMIT 1', 'SELECT snapshots.session_id, snapshots.version, snapshots.through_seq, snapshots.message_id, snapshots.reason, snapshots.summary, snapshots.time_created \nFROM snapshots \nWHERE snapshots.session_id = $1::VARCHAR ORDER BY snapshots.version DESC \n LIMIT 1', ('session_id',), quick=True)
+INSERT_REQUEST_KEY = Statement('INSERT_REQUEST_KEY', 'INSERT INTO request_keys (request_key, session_id, request) VALUES (:request_key, :session_id, :request)', 'INSERT INTO request_keys (request_key, session_id, request) VALUES ($1::VARCHAR, $2::VARCHAR, $3::VARCHAR)', ('request_key', 'session_id', 'request'))
+REQUEST_KEY = Statement('REQUEST_KEY', 'SELECT request_keys.session_id, request_keys.request \nFROM request_keys \nWHERE request_keys.request_key = :key', 'SELECT request_keys.session_id, request_keys.request \nFROM request_keys \nWHERE request_keys.request_key = $1::VARCHAR', ('key',), quick=True)
 INSERT_SHARE = Statement('INSERT_SHARE', 'INSERT INTO shares (token, session_id, time_created) VALUES (:token, :session_id, :time_created)', 'INSERT INTO shares (token, session_id, time_created) VALUES ($1::VARCHAR, $2::VARCHAR, $3::BIGINT)', ('token', 'session_id', 'time_created'))
 SHARE_SESSION = Statement('SHARE_SESSION', 'SELECT shares.session_id \nFROM shares \nWHERE shares.token = :token', 'SELECT shares.session_id \nFROM shares \nWHERE shares.token = $1::VARCHAR', ('token',), quick=True)
 PROMOTE_INPUT = Statement('PROMOTE_INPUT', 'UPDATE inputs SET promoted_seq=:promoted_seq WHERE inputs.id = :id', 'UPDATE inputs SET promoted_seq=$1::BIGINT WHERE inputs.id = $2::VARCHAR', ('promoted_seq', 'id'))
@@ -283,6 +286,7 @@ SCHEMA = (
     'CREATE TABLE project_places (\n\tdirectory VARCHAR NOT NULL, \n\tproject_id VARCHAR NOT NULL, \n\tworktree VARCHAR NOT NULL, \n\tvcs VARCHAR, \n\tcreated BIGINT NOT NULL, \n\tPRIMARY KEY (directory)\n)',
     'CREATE TABLE projects (\n\tid VARCHAR NOT NULL, \n\tinfo TEXT NOT NULL, \n\ttime_updated BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE pty_owners (\n\tid VARCHAR NOT NULL, \n\tdirectory VARCHAR NOT NULL, \n\towner VARCHAR NOT NULL, \n\turl VARCHAR NOT NULL, \n\tinfo TEXT NOT NULL, \n\texpires_at BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
+    'CREATE TABLE request_keys (\n\trequest_key VARCHAR NOT NULL, \n\tsession_id VARCHAR NOT NULL, \n\trequest TEXT NOT NULL, \n\tPRIMARY KEY (request_key)\n)',
     'CREATE TABLE reverts (\n\tsession_id VARCHAR NOT NULL, \n\tjournal TEXT NOT NULL, \n\tPRIMARY KEY (session_id)\n)',
     'CREATE TABLE saved_permissions (\n\tid VARCHAR NOT NULL, \n\tproject_id VARCHAR NOT NULL, \n\tpermission VARCHAR NOT NULL, \n\tpattern VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE sessions (\n\tid VARCHAR NOT NULL, \n\tdirectory VARCHAR NOT NULL, \n\tparent_id VARCHAR, \n\ttitle VARCHAR NOT NULL, \n\ttime_created BIGINT NOT NULL, \n\ttime_updated BIGINT NOT NULL, \n\tinfo TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
@@ -296,6 +300,7 @@ SCHEMA = (
     'CREATE INDEX ix_parts_message_id ON parts (message_id, id)',
     'CREATE INDEX ix_parts_session ON parts (session_id, message_id, id)',
     'CREATE INDEX ix_pty_owners_directory ON pty_owners (directory, id)',
+    'CREATE INDEX ix_request_keys_session ON request_keys (session_id)',
     'CREATE INDEX ix_saved_permissions_project ON saved_permissions (project_id)',
     'CREATE INDEX ix_sessions_directory_updated ON sessions (directory, time_updated)',
     'CREATE INDEX ix_sessions_parent ON sessions (parent_id)',

@@ -262,3 +262,18 @@ def test_concurrent_shares_make_one_token(server: ThreadServer, client: httpx.Cl
     urls = asyncio.run(share_at_once())
     assert len(urls) == 1
     assert client.get(f"/session/{sid}").json()["share"]["url"] in urls
+
+
+def test_a_fork_repeated_with_its_idempotency_key_is_made_once(client: httpx.Client) -> None:
+    """A retried fork (same Idempotency-Key) answers the fork the first made; the key asking for
+    a fork of another point, or a create, is a conflict."""
+    sid, history = _session_with_turns(client, "one", "two")
+    key = {"Idempotency-Key": "fork-1"}
+    up_to = {"messageID": history[2]["info"]["id"]}
+    first, again = (client.post(f"/session/{sid}/fork", json=up_to, headers=key) for _ in "ab")
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert len(client.get(f"/session/{first.json()['id']}/message").json()) == 2
+    for other in (client.post(f"/session/{sid}/fork", headers=key), client.post("/session", headers=key)):
+        assert other.status_code == 409 and "fork-1" in other.json()["message"], other.text
+    assert len(client.get("/session").json()) == 2  # the original and one fork

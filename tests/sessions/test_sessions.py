@@ -192,3 +192,42 @@ def test_a_page_of_sessions_never_splits_a_millisecond(client: httpx.Client, mon
     assert first.headers.get("x-next-cursor") is None  # nothing older is left
     second = client.get("/experimental/session", params={"limit": 1, "cursor": page[0]["time"]["updated"]})
     assert {s["id"] for s in second.json()} == tied and "x-next-cursor" not in second.headers
+
+
+def test_a_create_repeated_with_its_idempotency_key_makes_one_session(client: httpx.Client) -> None:
+    """A retry of a create (a client's, or nginx's after the replica that had it died) carries the
+    same Idempotency-Key and gets the session the first made, on either API; the key asking for
+    something else is a conflict, and a deleted session's key makes a new one."""
+    key = {"Idempotency-Key": "create-1"}
+    first, again = (client.post("/session", json={"title": "once"}, headers=key) for _ in "ab")
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json()
+    conflict = client.post("/session", json={"title": "another"}, headers=key)
+    assert conflict.status_code == 409 and conflict.json()["_tag"] == "ConflictError", conflict.text
+    assert "create-1" in conflict.json()["message"]
+    v2_key = {"Idempotency-Key": "create-2"}
+    made = [client.post("/api/session", json={}, headers=v2_key).json()["data"]["id"] for _ in "ab"]
+    assert made[0] == made[1] != first.json()["id"]
+    listed = [s["id"] for s in client.get("/session").json()]
+    assert sorted(listed) == sorted([first.json()["id"], made[0]])
+    assert client.delete(f"/session/{first.json()['id']}").status_code == 200
+    remade = client.post("/session", json={"title": "once"}, headers=key)
+    assert remade.status_code == 200 and remade.json()["id"] not in listed
+
+
+def test_creates_racing_with_one_idempotency_key_make_one_session(server: ThreadServer) -> None:
+    """Copies of one request in flight at once (a client retrying over a second connection): the
+    key is held from its lookup to the commit, so one session is made and every copy answers it."""
+
+    async def race(key: str) -> set[str]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            answers = await asyncio.gather(
+                *(http.post("/session", json={}, headers={"Idempotency-Key": key}) for _ in range(8))
+            )
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        return {a.json()["id"] for a in answers}
+
+    made = [asyncio.run(race(f"raced-{n}")) for n in range(5)]
+    assert [len(ids) for ids in made] == [1] * 5
+    listed = {s["id"] for s in httpx.get(f"{server.url}/session").json()}
+    assert listed == set().union(*made)

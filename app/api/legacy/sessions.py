@@ -122,10 +122,13 @@ async def sessions_everywhere(
 
 
 @router.post("/session", operation_id="session.create", summary="Create a session", responses=_SESSION_DOC)
-async def create_session(sessions: SessionsDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
+async def create_session(
+    sessions: SessionsDep, directory: DirectoryDep, key: IdempotencyKeyDep, body: SessionCreate | None = None
+) -> Response:
     body = body or SessionCreate()
     info = await sessions.create(
         directory,
+        request_key=key,
         parent_id=body.parentID,
         title=body.title,
         permission=[rule.model_dump() for rule in body.permission] if body.permission is not None else None,
@@ -297,13 +300,13 @@ async def unrevert(reverts: RevertsDep, sessionID: SessionIDPath) -> Response:
         }
     },
 )
-async def fork(request: Request, history: HistoryDep, sessionID: SessionIDPath) -> Response:
+async def fork(request: Request, history: HistoryDep, sessionID: SessionIDPath, key: IdempotencyKeyDep) -> Response:
     raw = await request.body()
     try:
         body = ForkBody.model_validate_json(raw) if raw.strip() else ForkBody()  # an empty body is fine
     except ValidationError as exc:
         raise InvalidInput(f"Invalid fork body: {exc.errors()[0]['msg']}") from exc
-    return JSONBody(await history.fork(sessionID, body.messageID))
+    return JSONBody(await history.fork(sessionID, body.messageID, request_key=key))
 
 
 @router.delete("/session/{sessionID}/message/{messageID}", operation_id="session.deleteMessage")

@@ -122,11 +122,14 @@ async def list_sessions(
 
 
 @router.post("/session", operation_id="v2.session.create")
-async def create_session(sessions: SessionsDep, directory: DirectoryDep, body: SessionCreate | None = None) -> Response:
+async def create_session(
+    sessions: SessionsDep, directory: DirectoryDep, key: IdempotencyKeyDep, body: SessionCreate | None = None
+) -> Response:
     body = body or SessionCreate()  # the SDK sends no body at all for create({})
     location = checked_directory(body.location.directory) if body.location else directory
     info = await sessions.create(
         location,
+        request_key=key,
         session_id=body.id,
         agent=body.agent,
         model=body.model.model_dump(exclude_none=True) if body.model else None,

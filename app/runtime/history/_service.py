@@ -198,9 +198,10 @@ class History:
             row = part | {"sessionID": session["id"], "messageID": info["id"]}
             await _emit_part_text(tx, session, info["id"], part["id"], dumps(row), at)
 
-    async def fork(self, source_id: str, up_to: str | None) -> Session:
+    async def fork(self, source_id: str, up_to: str | None, *, request_key: str | None = None) -> Session:
         """A new session holding copies of the messages before ``up_to`` (all when None), titled
-        ``<title> (fork #N)``, with no parent: a fork is a sibling, not a child."""
+        ``<title> (fork #N)``, with no parent: a fork is a sibling, not a child. With
+        ``request_key``, the fork an earlier copy of the request made, if any."""
         source = await self.sessions.get(source_id)
         created = now_ms()
         forks = await self.queries.fork_count(source["title"])
@@ -214,6 +215,9 @@ class History:
             "time": {"created": created, "updated": created},
         }
         async with self.log.transaction() as tx:
+            request = f"fork {source_id} {up_to or ''}".rstrip()
+            if request_key is not None and (earlier := await self.sessions.keyed(tx, request_key, request, info)):
+                return earlier
             await self.sessions.emit_created(tx, info)
             await self.copy_messages(tx, source_id, info, up_to)
         return info

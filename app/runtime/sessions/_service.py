@@ -16,7 +16,7 @@ from app.clock import iso_from_ms, now_ms
 from app.events.log import EventLog, Transaction
 from app.events.model import Event
 from app.jsonutil import dumps, loads
-from app.runtime.errors import Conflict, ProjectNotFound, SessionNotFound
+from app.runtime.errors import Conflict, ProjectNotFound, RequestKeyConflict, SessionNotFound
 from app.runtime.sessions._project import (
     forget,
     init_repository,
@@ -28,7 +28,7 @@ from app.runtime.sessions._project import (
     resolved,
     with_settings,
 )
-from app.store import project_places, project_settings
+from app.store import project_places, project_settings, request_keys
 from app.store.project_places import Place
 from app.store.queries import Queries, session_exists, session_info
 from app.wire import GlobalSession, Session
@@ -275,7 +275,10 @@ class SessionService:
         agent: str | None = None,
         model: dict[str, Any] | None = None,
         session_id: str | None = None,
+        request_key: str | None = None,
     ) -> Session:
+        """A new session; with ``request_key`` (the request's Idempotency-Key), the one a create
+        under that key already made, if any (see ``keyed``)."""
         if parent_id is not None:
             await self.get(parent_id)
         created = now_ms()
@@ -306,12 +309,28 @@ class SessionService:
         if model:
             info["model"] = model
         async with self.log.transaction() as tx:
+            asked = dumps([directory, parent_id, title, permission, metadata, workspace_id, agent, model, session_id])
+            if request_key is not None and (earlier := await self.keyed(tx, request_key, f"create {asked}", info)):
+                return earlier
             # Checked inside the write transaction: two racing creates with one id cannot both pass.
             if session_id is not None and await session_exists(tx.scope, session_id):
                 raise Conflict(f"Session already exists: {session_id}", session_id)
             self.record_place(tx, directory, place)
             await self.emit_created(tx, info)
         return info
+
+    async def keyed(self, tx: Transaction, key: str, request: str, info: Session) -> Session | None:
+        """For a request that creates session ``info`` under Idempotency-Key ``key`` (``request``
+        says what it asks): the session an earlier copy of the request made, or None after
+        recording that ``info`` is the one ``key`` made (``tx`` holds the key to its commit).
+        The key used for another request is a conflict."""
+        earlier = await request_keys.held(tx.scope, key)
+        if earlier is None:
+            request_keys.save(tx.scope, key, info["id"], request)
+            return None
+        if earlier.request != request:
+            raise RequestKeyConflict(key, "another request")
+        return await self.get(earlier.session_id)
 
     async def emit_created(self, tx: Transaction, info: Session) -> None:
         """Record a new session (built by ``create``, or a copy for a fork) inside ``tx``."""
