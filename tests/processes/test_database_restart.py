@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import text_prompt
+from tests.helpers import text_prompt, wait_until
 from tests.postgres import Cluster
 from tests.servers import process_server
+from tests.sse import EventCollector
 
 pytestmark = pytest.mark.slow
 
@@ -112,3 +113,37 @@ def test_a_postgres_restart_under_load_answers_every_admitted_prompt_once(
         assert len(answered) == len(texts), (sid, [m["info"] for m in replies])
         parents = Counter(m["info"]["parentID"] for m in answered)
         assert max(parents.values()) == 1, parents  # nothing answered twice
+
+
+def test_an_abort_while_a_drain_waits_out_an_outage_closes_its_reply_and_settles_its_prompt(
+    own_cluster: Cluster, project_dir: Path, config_dir: Path
+) -> None:
+    """A turn's last write fails because PostgreSQL stopped; the drain waits for it to come back.
+    An abort sent as it returns, while the drain still waits, is carried out when it resumes: the
+    reply the failed step left open is closed with an error and its prompt is settled, so the
+    next prompt's drain does not answer it a second time beside that open reply."""
+    server = process_server(own_cluster.create_database(), project_dir, config_dir)
+    server.start()
+    try:
+        sid = httpx.post(f"{server.url}/session").json()["id"]
+        with EventCollector(f"{server.url}/event") as events:
+            httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.5 cut short"))
+            events.wait_for(lambda f: f.type == "message.part.delta", timeout=15)
+            own_cluster.halt()
+            try:
+                wait_until(lambda: f"drain of {sid} paused" in server.log.read_text(errors="replace"), timeout=15)
+            finally:
+                own_cluster.resume()
+            aborted = httpx.post(f"{server.url}/session/{sid}/abort", timeout=30)
+        assert aborted.status_code == 200, aborted.text
+        assert httpx.post(f"{server.url}/session/{sid}/message", json=text_prompt("next")).status_code == 200
+        wait_until(lambda: httpx.get(f"{server.url}/session/status").json() == {}, timeout=15)
+        history = httpx.get(f"{server.url}/session/{sid}/message").json()
+    finally:
+        server.stop()
+    first, *later = [m for m in history if m["info"]["role"] == "user"]
+    replies = [m["info"] for m in history if m["info"]["role"] == "assistant"]
+    to_first = [r for r in replies if r["parentID"] == first["info"]["id"]]
+    assert len(to_first) == 1, to_first  # not answered again
+    assert "completed" in to_first[0]["time"] and to_first[0]["error"]["name"] == "MessageAbortedError"
+    assert [r["parentID"] for r in replies if "error" not in r] == [later[0]["info"]["id"]]

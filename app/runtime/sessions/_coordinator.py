@@ -113,6 +113,7 @@ class DrainCoordinator:
         self._status: dict[str, SessionStatus] = {}
         self._held: set[str] = set()
         self._hold_ended = asyncio.Event()
+        self._shutting_down = False
         self._deferred: set[str] = set()  # held sessions woken meanwhile: they drain on release
         self.drains_started = 0  # observable for tests: how many drain loops ever ran
 
@@ -232,12 +233,16 @@ class DrainCoordinator:
 
     async def _resume_after_outage(self, session_id: str, entry: _Entry) -> bool:
         """Wait for the database to come back, then close the reply the failed step left open
-        (this process still holds the session); False if an abort or a shutdown came first."""
+        (this process still holds the session); False if a shutdown came first. An abort waits
+        too: given up here, it would leave that reply open, and the prompt it answered unsettled,
+        to be answered a second time by the session's next drain."""
         while True:
             try:
                 await entry.signal.sleep(RETRY_UNAVAILABLE_SECONDS)
-            except Aborted:
-                return False
+            except Aborted as exc:
+                if exc.reason != "abort" or self._shutting_down:
+                    return False
+                await asyncio.sleep(RETRY_UNAVAILABLE_SECONDS)
             try:
                 await self._claims.close_open(session_id)
                 return True
@@ -268,11 +273,13 @@ class DrainCoordinator:
                     break
                 except DatabaseUnavailable as exc:
                     # Nothing of the failed transaction was stored: retry once the database is back
-                    # (an abort or a shutdown still ends the wait).
+                    # (a shutdown still ends the wait). An abort that came meanwhile is carried out
+                    # by that pass, which finds its signal fired.
                     log.warning("drain of %s paused: %s", session_id, exc)
                     if not await self._resume_after_outage(session_id, entry):
                         break
                     entry.pending_wake = True
+                    continue
                 except Exception:
                     log.exception("drain of %s failed", session_id)
                     break
@@ -379,6 +386,7 @@ class DrainCoordinator:
     async def shutdown(self) -> None:
         """Stop every drain without settling its work: admitted inputs stay pending and the next
         start recovers them. The holds in flight end first (for ``HOLDS_END_WITHIN_S`` at most)."""
+        self._shutting_down = True
         deadline = asyncio.get_running_loop().time() + HOLDS_END_WITHIN_S
         while self._held:
             self._hold_ended.clear()

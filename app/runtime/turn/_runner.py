@@ -184,8 +184,11 @@ class Runner:
         try:
             # Each step's first read: the session as it stands, its unsettled inputs and their window.
             while (work := await self.infra.queries.step_work(session_id)) and (batch := next_batch(work.inputs)):
-                if signal.fired and signal.reason != "abort":
-                    signal.check()  # a shutdown leaves the batch to the next start (an abort: _step_in)
+                if signal.fired and (signal.reason != "abort" or all(row.promoted_seq is not None for row in batch)):
+                    # A shutdown leaves the batch to the next start. An abort settles it, here when
+                    # its prompts have their reply already (the pass after a database outage),
+                    # else in the step, which gives the first its reply, marked aborted.
+                    signal.check()
                 await self._turn(work, batch, signal)
                 if len(batch) == len(work.inputs) and self.sessions.coordinator.release_sees_admissions:
                     # The turn settled all it read; a prompt admitted since keeps the lease at its
