@@ -171,9 +171,14 @@ class Prompting:
         through = await self.log.committed_seq(session_id)
         return await self.coordinator.interrupt(session_id, settle_through=through)
 
-    async def summarize(self, session_id: str, model: ModelRef | None = None) -> None:
-        """Compact the session's history now and return once the summary is stored (or failed)."""
-        admitted = await self.prompt(session_id, compaction_request("manual", model))
+    async def summarize(
+        self, session_id: str, model: ModelRef | None = None, *, request_key: str | None = None
+    ) -> None:
+        """Compact the session's history now and return once the summary is stored (or failed).
+        The request sent again with its ``request_key`` waits for the summary the first began."""
+        request = compaction_request("manual", model)
+        request.request_key = request_key
+        admitted = await self.prompt(session_id, request)
         await self._settled(session_id, admitted.message_id)
 
     async def run(

@@ -93,6 +93,19 @@ def test_summarize_keeps_the_listing_and_shrinks_the_context(stub: OpenAIStub, s
     assert len(client.get(f"/session/{sid}/message").json()) == len(after) + 2
 
 
+def test_a_summarize_repeated_with_its_idempotency_key_summarizes_once(stub: OpenAIStub, client: httpx.Client) -> None:
+    """A retried summarize (same Idempotency-Key, as nginx sends it after the replica that had it
+    died) waits for the summary the first began instead of making a second one."""
+    sid = create_session(client)["id"]
+    client.post(f"/session/{sid}/message", json=text_prompt("a question", model=MODEL))
+    key = {"Idempotency-Key": "summarize-1"}
+    answers = [client.post(f"/session/{sid}/summarize", json=MODEL, headers=key) for _ in "ab"]
+    assert [(a.status_code, a.json()) for a in answers] == [(200, True), (200, True)]
+    summaries = [m for m in client.get(f"/session/{sid}/message").json() if m["info"].get("summary")]
+    assert len(summaries) == 1
+    assert sum(_is_summary_request(r) for r in stub.requests) == 1
+
+
 def test_v2_compact_answers_after_the_summary(stub: OpenAIStub, client: httpx.Client) -> None:
     sid = client.post("/api/session").json()["data"]["id"]
     client.post(f"/api/session/{sid}/prompt", json={"prompt": {"text": "hello"}})

@@ -347,8 +347,10 @@ async def unshare(shares: SharesDep, sessionID: SessionIDPath) -> Response:
     operation_id="session.summarize",
     summary="Compact the history into a summary the model continues from; answers once done",
 )
-async def summarize(prompting: PromptingDep, sessionID: SessionIDPath, body: SummarizeBody) -> Response:
-    await prompting.summarize(sessionID, ModelRef(body.providerID, body.modelID))
+async def summarize(
+    prompting: PromptingDep, sessionID: SessionIDPath, body: SummarizeBody, key: IdempotencyKeyDep
+) -> Response:
+    await prompting.summarize(sessionID, ModelRef(body.providerID, body.modelID), request_key=key)
     return JSONBody(True)
 
 
