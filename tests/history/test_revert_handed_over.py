@@ -16,7 +16,7 @@ import pytest
 
 import app.runtime.sessions._coordinator as coordinator_module
 from app.runtime.errors import SessionBusy
-from app.runtime.history._journal import pending
+from app.runtime.history._journal import Journal, pending
 from app.runtime.inputs import PromptRequest
 from app.runtime.service import Runtime
 from app.settings import Settings
@@ -90,6 +90,14 @@ async def _reverting(
     return sid, user, paused, reverting
 
 
+async def _finished_by(taker: Runtime, sid: str) -> None:
+    """Until ``taker`` has taken the session over (woken by the hand-off) and finished the revert
+    the other left under way."""
+    async with asyncio.timeout(15):
+        while await pending(taker.db, sid) is not None or "revert" not in await taker.sessions.get(sid):
+            await asyncio.sleep(0.05)
+
+
 async def test_a_stopping_process_lets_the_revert_under_way_end_before_it_hands_off(
     pair: tuple[Runtime, Runtime], project_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,9 +124,7 @@ async def test_a_revert_whose_session_was_taken_over_meanwhile_records_nothing(
     sid, user, paused, reverting = await _reverting(first, project_dir, monkeypatch)
     monkeypatch.setattr(coordinator_module, "HOLDS_END_WITHIN_S", 0.0)
     await first.hand_off()  # the session is given up with the revert under way
-    async with asyncio.timeout(15):  # the second takes it over (woken), and finishes the revert
-        while await pending(second.db, sid) is not None or "revert" not in await second.sessions.get(sid):
-            await asyncio.sleep(0.05)
+    await _finished_by(second, sid)
     assert (await second.sessions.get(sid))["revert"]["messageID"] == user
     assert not (project_dir / "undo.txt").exists()
     await _turn_writing(second, sid, "two")  # commits the revert, and writes the file again
@@ -130,3 +136,34 @@ async def test_a_revert_whose_session_was_taken_over_meanwhile_records_nothing(
     assert (project_dir / "undo.txt").read_text() == "two\n"
     texts = [p["text"] for m in await second.history.get_messages(sid) for p in m["parts"] if p["type"] == "text"]
     assert texts[0] == "TOOL:bash echo two > undo.txt"
+
+
+async def test_a_revert_handed_off_before_it_moves_the_files_moves_none(
+    pair: tuple[Runtime, Runtime], project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held up between recording the revert and moving its files, past the hand-off: the files
+    are left to the process that took the session over, and to the turn that ran there since."""
+    first, second = pair
+    sid = (await first.sessions.create(str(project_dir)))["id"]
+    user = await _turn_writing(first, sid, "one")
+    reached, go = asyncio.Event(), asyncio.Event()
+    finish = first.reverts._finish
+
+    async def held_up(session: Session, journal: Journal) -> Session:
+        reached.set()
+        await go.wait()
+        return await finish(session, journal)
+
+    monkeypatch.setattr(first.reverts, "_finish", held_up)
+    reverting = asyncio.create_task(first.reverts.stage(sid, user))
+    await reached.wait()
+    assert (project_dir / "undo.txt").read_text() == "one\n"  # nothing moved yet
+    monkeypatch.setattr(coordinator_module, "HOLDS_END_WITHIN_S", 0.0)
+    await first.hand_off()
+    await _finished_by(second, sid)
+    await _turn_writing(second, sid, "two")
+    go.set()
+    with pytest.raises(SessionBusy):
+        await reverting
+    assert (project_dir / "undo.txt").read_text() == "two\n"
+    assert "revert" not in await second.sessions.get(sid)

@@ -176,12 +176,28 @@ class Reverts:
             record(tx.scope, session_id, journal)
         return await self._finish(session, journal)
 
+    async def _still_under_way(self, session_id: str, journal: Journal) -> bool:
+        """Whether ``journal`` is still the session's, checked just before its files move, in a
+        transaction of its own: one that holds the session under a lease since taken over
+        raises LeaseLost there, so a process that lost the session moves none of its files.
+        (One stalled between this check and the move still moves them late.)"""
+        async with self.log.transaction() as tx:
+            return await self._pending_is(tx, session_id, journal)
+
+    async def _pending_is(self, tx: Transaction, session_id: str, journal: Journal) -> bool:
+        """Whether ``journal`` is the session's in ``tx``, which holds the session from here on
+        (so the answer stays true until ``tx`` commits)."""
+        await self.sessions.current(tx, session_id)
+        return await pending_in(tx, session_id) == journal
+
     async def _finish(self, session: Session, journal: Journal) -> Session:
         """Restore the journal's files, then record the outcome (the marker, its event, the
         session's diff) and drop the journal in one transaction, unless the journal was finished
         meanwhile; returns the session info. A failed restore leaves the journal for the next
         try."""
         session_id, directory = session["id"], session["directory"]
+        if not await self._still_under_way(session_id, journal):
+            return await self.sessions.get(session_id)
         await self.files.restore(directory, journal.restore)
         messages = await self.history.get_messages(session_id, by_seq=True)
         marker = journal.marker
@@ -203,8 +219,7 @@ class Reverts:
                 info["revert"] = marker
 
         async with self.log.transaction() as tx:
-            await self.sessions.current(tx, session_id)  # the session held: the journal stays as read
-            if await pending_in(tx, session_id) == journal:  # else another finished it (a takeover)
+            if await self._pending_is(tx, session_id, journal):  # else another finished it (a takeover)
                 info = await self.sessions.mutate(tx, session_id, record)
                 await tx.emit(event, props, session_id=session_id, directory=directory)
                 await self.diffs.publish(tx, info, diffs)
