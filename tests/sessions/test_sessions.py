@@ -213,6 +213,8 @@ def test_a_create_repeated_with_its_idempotency_key_makes_one_session(client: ht
     assert client.delete(f"/session/{first.json()['id']}").status_code == 200
     remade = client.post("/session", json={"title": "once"}, headers=key)
     assert remade.status_code == 200 and remade.json()["id"] not in listed
+    too_long = client.post("/session", headers={"Idempotency-Key": "k" * 256})
+    assert too_long.status_code == 400 and "Idempotency-Key" in too_long.text, too_long.text
 
 
 def test_creates_racing_with_one_idempotency_key_make_one_session(server: ThreadServer) -> None:

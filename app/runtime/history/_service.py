@@ -216,7 +216,7 @@ class History:
         }
         async with self.log.transaction() as tx:
             request = f"fork {source_id} {up_to or ''}".rstrip()
-            if request_key is not None and (earlier := await self.sessions.keyed(tx, request_key, request, info)):
+            if request_key is not None and (earlier := await self.sessions.keyed(tx, request_key, request, info["id"])):
                 return earlier
             await self.sessions.emit_created(tx, info)
             await self.copy_messages(tx, source_id, info, up_to)

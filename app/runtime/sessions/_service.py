@@ -309,9 +309,10 @@ class SessionService:
         if model:
             info["model"] = model
         async with self.log.transaction() as tx:
-            asked = dumps([directory, parent_id, title, permission, metadata, workspace_id, agent, model, session_id])
-            if request_key is not None and (earlier := await self.keyed(tx, request_key, f"create {asked}", info)):
-                return earlier
+            if request_key is not None:
+                asked = dumps([directory, parent_id, title, permission, metadata, workspace_id, agent, model])
+                if earlier := await self.keyed(tx, request_key, f"create {session_id} {asked}", info["id"]):
+                    return earlier
             # Checked inside the write transaction: two racing creates with one id cannot both pass.
             if session_id is not None and await session_exists(tx.scope, session_id):
                 raise Conflict(f"Session already exists: {session_id}", session_id)
@@ -319,14 +320,14 @@ class SessionService:
             await self.emit_created(tx, info)
         return info
 
-    async def keyed(self, tx: Transaction, key: str, request: str, info: Session) -> Session | None:
-        """For a request that creates session ``info`` under Idempotency-Key ``key`` (``request``
-        says what it asks): the session an earlier copy of the request made, or None after
-        recording that ``info`` is the one ``key`` made (``tx`` holds the key to its commit).
+    async def keyed(self, tx: Transaction, key: str, request: str, session_id: str) -> Session | None:
+        """For a request that creates session ``session_id`` under Idempotency-Key ``key``
+        (``request`` says what it asks): the session an earlier copy of the request made, or None
+        after recording that ``key`` made ``session_id`` (``tx`` holds the key to its commit).
         The key used for another request is a conflict."""
         earlier = await request_keys.held(tx.scope, key)
         if earlier is None:
-            request_keys.save(tx.scope, key, info["id"], request)
+            request_keys.save(tx.scope, key, session_id, request)
             return None
         if earlier.request != request:
             raise RequestKeyConflict(key, "another request")
