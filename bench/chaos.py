@@ -352,36 +352,19 @@ def _user_texts(messages: list[dict[str, Any]]) -> list[str]:
     return ["".join(p.get("text", "") for p in m["parts"]) for m in messages if m["info"]["role"] == "user"]
 
 
-def _entry_order(http: httpx.Client, session_id: str) -> list[str]:
-    """The session's message ids in the order they entered it (V2's listing), the order a fork
-    copies by; the legacy listing is in id order, which processes' clocks make differ."""
-    ids: list[str] = []
-    params: dict[str, Any] = {"order": "asc", "limit": 200}
-    while True:
-        page = http.get(f"/api/session/{session_id}/message", params=params).json()
-        ids += [m["id"] for m in page["data"]]
-        if "next" not in page["cursor"]:
-            return ids
-        params = {"cursor": page["cursor"]["next"], "limit": 200}
-
-
 def _fork_problems(http: httpx.Client, histories: dict[str, list[dict[str, Any]]], record: Record) -> list[str]:
-    """A fork holds the source's messages that entered it before the one it was asked for (all it
-    had, when none): its prompts are those, or a prefix of the source's (the source went on)."""
-    problems, orders = [], {}
+    """A fork holds the source's messages whose ids sort before the one it was asked for (all it
+    had, when none): its prompts are those, or a prefix of the source's (the source went on). The
+    legacy listing is in id order, the order a fork copies by."""
+    problems = []
     for source, up_to, fork in record.forks:
         answer = http.get(f"/session/{fork}/message")
         if answer.status_code != 200:
             problems.append(f"fork {fork} of {source}: reading it answered {answer.status_code}")
             continue
-        if source not in orders:
-            orders[source] = _entry_order(http, source)
-        by_id = {m["info"]["id"]: m for m in histories[source]}
-        history = [by_id[i] for i in orders[source]]
-        copied, order = _user_texts(answer.json()), orders[source]
+        copied, history = _user_texts(answer.json()), histories[source]
         if up_to is not None:
-            expected = _user_texts(history[: order.index(up_to)]) if up_to in order else None
-            if copied != expected:
+            if copied != _user_texts([m for m in history if m["info"]["id"] < up_to]):
                 problems.append(f"fork {fork} of {source} up to {up_to}: its prompts are {copied[-3:]}")
         elif copied != _user_texts(history)[: len(copied)]:
             problems.append(f"fork {fork} of {source}: its prompts are no prefix of the source's")

@@ -35,6 +35,7 @@ from sqlalchemy import (
     func,
     literal_column,
     null,
+    or_,
     select,
     true,
     union_all,
@@ -474,13 +475,13 @@ SESSION_DIRECTORIES = Clause(
     .group_by(sessions.c.directory)
     .order_by(literal_column("updated").desc())
 )
-FORK_TITLES = Clause(
-    select(func.count()).select_from(sessions).where(sessions.c.title.like(bindparam("prefix"), escape="\\"))
-)
 COPY_SOURCE = Clause(
     select(messages.c.id, messages.c.role, messages.c.time_created, messages.c.info)
-    .where(messages.c.session_id == bindparam("session_id"), messages.c.seq < bindparam("before_seq"))
-    .order_by(messages.c.seq, messages.c.id)
+    .where(
+        messages.c.session_id == bindparam("session_id"),
+        or_(cast(bindparam("before_id"), String).is_(None), messages.c.id < bindparam("before_id")),
+    )
+    .order_by(messages.c.id)
 )
 MESSAGE_SEQ = Clause(
     select(messages.c.seq).where(messages.c.id == bindparam("id"), messages.c.session_id == bindparam("session_id")),

@@ -291,10 +291,10 @@ class Queries:
     async def latest_summary(self, session_id: str) -> Row | None:
         return await self.db.fetch_one(sql.LATEST_SUMMARY, {"session_id": session_id})
 
-    async def copy_source(self, session_id: str, before_seq: int) -> list[tuple[str, str, int, str, list[str]]]:
-        """Messages (id, role, created, info JSON, part JSONs) that entered before ``before_seq``,
-        in entry order, as stored: for copying without decoding."""
-        rows = await self.db.fetch(sql.COPY_SOURCE, {"session_id": session_id, "before_seq": before_seq})
+    async def copy_source(self, session_id: str, before_id: str | None) -> list[tuple[str, str, int, str, list[str]]]:
+        """Messages (id, role, created, info JSON, part JSONs) whose ids sort before ``before_id``
+        (all when None), in id order, as stored: for copying without decoding."""
+        rows = await self.db.fetch(sql.COPY_SOURCE, {"session_id": session_id, "before_id": before_id})
         if not rows:
             return []
         parts: dict[str, list[str]] = {row[0]: [] for row in rows}
@@ -314,10 +314,6 @@ class Queries:
     async def shared_session(self, token: str) -> str | None:
         row = await self.db.fetch_one(sql.SHARE_SESSION, {"token": token})
         return row[0] if row else None
-
-    async def fork_count(self, title: str) -> int:
-        row = await self.db.fetch_one(sql.FORK_TITLES, {"prefix": f"{_escape_like(title)} (fork #%"})
-        return int(row[0]) if row else 0
 
     async def message(self, session_id: str, message_id: str) -> MessageWithParts | None:
         rows = await self.db.fetch(sql.MESSAGE_WITH_PARTS, {"id": message_id, "session_id": session_id})

@@ -50,18 +50,27 @@ def test_fork_copies_messages_strictly_before_the_boundary(
     assert len(client.get(f"/session/{sid}/message").json()) == 6  # the original is untouched
 
 
-def test_fork_numbering_empty_bodies_and_missing_boundary(client: httpx.Client) -> None:
-    sid, _history = _session_with_turns(client, "one")
+def test_fork_titles_empty_bodies_and_boundaries_not_in_the_session(client: httpx.Client) -> None:
+    """As the OpenCode server does: a fork is named from its source's title alone, and the
+    boundary is compared as an id, so one the session never had still forks (all messages whose
+    ids sort before it)."""
+    sid, history = _session_with_turns(client, "one")
     first = client.post(f"/session/{sid}/fork").json()
     second = client.post(f"/session/{sid}/fork", content=b"  \n", headers={"content-type": "application/json"})
     assert second.status_code == 200
-    assert [first["title"], second.json()["title"]] == ["Original (fork #1)", "Original (fork #2)"]
+    assert [first["title"], second.json()["title"]] == ["Original (fork #1)", "Original (fork #1)"]
+    of_fork = client.post(f"/session/{first['id']}/fork").json()
+    assert of_fork["title"] == "Original (fork #2)"
     broken = client.post(f"/session/{sid}/fork", content=b"{", headers={"content-type": "application/json"})
     assert broken.status_code == 400 and broken.json()["name"] == "BadRequest"
-    sessions_before = len(client.get("/session").json())
-    missing = client.post(f"/session/{sid}/fork", json={"messageID": "msg_000000000000000000000000000"})
-    assert missing.status_code == 404 and missing.json()["name"] == "NotFoundError"
-    assert len(client.get("/session").json()) == sessions_before  # no half-made fork
+    not_an_id = client.post(f"/session/{sid}/fork", json={"messageID": "notamessage"})
+    assert not_an_id.status_code == 400 and not_an_id.json()["name"] == "BadRequest"
+    earliest = client.post(f"/session/{sid}/fork", json={"messageID": "msg_000000000000000000000000000"})
+    assert earliest.status_code == 200
+    assert client.get(f"/session/{earliest.json()['id']}/message").json() == []
+    latest = client.post(f"/session/{sid}/fork", json={"messageID": "msg_zzzzzzzzzzzzzzzzzzzzzzzzzzz"})
+    assert latest.status_code == 200
+    assert _texts(client.get(f"/session/{latest.json()['id']}/message").json()) == _texts(history)
 
 
 def _open_work(messages: list[dict]) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from app import ids
 from app.clock import now_ms
-from app.events.log import EventLog, Transaction
+from app.events.log import EncodedEvent, EventLog, Transaction
 from app.jsonutil import dumps, loads
 from app.runtime.errors import InvalidInput, MessageNotFound
 from app.runtime.sessions import (
@@ -29,15 +29,25 @@ from app.runtime.sessions import (
     zero_tokens,
 )
 from app.store import inputs
-from app.store.projectors import Projection, message_projection, part_projection
+from app.store.projectors import message_projection, part_projection
 from app.store.queries import Queries, RawMessage, message_ids_from_seq, message_seq, part_ids_from
 from app.wire import Message, MessageWithParts, Part, Session
 
 COPY_BATCH = 500  # messages per batch sent ahead while copying (fork)
-MAX_SEQ = 2**63 - 1
 COPIED_OPEN = {"name": "MessageAbortedError", "data": {"message": "Aborted: copied before the reply finished"}}
 _PARENT = re.compile(r'"parentID":"(msg_[0-9A-Za-z]+)"')
 _ID = re.compile(r'"id":"(prt_[0-9A-Za-z]+)"')
+_FORK_NUMBER = re.compile(r"(.+) \(fork #(\d+)\)")
+
+
+def forked_title(title: str) -> str:
+    """A fork's title as OpenCode names it, from its source's title alone: ``T`` gives
+    ``T (fork #1)`` and ``T (fork #1)`` gives ``T (fork #2)``; two forks of one session share a
+    title."""
+    numbered = _FORK_NUMBER.fullmatch(title)
+    if numbered is None:
+        return f"{title} (fork #1)"
+    return f"{numbered.group(1)} (fork #{int(numbered.group(2)) + 1})"
 
 
 def _swap(text: str, pairs: list[tuple[str, str]]) -> str:
@@ -47,30 +57,16 @@ def _swap(text: str, pairs: list[tuple[str, str]]) -> str:
     return text
 
 
-async def _emit_text(tx: Transaction, session: Session, event_type: str, payload: str, row: Projection) -> None:
-    """A message event of ``session`` whose payload members (after ``sessionID``) are JSON text
-    already, with its projection ``row``."""
-    await tx.emit_encoded(
-        event_type,
-        f'{{"sessionID":"{session["id"]}",{payload}}}',
-        session_id=session["id"],
-        directory=session["directory"],
-        rows=[row],
-    )
+def _message_text(session_id: str, message_id: str, role: str, created: int, info: str) -> EncodedEvent:
+    """A ``message.updated`` event of a message whose info is JSON text, with its projection."""
+    row = message_projection(message_id, session_id, role, created, info)
+    return "message.updated", f'{{"sessionID":"{session_id}","info":{info}}}', [row]
 
 
-async def _emit_message_text(
-    tx: Transaction, session: Session, message_id: str, role: str, created: int, info: str
-) -> None:
-    row = message_projection(message_id, session["id"], role, created, info)
-    await _emit_text(tx, session, "message.updated", f'"info":{info}', row)
-
-
-async def _emit_part_text(
-    tx: Transaction, session: Session, message_id: str, part_id: str, part: str, time: int
-) -> None:
-    row = part_projection(part_id, message_id, session["id"], part)
-    await _emit_text(tx, session, "message.part.updated", f'"part":{part},"time":{time}', row)
+def _part_text(session_id: str, message_id: str, part_id: str, part: str, time: int) -> EncodedEvent:
+    """A ``message.part.updated`` event of a part that is JSON text, with its projection."""
+    row = part_projection(part_id, message_id, session_id, part)
+    return "message.part.updated", f'{{"sessionID":"{session_id}","part":{part},"time":{time}}}', [row]
 
 
 class History:
@@ -146,27 +142,27 @@ class History:
             )
 
     async def copy_messages(self, tx: Transaction, source_id: str, target: Session, up_to: str | None) -> int:
-        """Copy the messages of ``source_id`` that entered it strictly before ``up_to`` (all when
-        None) into ``target`` with new ids, keeping each reply linked to its copied prompt.
+        """Copy the messages of ``source_id`` whose ids sort strictly before ``up_to`` (all when
+        None) into ``target`` with new ids, keeping each reply linked to its copied prompt. As in
+        OpenCode the boundary is an id, not a position: it need not be a message of the session.
 
         A reply still streaming in the source is copied as far as it got and closed in the copy
         (``closed_reply``), as an abort leaves one: no turn of the copy will ever finish it."""
-        before_seq = MAX_SEQ
-        if up_to is not None:
-            seq = await self.queries.message_seq(source_id, up_to)
-            if seq is None:
-                raise MessageNotFound(source_id, up_to)
-            before_seq = seq
-        originals = await self.queries.copy_source(source_id, before_seq)
+        originals = await self.queries.copy_source(source_id, up_to)
         # Stored JSON is copied as text with its ids swapped (ids are unique random tokens), so a
         # long session is copied without decoding and re-encoding every message and part.
         renamed: dict[str, str] = {}
         session_id = target["id"]
         at = now_ms()
+        message_ids = iter(ids.ascending("message", len(originals)))
+        part_ids = iter(ids.ascending("part", sum(len(original[4]) for original in originals)))
+        run: list[EncodedEvent] = []
         for index, (old_id, role, created, info, part_texts) in enumerate(originals, 1):
             if index % COPY_BATCH == 0:
+                await tx.emit_encoded_run(session_id, target["directory"], run)
+                run = []
                 await tx.scope.send_ahead()  # the database writes this batch while the next is built
-            new_id = renamed[old_id] = ids.message_id()
+            new_id = renamed[old_id] = next(message_ids)
             common = [(old_id, new_id), (source_id, session_id)]
             parent = _PARENT.search(info)
             if parent and parent.group(1) in renamed:
@@ -175,15 +171,16 @@ class History:
             still_open = role == "assistant" and OPEN_REPLY_HINT not in info and open_reply(decoded := loads(info))
             if still_open:
                 info = dumps(closed_reply(decoded, COPIED_OPEN, at))
-            await _emit_message_text(tx, target, new_id, role, created, info)
+            run.append(_message_text(session_id, new_id, role, created, info))
             for text in part_texts:
-                part_id = ids.part_id()
+                part_id = next(part_ids)
                 own = _ID.search(text)
                 part = _swap(text, ([(own.group(1), part_id)] if own else []) + common[:2])
                 if still_open or any(hint in part for hint in OPEN_TOOL_HINTS):
                     closed = closed_part(loads(part), at)
                     part = part if closed is None else dumps(closed)
-                await _emit_part_text(tx, target, new_id, part_id, part, created)
+                run.append(_part_text(session_id, new_id, part_id, part, created))
+        await tx.emit_encoded_run(session_id, target["directory"], run)
         return len(originals)
 
     async def append_encoded(
@@ -192,24 +189,24 @@ class History:
         """``append_message`` for bulk writes (an import): the events keep their JSON text only,
         not the decoded payload as well, so a transaction of thousands of messages holds about
         the size of their text until it commits. Every part has its id."""
-        await _emit_message_text(tx, session, info["id"], info["role"], info["time"]["created"], dumps(info))
-        at = now_ms()
+        session_id, message_id, at = session["id"], info["id"], now_ms()
+        run = [_message_text(session_id, message_id, info["role"], info["time"]["created"], dumps(info))]
         for part in parts:
-            row = part | {"sessionID": session["id"], "messageID": info["id"]}
-            await _emit_part_text(tx, session, info["id"], part["id"], dumps(row), at)
+            row = part | {"sessionID": session_id, "messageID": message_id}
+            run.append(_part_text(session_id, message_id, part["id"], dumps(row), at))
+        await tx.emit_encoded_run(session_id, session["directory"], run)
 
     async def fork(self, source_id: str, up_to: str | None, *, request_key: str | None = None) -> Session:
         """A new session holding copies of the messages before ``up_to`` (all when None), titled
-        ``<title> (fork #N)``, with no parent: a fork is a sibling, not a child. With
+        by ``forked_title``, with no parent: a fork is a sibling, not a child. With
         ``request_key``, the fork an earlier copy of the request made, if any."""
         source = await self.sessions.get(source_id)
         created = now_ms()
-        forks = await self.queries.fork_count(source["title"])
         kept = ("slug", "projectID", "directory", "path", "version", "workspaceID", "agent", "model", "permission")
         info: Session = {
             **{k: v for k, v in source.items() if k in kept},  # type: ignore[typeddict-item]
             "id": ids.session_id(),
-            "title": f"{source['title']} (fork #{forks + 1})",
+            "title": forked_title(source["title"]),
             "cost": 0,
             "tokens": zero_tokens(),
             "time": {"created": created, "updated": created},
