@@ -177,7 +177,9 @@ LATEST_SUMMARY = Clause(
 )
 INSERT_REQUEST_KEY = Clause(request_keys.insert().values({c.name: bindparam(c.name) for c in request_keys.columns}))
 REQUEST_KEY = Clause(
-    select(request_keys.c.session_id, request_keys.c.request).where(request_keys.c.request_key == bindparam("key")),
+    select(request_keys.c.session_id, request_keys.c.request, request_keys.c.message_id).where(
+        request_keys.c.request_key == bindparam("key")
+    ),
     quick=True,
 )
 INSERT_SHARE = Clause(shares.insert().values({c.name: bindparam(c.name) for c in shares.columns}))

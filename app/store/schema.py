@@ -171,16 +171,18 @@ reverts = Table(
     Column("journal", Text, nullable=False),
 )
 
-# The Idempotency-Key of each request that created a session (a create or a fork; nginx sends
-# one per client request, the same on its retries): the request repeated with it answers the
-# session it created instead of creating another. ``request`` says what was asked (``create``
-# and its arguments, or ``fork <source> <message>``): the key reused for another request is a conflict.
+# The Idempotency-Key of each request that made a session (a create or a fork) or ran a user shell
+# command (its reply is ``message_id``); nginx sends one per client request, the same on its
+# retries. The request repeated with it answers what it made instead of doing it again.
+# ``request`` says what was asked (``create`` and its arguments, ``fork <source> <message>``,
+# ``shell <command>``): the key reused for another request is a conflict.
 request_keys = Table(
     "request_keys",
     metadata,
     Column("request_key", String, primary_key=True),
     Column("session_id", String, nullable=False),
     Column("request", Text, nullable=False),
+    Column("message_id", String, nullable=True),
     Index("ix_request_keys_session", "session_id"),
 )
 

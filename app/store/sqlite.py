@@ -44,10 +44,6 @@ _PRAGMAS = (
     "PRAGMA journal_mode=WAL",
     # NORMAL in WAL mode survives a process crash (kill -9); only power loss may drop the tail.
     "PRAGMA synchronous=NORMAL",
-    # 32 MiB of page cache per connection instead of SQLite's 2 MiB: on a database of a few
-    # hundred MB the default kept re-reading index pages from the OS, which made a long fork and
-    # page reads much slower (bench/history.py). The cache only grows as pages are used.
-    "PRAGMA cache_size=-32768",
     "PRAGMA busy_timeout=10000",
 )
 
@@ -124,6 +120,7 @@ def _open(path: str) -> sqlite3.Connection:
     return conn
 
 
+WRITER_CACHE_KIB = 32 * 1024
 CHECKPOINT_EVERY = 100  # group commits between checkpoints (SQLite checkpoints about every 1,000 pages)
 
 
@@ -195,6 +192,10 @@ class _Writer:
     async def connect(self) -> None:
         self._conn = _open(self._path)
         self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        # The writer keeps WRITER_CACHE_KIB of pages instead of SQLite's 2 MiB: on a database of a
+        # few hundred MB the default kept re-reading index pages from the OS, which made a long
+        # copy (a fork) much slower (bench/history.py). The cache only grows as pages are used.
+        self._conn.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
 
     def _connection(self) -> sqlite3.Connection:
         assert self._conn is not None, "database is not open"

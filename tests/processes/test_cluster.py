@@ -539,6 +539,34 @@ def test_a_synchronous_prompt_whose_replica_is_killed_is_admitted_once(
     assert "error" not in replied.json()["info"], replied.json()["info"]
 
 
+def test_a_shell_command_whose_replica_is_killed_runs_once(
+    two: tuple[ProcessServer, ProcessServer], balanced: str, cluster_url: str, project_dir: Path
+) -> None:
+    """A user shell command through nginx; the replica running it is killed mid-command. nginx
+    passes the POST to the other replica with the same Idempotency-Key: that replica does not run
+    the command again, but answers the first run's reply once the session's takeover has closed
+    it."""
+    sid = httpx.post(f"{balanced}/session").json()["id"]
+    runs = project_dir / "runs.txt"
+    body = {"agent": "build", "command": "echo ran >> runs.txt; sleep 30"}
+    with ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(httpx.post, f"{balanced}/session/{sid}/shell", json=body, timeout=60)
+        deadline = time.monotonic() + 15
+        while not runs.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        owner = _owner(cluster_url, sid)
+        next(s for s in two if s.proc is not None and s.proc.pid == owner).kill9()
+        replied = sent.result(timeout=60)
+    assert replied.status_code == 200, replied.text
+    reply = replied.json()
+    assert reply["info"]["error"]["name"] == "MessageAbortedError", reply["info"]
+    assert reply["parts"][-1]["state"]["status"] == "error", reply["parts"][-1]
+    history = httpx.get(f"{balanced}/session/{sid}/message").json()
+    assert [m["info"]["id"] for m in history if m["info"]["role"] == "assistant"] == [reply["info"]["id"]]
+    assert runs.read_text() == "ran\n"
+
+
 def test_questions_are_answered_from_the_other_process(two: tuple[ProcessServer, ProcessServer]) -> None:
     """Asked on A (whose tool waits), listed and answered on B: the reply is forwarded to A; a
     second reply, and a dismissal of a later question, go the same way."""

@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -294,6 +295,38 @@ def test_a_shell_command_in_a_directory_that_is_gone_fails_as_a_tool_not_the_req
     part = reply["parts"][-1]
     assert part["tool"] == "bash" and part["state"]["status"] == "error", part["state"]
     assert str(gone) in part["state"]["error"] and "completed" in reply["info"]["time"]
+
+
+def _shell_runs(client: httpx.Client, sid: str) -> list[dict]:
+    return [m for m in client.get(f"/session/{sid}/message").json() if m["info"]["role"] == "assistant"]
+
+
+def test_a_shell_command_sent_again_with_its_idempotency_key_runs_once(client: httpx.Client, project_dir: Path) -> None:
+    """nginx passes a POST to another replica, with the same Idempotency-Key, when the first died
+    mid-request; a client may retry too. The copy answers the first run's reply, even while that
+    run still goes on (it waits for it), and the command runs once."""
+    sid = create_session(client)["id"]
+    body = {"agent": "build", "command": "echo ran >> runs.txt; sleep 0.5"}
+    keyed = {"Idempotency-Key": "shell-once"}
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(client.post, f"/session/{sid}/shell", json=body, headers=keyed)
+        deadline = time.monotonic() + 10
+        while not (project_dir / "runs.txt").exists():  # the first run is under way
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.01)
+        during = pool.submit(client.post, f"/session/{sid}/shell", json=body, headers=keyed)
+        first_reply, during_reply = first.result(timeout=30), during.result(timeout=30)
+    after = client.post(f"/session/{sid}/shell", json=body, headers=keyed)
+    assert first_reply.status_code == during_reply.status_code == after.status_code == 200, during_reply.text
+    assert first_reply.json() == during_reply.json() == after.json()
+    assert first_reply.json()["parts"][-1]["state"]["status"] == "completed"
+    assert (project_dir / "runs.txt").read_text() == "ran\n"
+    assert len(_shell_runs(client, sid)) == 1
+    other = client.post(f"/session/{sid}/shell", json={"agent": "build", "command": "ls"}, headers=keyed)
+    assert other.status_code == 409 and "shell-once" in other.text, other.text
+    unkeyed = client.post(f"/session/{sid}/shell", json=body)
+    assert unkeyed.status_code == 200 and len(_shell_runs(client, sid)) == 2
+    assert (project_dir / "runs.txt").read_text() == "ran\nran\n"
 
 
 def test_disabled_tools_are_not_offered(client: httpx.Client) -> None:

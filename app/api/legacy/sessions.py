@@ -359,9 +359,9 @@ async def summarize(
     operation_id="session.shell",
     summary="Run a command as the user; recorded with a completed bash part",
 )
-async def shell(commands: CommandsDep, sessionID: SessionIDPath, body: ShellBody) -> Response:
+async def shell(commands: CommandsDep, sessionID: SessionIDPath, body: ShellBody, key: IdempotencyKeyDep) -> Response:
     model = ModelRef(body.model.providerID, body.model.modelID) if body.model else None
-    return JSONBody(await commands.shell(sessionID, body.command, agent=body.agent, model=model))
+    return JSONBody(await commands.shell(sessionID, body.command, agent=body.agent, model=model, request_key=key))
 
 
 @router.post(

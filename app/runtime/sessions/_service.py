@@ -323,15 +323,21 @@ class SessionService:
     async def keyed(self, tx: Transaction, key: str, request: str, session_id: str) -> Session | None:
         """For a request that creates session ``session_id`` under Idempotency-Key ``key``
         (``request`` says what it asks): the session an earlier copy of the request made, or None
-        after recording that ``key`` made ``session_id`` (``tx`` holds the key to its commit).
-        The key used for another request is a conflict."""
+        after recording that ``key`` made ``session_id`` (``tx`` holds the key to its commit)."""
+        earlier = await self.claim_key(tx, key, request_keys.Keyed(session_id, request))
+        return None if earlier is None else await self.get(earlier.session_id)
+
+    async def claim_key(self, tx: Transaction, key: str, made: request_keys.Keyed) -> request_keys.Keyed | None:
+        """What an earlier copy of the request keyed ``key`` made, or None after recording that
+        this one makes ``made`` (``tx`` holds the key to its commit, so of two copies in flight
+        one does the work). The key used for another request is a conflict."""
         earlier = await request_keys.held(tx.scope, key)
         if earlier is None:
-            request_keys.save(tx.scope, key, session_id, request)
+            request_keys.save(tx.scope, key, made)
             return None
-        if earlier.request != request:
+        if earlier.request != made.request:
             raise RequestKeyConflict(key, "another request")
-        return await self.get(earlier.session_id)
+        return earlier
 
     async def emit_created(self, tx: Transaction, info: Session) -> None:
         """Record a new session (built by ``create``, or a copy for a fork) inside ``tx``."""

@@ -4,6 +4,7 @@ project ``command`` templates from opencode.json and MCP servers' prompts (expan
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -12,6 +13,7 @@ from app import ids
 from app.clock import now_ms
 from app.config import ConfigLoader
 from app.events.model import Event
+from app.jsonutil import dumps
 from app.providers.registry import ModelRef
 from app.runtime.abort import Aborted, AbortSignal
 from app.runtime.errors import CommandNotFound, InvalidInput
@@ -22,9 +24,15 @@ from app.runtime.inputs import DEFAULT_AGENT, InputsDomain, PromptRequest
 from app.runtime.sessions import SessionsDomain, zero_tokens
 from app.runtime.tools import Bash, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
+from app.store import request_keys
+from app.store.request_keys import Keyed
 from app.wire import AssistantMessage, Part, Session, UserMessage
 
 SHELL_NOTICE = "The following tool was executed by the user"
+# A shell command sent again with its Idempotency-Key waits this long for the first run's reply
+# to end (it may still run on another process), looking every REPEAT_POLL_S.
+REPEAT_WAIT_S = 600.0
+REPEAT_POLL_S = 0.1
 
 
 # Built in, as in OpenCode: ``/init`` (and ``POST /session/:id/init``) has the model write AGENTS.md.
@@ -57,6 +65,11 @@ BUILT_IN_COMMANDS = [
         "hints": ["$ARGUMENTS"],
     }
 ]
+
+
+def _shell_request(command: str, agent: str, ref: ModelRef) -> str:
+    """What a shell command request asks, as its Idempotency-Key records it."""
+    return f"shell {dumps([command, agent, ref.provider_id, ref.model_id])}"
 
 
 def command_list(config: ConfigLoader, directory: str) -> list[dict[str, Any]]:
@@ -158,18 +171,36 @@ class Commands:
         self.infra.log.publish(Event("command.executed", props, session_id, session["directory"]))
         return reply
 
-    async def shell(self, session_id: str, command: str, *, agent: str, model: ModelRef | None) -> MessageWithParts:
-        """Run ``command`` now (409 if the session is busy) and record it in the history."""
+    async def shell(
+        self, session_id: str, command: str, *, agent: str, model: ModelRef | None, request_key: str | None = None
+    ) -> MessageWithParts:
+        """Run ``command`` now (409 if the session is busy) and record it in the history. With
+        ``request_key``, a copy of a request that already ran answers that run's reply once it
+        has ended (closed by the session's next owner if its process died) and runs nothing."""
         session = await self.sessions.service.get(session_id)
         ref = self.inputs.admission.model_for(session, model)
+        if request_key is not None:
+            earlier = await request_keys.find(self.infra.db, request_key)
+            asked = (session_id, _shell_request(command, agent, ref))
+            if earlier and earlier.message_id is not None and (earlier.session_id, earlier.request) == asked:
+                return await self._ended_reply(session_id, earlier.message_id)
 
         async def work(signal: AbortSignal) -> MessageWithParts:
-            return await self._shell(session, command, agent, ref, signal)
+            return await self._shell(session, command, agent, ref, signal, request_key)
 
         return await self.sessions.coordinator.run_exclusive(session_id, work)
 
+    async def _ended_reply(self, session_id: str, reply_id: str) -> MessageWithParts:
+        """Reply ``reply_id`` once it has ended, or as it stands after ``REPEAT_WAIT_S``."""
+        waited_until = asyncio.get_running_loop().time() + REPEAT_WAIT_S
+        while True:
+            reply = await self.history.service.get_message(session_id, reply_id)
+            if "completed" in reply["info"]["time"] or asyncio.get_running_loop().time() > waited_until:
+                return reply
+            await asyncio.sleep(REPEAT_POLL_S)
+
     async def _shell(
-        self, session: Session, command: str, agent: str, ref: ModelRef, signal: AbortSignal
+        self, session: Session, command: str, agent: str, ref: ModelRef, signal: AbortSignal, request_key: str | None
     ) -> MessageWithParts:
         log = self.infra.log
         session_id, directory = session["id"], session["directory"]
@@ -199,12 +230,20 @@ class Commands:
             "tokens": zero_tokens(),
         }
         recorder = AssistantRecorder(log, info, directory, self.infra.settings.part_flush_seconds)
+        earlier = None
         async with log.transaction() as tx:
-            # A revert staged before the command is committed first, as a prompt's admission does.
-            await commit_staged(tx, self.history.service, await self.sessions.service.current(tx, session_id))
-            notice = {"type": "text", "text": SHELL_NOTICE, "synthetic": True}
-            await self.history.service.append_message(tx, session, question, [notice])
-            await recorder.begin(tx, None)  # a user command is not a model step: no snapshot
+            if request_key is not None:
+                made = Keyed(session_id, _shell_request(command, agent, ref), info["id"])
+                earlier = await self.sessions.service.claim_key(tx, request_key, made)
+            if earlier is None:
+                # A revert staged before the command is committed first, as a prompt's admission does.
+                await commit_staged(tx, self.history.service, await self.sessions.service.current(tx, session_id))
+                notice = {"type": "text", "text": SHELL_NOTICE, "synthetic": True}
+                await self.history.service.append_message(tx, session, question, [notice])
+                await recorder.begin(tx, None)  # a user command is not a model step: no snapshot
+        if earlier is not None:
+            assert earlier.message_id is not None, "a shell command's key records its reply"
+            return await self.history.service.get_message(session_id, earlier.message_id)
         part = await recorder.tool_pending(ids.new_id("part"), "bash")
         args = {"command": command, "description": "user command"}
         await recorder.tool_running(part, args, "")
