@@ -171,6 +171,31 @@ def test_refusals_leave_every_other_directory_alone(
         assert fresh.get("/experimental/worktree").json() == listed  # kept with the project
 
 
+def test_a_worktree_create_sent_again_with_its_idempotency_key_makes_one(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """nginx passes a POST whose replica died mid-request to another replica with the same
+    Idempotency-Key (and a client may retry): the copy answers the worktree the first made, not a
+    second one under a suffixed name; the key asking for another worktree is a 409."""
+    _repository(project_dir)
+    keyed = {"Idempotency-Key": "tree-once"}
+    with EventCollector(f"{server.url}/global/event") as events:
+        first = client.post("/experimental/worktree", json={"name": "twin"}, headers=keyed)
+        assert first.status_code == 200, first.text
+        events.wait_for(lambda f: f.type == "worktree.ready")
+    again = client.post("/experimental/worktree", json={"name": "twin"}, headers=keyed)
+    assert again.status_code == 200 and again.json() == first.json(), again.text
+    assert client.get("/experimental/worktree").json() == [first.json()["directory"]]
+    assert _git(project_dir, "for-each-ref", "--format=%(refname:short)", "refs/heads/opencode").split() == [
+        "opencode/twin"
+    ]
+    other = client.post("/experimental/worktree", json={"name": "other"}, headers=keyed)
+    assert other.status_code == 409 and "tree-once" in other.text, other.text
+    unkeyed = client.post("/experimental/worktree", json={"name": "twin"})
+    assert unkeyed.status_code == 200 and unkeyed.json()["name"].startswith("twin-")
+    assert len(client.get("/experimental/worktree").json()) == 2
+
+
 def test_the_tuis_workspace_start_up_calls(client: httpx.Client) -> None:
     for directory in (None, "relative"):
         params = {"directory": directory} if directory else {}

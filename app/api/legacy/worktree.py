@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from app.api.deps import DirectoryDep, WorktreesDep, checked_directory
+from app.api.deps import DirectoryDep, IdempotencyKeyDep, WorktreesDep, checked_directory
 from app.api.legacy.schemas import WorktreeCreateInput, WorktreeRemoveInput, WorktreeResetInput
 from app.api.responses import JSONBody
 
@@ -23,12 +23,12 @@ async def list_worktrees(worktrees: WorktreesDep, directory: DirectoryDep) -> Re
 
 @router.post("/experimental/worktree", operation_id="worktree.create", summary="Create worktree", responses=_FAILURES)
 async def create_worktree(
-    worktrees: WorktreesDep, directory: DirectoryDep, body: WorktreeCreateInput | None = None
+    worktrees: WorktreesDep, directory: DirectoryDep, key: IdempotencyKeyDep, body: WorktreeCreateInput | None = None
 ) -> Response:
     """A worktree on a new branch ``opencode/<name>``, answered at once; ``worktree.ready`` (or
     ``worktree.failed``) on ``/global/event`` once it is filled, then the start commands run."""
     found = body or WorktreeCreateInput()
-    return JSONBody(await worktrees.create(directory, found.name, found.startCommand))
+    return JSONBody(await worktrees.create(directory, found.name, found.startCommand, request_key=key))
 
 
 @router.post(

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from app.events.log import EventLog
 from app.events.model import Event
+from app.jsonutil import dumps
 from app.processes import tied
 from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
 from app.runtime.worktrees._git import SLOW_S, Listed, default_target, git, has_branch, worktrees
 from app.runtime.worktrees._names import candidates, slug
+from app.runtime.worktrees._requests import RequestMark, made_for, mark
 from app.wire import Worktree
 
 log = logging.getLogger("opensession.worktrees")
@@ -91,20 +93,29 @@ class Worktrees:
         pid = await project_id(directory)
         return [] if pid == "global" else await self._sessions.sandboxes(pid)
 
-    async def create(self, directory: str, name: str | None, start_command: str | None) -> Worktree:
+    async def create(
+        self, directory: str, name: str | None, start_command: str | None, *, request_key: str | None = None
+    ) -> Worktree:
         """Add the worktree on a new branch at the main tree's HEAD and answer; it is filled in
-        the background (``worktree.ready``/``worktree.failed``), then the start commands run."""
+        the background (``worktree.ready``/``worktree.failed``), then the start commands run.
+        With ``request_key``, the worktree an earlier copy of the request made, if any."""
         pid, listed = await self._project(directory)
         main = listed[0].path
         home = self._home(pid)
+        asked = dumps([name, start_command])
         async with self._lock(self._project_locks, pid):
+            if request_key is not None and (made := await made_for(main, request_key, asked)) is not None:
+                await self._sessions.change_sandboxes(main, add=made["directory"])
+                return made
             await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
             chosen = await self._free_name(home, main, slug(name or ""))
             target, branch = home / chosen, BRANCH_PREFIX + chosen
             added = await git(main, "worktree", "add", "--no-checkout", "-b", branch, str(target))
             if not added.ok:
                 raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
-        info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
+            info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
+            if request_key is not None:
+                await asyncio.to_thread(mark, str(target), RequestMark(request_key, asked, info))
         await self._sessions.change_sandboxes(main, add=info["directory"])
         self._spawn(info["directory"], self._fill(info, main, (start_command or "").strip()))
         return info
