@@ -93,14 +93,21 @@ def test_summarize_keeps_the_listing_and_shrinks_the_context(stub: OpenAIStub, s
     assert len(client.get(f"/session/{sid}/message").json()) == len(after) + 2
 
 
-def test_a_summarize_repeated_with_its_idempotency_key_summarizes_once(stub: OpenAIStub, client: httpx.Client) -> None:
-    """A retried summarize (same Idempotency-Key, as nginx sends it after the replica that had it
-    died) waits for the summary the first began instead of making a second one."""
+@pytest.mark.parametrize("route", ["legacy", "v2"])
+def test_a_summarize_repeated_with_its_idempotency_key_summarizes_once(
+    stub: OpenAIStub, client: httpx.Client, route: str
+) -> None:
+    """A retried summarize or V2 compact (same Idempotency-Key, as nginx sends it after the
+    replica that had it died) waits for the summary the first began instead of making another."""
     sid = create_session(client)["id"]
     client.post(f"/session/{sid}/message", json=text_prompt("a question", model=MODEL))
     key = {"Idempotency-Key": "summarize-1"}
-    answers = [client.post(f"/session/{sid}/summarize", json=MODEL, headers=key) for _ in "ab"]
-    assert [(a.status_code, a.json()) for a in answers] == [(200, True), (200, True)]
+    if route == "legacy":
+        answers = [client.post(f"/session/{sid}/summarize", json=MODEL, headers=key) for _ in "ab"]
+        assert [(a.status_code, a.json()) for a in answers] == [(200, True), (200, True)]
+    else:
+        answers = [client.post(f"/api/session/{sid}/compact", headers=key) for _ in "ab"]
+        assert [a.status_code for a in answers] == [204, 204]
     summaries = [m for m in client.get(f"/session/{sid}/message").json() if m["info"].get("summary")]
     assert len(summaries) == 1
     assert sum(_is_summary_request(r) for r in stub.requests) == 1

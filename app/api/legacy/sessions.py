@@ -369,9 +369,9 @@ async def shell(commands: CommandsDep, sessionID: SessionIDPath, body: ShellBody
     operation_id="session.init",
     summary="Have the model write the project's AGENTS.md (the built-in init command); true when done",
 )
-async def init(commands: CommandsDep, sessionID: SessionIDPath, body: InitBody) -> Response:
+async def init(commands: CommandsDep, sessionID: SessionIDPath, body: InitBody, key: IdempotencyKeyDep) -> Response:
     model = f"{body.providerID}/{body.modelID}"
-    await commands.command(sessionID, "init", "", model=model, message_id=body.messageID)
+    await commands.command(sessionID, "init", "", model=model, message_id=body.messageID, request_key=key)
     return JSONBody(True)
 
 

@@ -190,8 +190,8 @@ async def wait(prompting: PromptingDep, sessionID: SessionIDPath) -> Response:
 
 
 @router.post("/session/{sessionID}/compact", operation_id="v2.session.compact", status_code=204)
-async def compact(prompting: PromptingDep, sessionID: SessionIDPath) -> Response:
-    await prompting.summarize(sessionID)
+async def compact(prompting: PromptingDep, sessionID: SessionIDPath, key: IdempotencyKeyDep) -> Response:
+    await prompting.summarize(sessionID, request_key=key)
     return Response(status_code=204)
 
 
