@@ -12,8 +12,8 @@ answered once (a reply cut off by a death is closed with an error and the prompt
 a prompt answered 5xx or lost with its connection may or may not be stored, but never twice; no
 reply stays open (an abort may leave a prompt unanswered, never a V2 prompt not yet taken into a
 turn: the probe prompts the aborted sessions once more at the end, and those must then be
-answered); a fork holds the prompts that entered its source before the message it was forked at
-(a prefix of its source's, when forked whole); a turn whose tool completed left its file written,
+answered); a fork holds prompts of its source whose ids sort before the message it was forked at
+(all, when forked whole), in the source's order; a turn whose tool completed left its file written,
 an answered revert put the file back as it was before the turn, an answered unrevert as the turn
 left it; every session reads idle at the end; each session's V2 event stream, followed through
 nginx and resumed with ``Last-Event-ID`` after each break, delivers ``seq`` 1 to the session's
@@ -352,22 +352,29 @@ def _user_texts(messages: list[dict[str, Any]]) -> list[str]:
     return ["".join(p.get("text", "") for p in m["parts"]) for m in messages if m["info"]["role"] == "user"]
 
 
+def _in_order_within(part: list[str], whole: list[str]) -> bool:
+    """Whether ``part`` is ``whole`` with some items left out, the rest in the same order."""
+    rest = iter(whole)
+    return all(item in rest for item in part)
+
+
 def _fork_problems(http: httpx.Client, histories: dict[str, list[dict[str, Any]]], record: Record) -> list[str]:
     """A fork holds the source's messages whose ids sort before the one it was asked for (all it
-    had, when none): its prompts are those, or a prefix of the source's (the source went on). The
-    legacy listing is in id order, the order a fork copies by."""
+    had, when none), in id order, the legacy listing's. Its prompts are those of the source's
+    (as the source stands at the end) that were in it when it was forked: the same prompts in the
+    same order, less the ones that entered the source later. A prompt admitted on one process can
+    enter after one admitted on another with a larger id, so they need not be a prefix."""
     problems = []
     for source, up_to, fork in record.forks:
         answer = http.get(f"/session/{fork}/message")
         if answer.status_code != 200:
             problems.append(f"fork {fork} of {source}: reading it answered {answer.status_code}")
             continue
-        copied, history = _user_texts(answer.json()), histories[source]
-        if up_to is not None:
-            if copied != _user_texts([m for m in history if m["info"]["id"] < up_to]):
-                problems.append(f"fork {fork} of {source} up to {up_to}: its prompts are {copied[-3:]}")
-        elif copied != _user_texts(history)[: len(copied)]:
-            problems.append(f"fork {fork} of {source}: its prompts are no prefix of the source's")
+        history = histories[source]
+        cut = history if up_to is None else [m for m in history if m["info"]["id"] < up_to]
+        copied = _user_texts(answer.json())
+        if not _in_order_within(copied, _user_texts(cut)):
+            problems.append(f"fork {fork} of {source} up to {up_to}: its prompts {copied[-3:]} are not the source's")
     return problems
 
 
