@@ -281,7 +281,7 @@ def test_a_thawed_process_stops_the_shell_command_of_a_session_taken_over(
         assert time.monotonic() - started_at < run_for - 3.0, "taken over too late for the test to tell"
         a.proc.send_signal(signal.SIGCONT)
         time.sleep(max(0.0, started_at + run_for + 1.5 - time.monotonic()))  # past the command's write
-        assert not late.exists(), "the thawed process's command went on after the session was taken over"
+        assert not late.exists(), f"the thawed process's command went on after a takeover; its log:\n{a.log_tail()}"
         assert httpx.get(f"{b.url}/session/{sid}/message").json() == history  # and A wrote nothing
         assert httpx.get(f"{a.url}/session/status").json() == {}  # nor says it drains the session
     finally:

@@ -11,7 +11,8 @@ import pytest
 
 from app.runtime.abort import Aborted
 from app.runtime.agents import Denied
-from app.runtime.tools import ToolError
+from app.runtime.tools import TOOLS, ToolError
+from app.store.database import DatabaseUnavailable
 from tests.helpers import create_session, running, text_prompt
 from tests.tool_harness import Harness
 
@@ -112,6 +113,28 @@ async def test_bash_abort_kills_the_whole_process_group(tools: Harness) -> None:
         await task
     await asyncio.sleep(0.1)
     assert not running(child)  # the sleep died with its group
+
+
+async def test_bash_whose_progress_cannot_be_recorded_kills_the_command(tools: Harness) -> None:
+    """The command's progress write fails (the database went away, or the process was frozen past
+    its lease mid-write): the call fails, and the command does not go on writing to the project."""
+    marker, late = tools.root / "pid", tools.root / "late.txt"
+    context = tools.context()
+
+    async def failing(metadata: dict) -> None:  # the first write, once the command runs
+        for _ in range(1500):
+            if marker.exists() and marker.read_text().strip():
+                break
+            await asyncio.sleep(0.02)
+        raise DatabaseUnavailable("the progress could not be recorded")
+
+    context.progress = failing
+    command = f"echo $$ > {marker}; sleep 1; echo late > {late}"
+    with pytest.raises(DatabaseUnavailable):
+        await TOOLS["bash"].run(context, {"command": command})
+    shell = int(marker.read_text())
+    await asyncio.sleep(1.5)
+    assert not running(shell) and not late.exists()
 
 
 async def test_todos_round_trip(tools: Harness) -> None:

@@ -1,8 +1,9 @@
 """bash: run a command in the session's directory.
 
 Output (stdout and stderr, merged) streams into the running part's ``metadata.output``; the
-command has a timeout; on abort or timeout its whole process group is killed (SIGTERM, then
-SIGKILL), so a ``sleep`` started by the command does not outlive it.
+command has a timeout; on abort, timeout or any failure of the call (its progress not recorded)
+its whole process group is killed (SIGTERM, then SIGKILL), so a ``sleep`` started by the command
+does not outlive it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import signal
 import time
 from typing import Any
 
-from app.runtime.abort import Aborted
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -75,7 +75,6 @@ class Bash:
         except OSError as exc:  # the directory is gone, or not on this machine
             raise ToolError(f"Could not start the command in {ctx.directory}: {exc.strerror or exc}") from exc
         chunks: list[str] = []
-        await ctx.progress({"output": "", "description": description})  # clients show a live block at once
         last_progress = 0.0  # the first output shows at once; later updates at most every PROGRESS_INTERVAL
         timed_out = False
 
@@ -91,16 +90,20 @@ class Bash:
                 await process.wait()
 
         try:
+            await ctx.progress({"output": "", "description": description})  # clients show a live block at once
             await ctx.signal.race(pump())
         except TimeoutError:
             timed_out = True
             await _kill_group(process)
-        except Aborted:
-            await _kill_group(process)
-            raise
         except OSError as exc:
             await _kill_group(process)
             raise ToolError(f"Could not run the command: {exc}") from exc
+        except BaseException:
+            # An abort, and anything else that ends the call while the command runs (its progress
+            # could not be recorded: the database went away, or the process was frozen past its
+            # lease): the command must not go on without the turn that ran it.
+            await _kill_group(process)
+            raise
         output, truncated = truncate("".join(chunks))
         if timed_out:
             notice = f"bash tool terminated command after exceeding timeout {timeout * 1000:.0f} ms"
