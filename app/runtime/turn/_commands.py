@@ -25,7 +25,6 @@ from app.runtime.sessions import SessionsDomain, zero_tokens
 from app.runtime.tools import Bash, ToolContext, ToolError, ToolServices
 from app.runtime.turn._recorder import ABORTED, AssistantRecorder
 from app.store import request_keys
-from app.store.request_keys import Keyed
 from app.wire import AssistantMessage, Part, Session, UserMessage
 
 SHELL_NOTICE = "The following tool was executed by the user"
@@ -233,7 +232,7 @@ class Commands:
         earlier = None
         async with log.transaction() as tx:
             if request_key is not None:
-                made = Keyed(session_id, _shell_request(command, agent, ref), info["id"])
+                made = request_keys.Keyed(session_id, _shell_request(command, agent, ref), info["id"])
                 earlier = await self.sessions.service.claim_key(tx, request_key, made)
             if earlier is None:
                 # A revert staged before the command is committed first, as a prompt's admission does.
