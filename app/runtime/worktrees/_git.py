@@ -26,6 +26,15 @@ class Listed:
         return os.path.realpath(self.path)
 
 
+def own_git_dir(tree: str) -> Path | None:
+    """A linked worktree's own git directory, as its ``.git`` file names it."""
+    try:
+        pointer = (Path(tree) / ".git").read_text()
+    except OSError:
+        return None
+    return Path(tree, pointer.removeprefix("gitdir:").strip()) if pointer.startswith("gitdir:") else None
+
+
 @dataclass(frozen=True, slots=True)
 class Ran:
     code: int

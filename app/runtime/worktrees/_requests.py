@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from pathlib import Path
 
 from app.jsonutil import dumps, loads
 from app.runtime.errors import RequestKeyConflict
-from app.runtime.worktrees._git import worktrees
+from app.runtime.worktrees._git import own_git_dir, worktrees
 from app.wire import Worktree
 
 REQUEST_MARK = "opensession-request.json"
@@ -30,18 +29,9 @@ class RequestMark:
     made: Worktree
 
 
-def _git_dir(tree: str) -> Path | None:
-    """A linked worktree's own git directory, as its ``.git`` file names it."""
-    try:
-        pointer = (Path(tree) / ".git").read_text()
-    except OSError:
-        return None
-    return Path(tree, pointer.removeprefix("gitdir:").strip()) if pointer.startswith("gitdir:") else None
-
-
 def mark(tree: str, request: RequestMark) -> None:
     """Record ``request`` with the worktree ``tree`` it made (blocking: run on a thread)."""
-    git_dir = _git_dir(tree)
+    git_dir = own_git_dir(tree)
     if git_dir is not None:
         (git_dir / REQUEST_MARK).write_text(
             dumps({"key": request.key, "request": request.request, "made": request.made})
@@ -49,7 +39,7 @@ def mark(tree: str, request: RequestMark) -> None:
 
 
 def _read_mark(tree: str) -> RequestMark | None:
-    git_dir = _git_dir(tree)
+    git_dir = own_git_dir(tree)
     try:
         found = loads((git_dir / REQUEST_MARK).read_text()) if git_dir is not None else None
     except (OSError, ValueError):

@@ -18,6 +18,8 @@ from app.jsonutil import dumps
 from app.processes import tied
 from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
+from app.runtime.worktrees import _fills as fills
+from app.runtime.worktrees._fills import PendingFill
 from app.runtime.worktrees._git import SLOW_S, Listed, default_target, git, has_branch, worktrees
 from app.runtime.worktrees._names import candidates, slug
 from app.runtime.worktrees._requests import RequestMark, made_for, mark
@@ -114,11 +116,19 @@ class Worktrees:
             if not added.ok:
                 raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
             info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
+            fill = PendingFill(info, main, (start_command or "").strip())
+            await asyncio.to_thread(fills.record, fill)
             if request_key is not None:
                 await asyncio.to_thread(mark, str(target), RequestMark(request_key, asked, info))
         await self._sessions.change_sandboxes(main, add=info["directory"])
-        self._spawn(info["directory"], self._fill(info, main, (start_command or "").strip()))
+        self._spawn(info["directory"], self._fill(fill))
         return info
+
+    async def resume_fills(self) -> None:
+        """Fill, in the background, the worktrees whose fill a stop or crash cut short."""
+        for fill in await asyncio.to_thread(fills.pending, self._root):
+            log.info("filling worktree %s, whose fill was cut short", fill.made["directory"])
+            self._spawn(fill.made["directory"], self._fill(fill))
 
     async def _free_name(self, home: Path, main: str, base: str) -> str:
         for candidate in candidates(base):
@@ -126,10 +136,11 @@ class Worktrees:
                 return candidate
         raise _failed("NameGenerationFailed", "Failed to generate a unique worktree name")
 
-    async def _fill(self, info: Worktree, main: str, extra: str) -> None:
-        directory = info["directory"]
+    async def _fill(self, fill: PendingFill) -> None:
+        info, main, directory = fill.made, fill.main, fill.made["directory"]
         async with self._lock(self._tree_locks, os.path.realpath(directory)):  # as reset and remove take it
             filled = await git(directory, *PARALLEL, "reset", "--hard", timeout=SLOW_S)
+        await asyncio.to_thread(fills.done, directory)
         if not filled.ok:
             message = filled.problem("Failed to populate worktree")
             log.warning("worktree %s could not be filled: %s", directory, message.strip())
@@ -137,7 +148,7 @@ class Worktrees:
             return
         await project_id(directory)  # known before the announcement: its frame names the project
         self._announce(directory, "worktree.ready", {"name": info["name"], "branch": info["branch"]})
-        await self._start_commands(directory, main, extra)
+        await self._start_commands(directory, main, fill.start_command)
 
     def _announce(self, directory: str, event_type: str, properties: dict[str, str]) -> None:
         self._log.publish(Event(event_type, dict(properties), None, directory))
