@@ -9,12 +9,10 @@ repeat), start commands included, since they had not run."""
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.jsonutil import dumps, loads
-from app.runtime.worktrees._git import own_git_dir
+from app.runtime.worktrees._git import drop_note, read_note, write_note
 from app.wire import Worktree
 
 FILL_PENDING = "opensession-fill.json"
@@ -29,28 +27,15 @@ class PendingFill:
 
 def record(fill: PendingFill) -> None:
     """Blocking: run on a thread."""
-    git_dir = own_git_dir(fill.made["directory"])
-    if git_dir is not None:
-        (git_dir / FILL_PENDING).write_text(dumps({"made": fill.made, "main": fill.main, "start": fill.start_command}))
+    write_note(fill.made["directory"], FILL_PENDING, asdict(fill))
 
 
 def done(tree: str) -> None:
     """Blocking: run on a thread."""
-    git_dir = own_git_dir(tree)
-    if git_dir is not None:
-        with contextlib.suppress(FileNotFoundError):
-            (git_dir / FILL_PENDING).unlink()
+    drop_note(tree, FILL_PENDING)
 
 
 def pending(root: Path) -> list[PendingFill]:
     """The fills cut short of the worktrees under ``root`` (``<project id>/<name>``). Blocking."""
-    found = []
-    for tree in sorted(root.glob("*/*")):
-        git_dir = own_git_dir(str(tree))
-        try:
-            saved = loads((git_dir / FILL_PENDING).read_text()) if git_dir is not None else None
-        except (OSError, ValueError):
-            continue
-        if saved:
-            found.append(PendingFill(saved["made"], saved["main"], saved["start"]))
-    return found
+    saved = (read_note(str(tree), FILL_PENDING) for tree in sorted(root.glob("*/*")))
+    return [PendingFill(**fill) for fill in saved if fill]

@@ -4,10 +4,13 @@ the text git wrote (what OpenCode shows a client)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from app.jsonutil import dumps, loads
 from app.runtime.workspace import run_git
 
 QUICK_S = 60.0
@@ -26,13 +29,41 @@ class Listed:
         return os.path.realpath(self.path)
 
 
-def own_git_dir(tree: str) -> Path | None:
+def _own_git_dir(tree: str) -> Path | None:
     """A linked worktree's own git directory, as its ``.git`` file names it."""
     try:
         pointer = (Path(tree) / ".git").read_text()
     except OSError:
         return None
     return Path(tree, pointer.removeprefix("gitdir:").strip()) if pointer.startswith("gitdir:") else None
+
+
+# Notes the server keeps about a worktree it made (``write_note``) live in the worktree's own git
+# directory (``.git/worktrees/<name>/`` of the main repository): wherever the repository is, so
+# every process sharing the project sees them, and git removes them with the worktree. Blocking
+# file work: run on a thread.
+
+
+def write_note(tree: str, name: str, value: Any) -> None:
+    git_dir = _own_git_dir(tree)
+    if git_dir is not None:
+        (git_dir / name).write_text(dumps(value))
+
+
+def read_note(tree: str, name: str) -> Any:
+    """The note's value; None when there is none (or it cannot be read)."""
+    git_dir = _own_git_dir(tree)
+    try:
+        return loads((git_dir / name).read_text()) if git_dir is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def drop_note(tree: str, name: str) -> None:
+    git_dir = _own_git_dir(tree)
+    if git_dir is not None:
+        with contextlib.suppress(FileNotFoundError):
+            (git_dir / name).unlink()
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ class Worktrees:
             fill = PendingFill(info, main, (start_command or "").strip())
             await asyncio.to_thread(fills.record, fill)
             if request_key is not None:
-                await asyncio.to_thread(mark, str(target), RequestMark(request_key, asked, info))
+                await asyncio.to_thread(mark, RequestMark(request_key, asked, info))
         await self._sessions.change_sandboxes(main, add=info["directory"])
         self._spawn(info["directory"], self._fill(fill))
         return info
