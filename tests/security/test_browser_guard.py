@@ -14,7 +14,7 @@ import pytest
 import websockets
 
 from app.settings import Settings
-from tests.helpers import create_session, marking_mcp_project
+from tests.helpers import create_session, git_repository, marking_mcp_project
 from tests.servers import ThreadServer, thread_server
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -152,6 +152,28 @@ def test_a_shared_page_opens_from_a_link_anywhere(client: httpx.Client) -> None:
     url = client.post(f"/session/{sid}/share").json()["share"]["url"]
     link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Referer": "https://chat.example/"}
     assert httpx.get(url, headers=link).status_code == 200
+
+
+def test_a_foreign_page_cannot_run_a_shell_command_or_make_a_worktree(client: httpx.Client, project_dir: Path) -> None:
+    """Both start processes in the project: a foreign page gets neither, with a text/plain body,
+    a forged JSON one or none; an Idempotency-Key over the limit is a 400 before anything runs."""
+    git_repository(project_dir)
+    sid = create_session(client)["id"]
+    body = json.dumps({"agent": "build", "command": "touch pwned.txt"})
+    plain = client.post(f"/session/{sid}/shell", content=body, headers={"content-type": "text/plain"})
+    assert plain.status_code == 415
+    forged = client.post(
+        f"/session/{sid}/shell", content=body, headers={"Origin": FOREIGN, "content-type": "application/json"}
+    )
+    assert forged.status_code == 403
+    for headers in ({"Origin": FOREIGN}, {"Sec-Fetch-Site": "cross-site"}):
+        assert client.post("/experimental/worktree", headers=headers).status_code == 403
+    too_long = {"Idempotency-Key": "k" * 257, "content-type": "application/json"}
+    assert client.post(f"/session/{sid}/shell", content=body, headers=too_long).status_code == 400
+    assert client.post("/experimental/worktree", headers=too_long).status_code == 400
+    assert not (project_dir / "pwned.txt").exists()
+    assert client.get("/experimental/worktree").json() == []
+    assert client.get(f"/session/{sid}/message").json() == []
 
 
 def test_a_foreign_page_cannot_init_a_repository_or_change_settings(client: httpx.Client, tmp_path: Path) -> None:
