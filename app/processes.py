@@ -5,8 +5,12 @@ it is gone (all of them are, when the server dies), and then runs the program it
 process. Dearer ways would be a ``preexec_fn`` (it makes every spawn a full ``fork`` of the
 server: ten times slower with a large heap) or a supervisor process.
 
-Only the child itself is tied, not what it starts in turn. Without ``setpriv`` (not Linux, or no
-util-linux) children start untied, with one warning.
+``tied`` ties only the child itself, not what it starts in turn. ``tied_group`` ties a whole
+process group (a shell command and whatever it puts in the background) through a small ``sh``
+guard: the guard is the tied child, the kernel sends it SIGUSR2 instead of SIGKILL, and the guard
+kills its group (``kill -KILL 0``), so the caller must start it with ``start_new_session``. What
+leaves the group on purpose (``setsid``, a daemon) is beyond it. Without ``setpriv`` (not Linux,
+or no util-linux) children start untied, with one warning.
 """
 
 from __future__ import annotations
@@ -36,16 +40,47 @@ def _setpriv(path: str) -> str | None:
     return found
 
 
-def tied(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
-    """The command line that starts ``argv`` tied to the server's life. The program is looked up
-    on ``env``'s PATH (the server's by default) first, so a missing one raises FileNotFoundError
-    as starting it untied would, not an exit status of ``setpriv``'s."""
+def _locate(argv: Sequence[str], env: Mapping[str, str] | None) -> tuple[str, str | None]:
+    """``argv``'s program and ``setpriv``, both looked up on ``env``'s PATH (the server's by
+    default). A missing program raises FileNotFoundError as starting it untied would, not an
+    exit status of ``setpriv``'s."""
     path = (os.environ if env is None else env).get("PATH", os.defpath)
     program = shutil.which(argv[0], path=path)
     if program is None:
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv[0])
-    setpriv = _setpriv(path)
+    return program, _setpriv(path)
+
+
+def tied(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """The command line that starts ``argv`` tied to the server's life."""
+    program, setpriv = _locate(argv, env)
     return [program, *argv[1:]] if setpriv is None else [setpriv, "--pdeathsig", "KILL", "--", program, *argv[1:]]
+
+
+# The guard runs "$@" in the background and waits for it, since a shell runs a trap only between
+# commands and ``wait`` is one it interrupts. It answers SIGTERM by waiting on (so a group-wide
+# SIGTERM reaches the command, and the guard outlives it); it exits with the command's status.
+# The background command gets its stdin back (through fd 3: a POSIX shell gives an asynchronous
+# command /dev/null before its own redirections) and the default SIGINT/SIGQUIT (which it ignores).
+_GROUP_GUARD = """trap 'kill -KILL 0' USR2
+trap : TERM
+exec 3<&0
+(trap - INT QUIT; exec "$@" <&3 3<&-) &
+child=$!
+while wait "$child"; status=$?; kill -0 "$child" 2>/dev/null; do :; done
+exit "$status"
+"""
+
+
+def tied_group(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """The command line that starts ``argv`` so that the server's death kills its whole process
+    group; start it with ``start_new_session=True``. The exit status is the command's (a command
+    ended by a signal exits 128 + its number, as in a shell)."""
+    program, setpriv = _locate(argv, env)
+    if setpriv is None:
+        return [program, *argv[1:]]
+    guard = ["/bin/sh", "-c", _GROUP_GUARD, "opensession-guard"]
+    return [setpriv, "--pdeathsig", "USR2", "--", *guard, program, *argv[1:]]
 
 
 @cache

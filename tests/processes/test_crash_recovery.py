@@ -178,14 +178,15 @@ def test_kill_9_before_a_step_is_begun_answers_its_prompt_once(
 
 
 def test_kill_9_during_a_shell_command_ends_the_command(database_url: str, project_dir: Path, config_dir: Path) -> None:
-    """A server killed while its tool runs a command: the command dies with it rather than go on
-    changing the project (where another process may have taken the session over)."""
+    """A server killed while its tool runs a command: the command, and what it put in the
+    background, die with it rather than go on changing the project (where another process may
+    have taken the session over)."""
     server = process_server(database_url, project_dir, config_dir)
     server.start()
-    started, late = project_dir / "started.txt", project_dir / "late.txt"
+    started, late, late_background = project_dir / "started.txt", project_dir / "late.txt", project_dir / "bg.txt"
     try:
         sid = httpx.post(f"{server.url}/session").json()["id"]
-        command = "touch started.txt; sleep 2; echo late > late.txt"
+        command = "(sleep 2; echo late > bg.txt) & touch started.txt; sleep 2; echo late > late.txt"
         httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt(f"TOOL:bash {command}"))
         deadline = time.monotonic() + 15
         while not started.exists():
@@ -196,6 +197,7 @@ def test_kill_9_during_a_shell_command_ends_the_command(database_url: str, proje
     finally:
         server.stop()
     assert not late.exists(), "the command went on after its server was killed"
+    assert not late_background.exists(), "what the command put in the background went on after its server was killed"
 
 
 @pytest.mark.slow

@@ -3,10 +3,9 @@
 Output (stdout and stderr, merged) streams into the running part's ``metadata.output``; the
 command has a timeout; on abort, timeout or any failure of the call (its progress not recorded)
 its whole process group is killed (SIGTERM, then SIGKILL), so a ``sleep`` started by the command
-does not outlive it. The shell itself is tied to the server (``app.processes.tied``): a server
-killed mid-command takes it along, so the command stops writing to a project that another
-process may have taken the session over in (what the shell already started in the background
-can outlive it).
+does not outlive it. The group is tied to the server (``app.processes.tied_group``): a server
+killed mid-command takes the command and what it started in the background along, so nothing
+goes on writing to a project that another process may have taken the session over in.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import signal
 import time
 from typing import Any
 
-from app.processes import tied
+from app.processes import tied_group
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -67,7 +66,7 @@ class Bash:
         timeout = min(max(int(args.get("timeout") or DEFAULT_TIMEOUT_MS), 1), MAX_TIMEOUT_MS) / 1000
         try:
             process = await asyncio.create_subprocess_exec(
-                *tied(["bash", "-c", command]),  # a server killed mid-command takes the command with it
+                *tied_group(["bash", "-c", command]),  # a server killed mid-command takes the command with it
                 cwd=str(ctx.directory),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,

@@ -15,7 +15,7 @@ from pathlib import Path
 from app.events.log import EventLog
 from app.events.model import Event
 from app.jsonutil import dumps
-from app.processes import tied
+from app.processes import tied_group
 from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
 from app.runtime.worktrees import _fills as fills
@@ -272,7 +272,7 @@ async def _run_start(directory: str, command: str, kind: str) -> bool:
     """Run one start command to its end; True when it succeeded."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *tied(["bash", "-lc", command]),
+            *tied_group(["bash", "-lc", command]),
             cwd=directory,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
