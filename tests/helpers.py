@@ -65,6 +65,16 @@ def git_repository(path: Path) -> Path:
     return path
 
 
+def many_files(path: Path, folders: int, per_folder: int) -> int:
+    """Write ``folders`` x ``per_folder`` small files ``d<i>/f<j>.txt`` under ``path`` (a tree
+    that takes git a second or more to check out); their count."""
+    for folder in range(folders):
+        (path / f"d{folder}").mkdir()
+        for index in range(per_folder):
+            (path / f"d{folder}" / f"f{index}.txt").write_text(f"file {index}\n")
+    return folders * per_folder
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll ``check`` until it holds; fail if it does not within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -130,7 +130,7 @@ class Runtime:
         await self._sessions.start(self.infra, self.files.changed_since)
         await self.reverts.recover()  # before serving: no prompt meets a revert a stop interrupted
         await self.terminals.start()
-        await self.worktrees.resume_fills()
+        await self.worktrees.start()
         handlers = {"permission": self._answer_forwarded_permission, "question": self._answer_forwarded_question}
         self._topology.serve_requests(self._observe_request, handlers)
         self.ready = True

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ import pytest
 
 from tests.balancer import nginx_binary, shipped_nginx
 from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
-from tests.helpers import git_repository, text_prompt
+from tests.helpers import git_repository, many_files, text_prompt, wait_until
 from tests.postgres import Cluster
 from tests.servers import ProcessServer, process_server, start_together
 from tests.sse import EventCollector, Frame
@@ -664,3 +665,34 @@ def test_a_prompt_admitted_just_before_its_process_dies_is_answered(
         assert len(answered) == 1, (sid, [m["info"] for m in assistants])
         assert f"to {sid}" in "".join(p.get("text", "") for p in answered[0]["parts"])
     assert answered_in < 15, answered_in  # a 3 s lease (tests/servers.py) plus the watchdog
+
+
+def test_a_worktree_fill_cut_short_by_a_killed_process_is_finished_by_a_living_one(
+    cluster_url: str, project_dir: Path, config_dir: Path
+) -> None:
+    """Two processes sharing a data directory: A answers a new worktree and is killed while it
+    fills it in the background. B, which keeps running, finds the fill cut short (its lock is
+    free) and fills it once: one ``worktree.ready``, no ``worktree.failed``."""
+    files = many_files(project_dir, 100, 200)
+    git_repository(project_dir)
+    a = process_server(cluster_url, project_dir, config_dir)
+    b = process_server(cluster_url, project_dir, config_dir)
+    start_together(a, b)
+    try:
+        with EventCollector(f"{b.url}/global/event") as on_b:
+            made = httpx.post(f"{a.url}/experimental/worktree", json={"name": "big"}, timeout=30)
+            assert made.status_code == 200, made.text
+            a.kill9()
+            tree = Path(made.json()["directory"])
+            assert sum(1 for _ in tree.rglob("f*.txt")) < files, "filled before the kill: nothing to test"
+            on_b.wait_for(lambda f: f.type == "worktree.ready", timeout=60)
+            wait_until(lambda: sum(1 for _ in tree.rglob("f*.txt")) == files, timeout=10)
+            time.sleep(6)  # a sweep later: nothing fills it again
+            announced = [f.type for f in on_b.frames if f.type.startswith("worktree.")]
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True, check=True)
+        assert status.stdout == ""
+        assert httpx.get(f"{b.url}/experimental/worktree").json() == [str(tree)]
+    finally:
+        a.stop()
+        b.stop()
+    assert announced == ["worktree.ready"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import assistant_text, git_repository, text_prompt, wait_until
+from tests.helpers import assistant_text, git_repository, many_files, text_prompt, wait_until
 from tests.servers import ProcessServer, process_server
 from tests.sse import EventCollector, Frame
 
@@ -207,11 +207,7 @@ def test_kill_9_while_a_new_worktree_fills_fills_it_at_the_next_start(
     """A worktree is answered at once and filled in the background; a server killed during the
     fill (20,000 files take a second or more here) left it listed and empty for good. The next
     start fills it."""
-    folders, per_folder = 100, 200
-    for folder in range(folders):
-        (project_dir / f"d{folder}").mkdir()
-        for index in range(per_folder):
-            (project_dir / f"d{folder}" / f"f{index}.txt").write_text(f"file {index}\n")
+    files = many_files(project_dir, 100, 200)
     git_repository(project_dir)
     server = process_server(f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}", project_dir, config_dir)
     server.start()
@@ -220,9 +216,9 @@ def test_kill_9_while_a_new_worktree_fills_fills_it_at_the_next_start(
         assert made.status_code == 200, made.text
         server.kill9()
         tree = Path(made.json()["directory"])
-        assert sum(1 for _ in tree.rglob("f*.txt")) < folders * per_folder, "filled before the kill: nothing to test"
+        assert sum(1 for _ in tree.rglob("f*.txt")) < files, "filled before the kill: nothing to test"
         server.start()
-        wait_until(lambda: sum(1 for _ in tree.rglob("f*.txt")) == folders * per_folder, timeout=60)
+        wait_until(lambda: sum(1 for _ in tree.rglob("f*.txt")) == files, timeout=60)
         status = subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True, check=True)
         assert status.stdout == ""
         assert httpx.get(f"{server.url}/experimental/worktree").json() == [str(tree)]

@@ -206,3 +206,30 @@ def test_the_tuis_workspace_start_up_calls(client: httpx.Client) -> None:
         assert console == {"consoleManagedProviders": [], "switchableOrgCount": 0}
         adapters = client.get("/experimental/workspace/adapter", params=params).json()
         assert adapters == [{"type": "worktree", "name": "Worktree", "description": "Create a git worktree"}]
+
+
+def test_a_fill_is_claimed_by_one_filler_and_found_cut_short_once_its_claim_is_free(
+    project_dir: Path, tmp_path: Path
+) -> None:
+    """The claim is a ``flock``: a second claim (another process's, or another task's) fails while
+    the first is held; a recorded fill whose claim is free is handed out once, claimed."""
+    from app.runtime.worktrees import _fills as fills
+
+    _repository(project_dir)
+    root = tmp_path / "data" / "worktree"
+    tree = root / "project" / "one"
+    _git(project_dir, "worktree", "add", "--no-checkout", "-b", "opencode/one", str(tree))
+    fill = fills.PendingFill({"name": "one", "branch": "opencode/one", "directory": str(tree)}, str(project_dir), "")
+    held = fills.claim(str(tree))
+    assert held is not None
+    fills.record(fill)
+    assert fills.claim(str(tree)) is None
+    assert fills.claim_cut_short(root) == []  # being filled
+    held.release()
+    [(found, again)] = fills.claim_cut_short(root)
+    assert found == fill
+    assert fills.claim_cut_short(root) == []  # claimed by the first finder
+    fills.done(str(tree))
+    again.release()
+    assert fills.claim_cut_short(root) == []  # done
+    assert fills.claim(str(project_dir)) is None  # the main tree is no worktree to fill

@@ -1,21 +1,33 @@
-"""The fill of a new worktree, journaled so that a stop or crash does not leave it empty.
+"""The fill of a new worktree, journaled so that a stop or crash does not leave it empty, and
+claimed so that one process fills it.
 
 A worktree is added without a checkout and filled in the background (``git reset --hard``, then
 the start commands). A server killed in between left a listed worktree with no files, which
 nothing filled again. So the fill is recorded in the worktree's own git directory before the
-request is answered and removed once the fill has ended; the next start of a process with the
-same data directory fills again every worktree whose record is still there (a reset is safe to
-repeat), start commands included, since they had not run."""
+request is answered and removed once the fill has ended, and the filler holds an exclusive
+``flock`` on a lock file beside the record for as long as it fills. The kernel drops that lock
+when its holder dies, so a record whose lock is free is a fill cut short: every process that can
+reach the worktree (it shares the data directory) looks for such records at its start and every
+``SWEEP_SECONDS`` after, and whoever takes the lock first fills again (a reset is safe to
+repeat), start commands included, since they had not run. Two processes never fill one worktree
+at once.
+
+A process that dies between ``git worktree add`` and writing the record leaves a worktree that
+nothing fills (a window of a few milliseconds)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.runtime.worktrees._git import drop_note, read_note, write_note
+from app.runtime.worktrees._git import drop_note, note_path, read_note, write_note
 from app.wire import Worktree
 
 FILL_PENDING = "opensession-fill.json"
+FILL_LOCK = "opensession-fill.lock"
+SWEEP_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +35,37 @@ class PendingFill:
     made: Worktree
     main: str  # the main tree of the repository
     start_command: str  # the request's own, run after the project's
+
+
+class FillClaim:
+    """The right to fill one worktree: an open lock file with an exclusive ``flock`` on it."""
+
+    def __init__(self, descriptor: int) -> None:
+        self._descriptor = descriptor
+
+    def release(self) -> None:
+        """Idempotent; a close, quick enough for the event loop (and safe in a ``finally``)."""
+        if self._descriptor >= 0:
+            os.close(self._descriptor)  # closing drops the lock
+            self._descriptor = -1
+
+
+def claim(tree: str) -> FillClaim | None:
+    """The claim on ``tree``'s fill; None while another process (or task) holds it, or when the
+    tree is no worktree any more. Blocking."""
+    path = note_path(tree, FILL_LOCK)
+    if path is None:
+        return None
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return None
+    return FillClaim(descriptor)
 
 
 def record(fill: PendingFill) -> None:
@@ -35,7 +78,16 @@ def done(tree: str) -> None:
     drop_note(tree, FILL_PENDING)
 
 
-def pending(root: Path) -> list[PendingFill]:
-    """The fills cut short of the worktrees under ``root`` (``<project id>/<name>``). Blocking."""
-    saved = (read_note(str(tree), FILL_PENDING) for tree in sorted(root.glob("*/*")))
-    return [PendingFill(**fill) for fill in saved if fill]
+def claim_cut_short(root: Path) -> list[tuple[PendingFill, FillClaim]]:
+    """The fills cut short of the worktrees under ``root`` (``<project id>/<name>``), each with
+    its claim taken: a record whose lock is held is a fill in progress. Blocking."""
+    found: list[tuple[PendingFill, FillClaim]] = []
+    for tree in sorted(str(path) for path in root.glob("*/*")):
+        if read_note(tree, FILL_PENDING) is None or (held := claim(tree)) is None:
+            continue
+        saved = read_note(tree, FILL_PENDING)  # again: the filler may have ended just before
+        if saved is None:
+            held.release()
+            continue
+        found.append((PendingFill(**saved), held))
+    return found

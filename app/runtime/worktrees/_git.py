@@ -44,26 +44,30 @@ def _own_git_dir(tree: str) -> Path | None:
 # file work: run on a thread.
 
 
-def write_note(tree: str, name: str, value: Any) -> None:
+def note_path(tree: str, name: str) -> Path | None:
+    """Where the note ``name`` of ``tree`` lives; None when ``tree`` is no linked worktree."""
     git_dir = _own_git_dir(tree)
-    if git_dir is not None:
-        (git_dir / name).write_text(dumps(value))
+    return None if git_dir is None else git_dir / name
+
+
+def write_note(tree: str, name: str, value: Any) -> None:
+    if (path := note_path(tree, name)) is not None:
+        path.write_text(dumps(value))
 
 
 def read_note(tree: str, name: str) -> Any:
     """The note's value; None when there is none (or it cannot be read)."""
-    git_dir = _own_git_dir(tree)
+    path = note_path(tree, name)
     try:
-        return loads((git_dir / name).read_text()) if git_dir is not None else None
+        return loads(path.read_text()) if path is not None else None
     except (OSError, ValueError):
         return None
 
 
 def drop_note(tree: str, name: str) -> None:
-    git_dir = _own_git_dir(tree)
-    if git_dir is not None:
+    if (path := note_path(tree, name)) is not None:
         with contextlib.suppress(FileNotFoundError):
-            (git_dir / name).unlink()
+            path.unlink()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from app.processes import tied_group
 from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
 from app.runtime.worktrees import _fills as fills
-from app.runtime.worktrees._fills import PendingFill
+from app.runtime.worktrees._fills import FillClaim, PendingFill
 from app.runtime.worktrees._git import SLOW_S, Listed, default_target, git, has_branch, worktrees
 from app.runtime.worktrees._names import candidates, slug
 from app.runtime.worktrees._requests import RequestMark, made_for, mark
@@ -52,6 +52,7 @@ class Worktrees:
         self._project_locks: dict[str, asyncio.Lock] = {}
         self._tree_locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, set[asyncio.Task[None]]] = {}  # fills and start commands, per worktree
+        self._sweeper: asyncio.Task[None] | None = None
 
     # -- what every operation checks --------------------------------------------------------------
 
@@ -117,18 +118,32 @@ class Worktrees:
                 raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
             info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
             fill = PendingFill(info, main, (start_command or "").strip())
+            held = await asyncio.to_thread(fills.claim, info["directory"])  # a new tree's: free
             await asyncio.to_thread(fills.record, fill)
             if request_key is not None:
                 await asyncio.to_thread(mark, RequestMark(request_key, asked, info))
         await self._sessions.change_sandboxes(main, add=info["directory"])
-        self._spawn(info["directory"], self._fill(fill))
+        self._spawn(info["directory"], self._fill(fill, held))
         return info
 
-    async def resume_fills(self) -> None:
-        """Fill, in the background, the worktrees whose fill a stop or crash cut short."""
-        for fill in await asyncio.to_thread(fills.pending, self._root):
+    async def start(self) -> None:
+        """Fill the worktrees whose fill a stop or crash cut short, now and every
+        ``SWEEP_SECONDS`` (a process sharing the data directory may die mid-fill)."""
+        await self._fill_cut_short()
+        self._sweeper = asyncio.create_task(self._sweep(), name="worktree fills")
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(fills.SWEEP_SECONDS)
+            try:
+                await self._fill_cut_short()
+            except Exception:  # the next sweep tries again
+                log.exception("could not look for worktree fills cut short")
+
+    async def _fill_cut_short(self) -> None:
+        for fill, held in await asyncio.to_thread(fills.claim_cut_short, self._root):
             log.info("filling worktree %s, whose fill was cut short", fill.made["directory"])
-            self._spawn(fill.made["directory"], self._fill(fill))
+            self._spawn(fill.made["directory"], self._fill(fill, held))
 
     async def _free_name(self, home: Path, main: str, base: str) -> str:
         for candidate in candidates(base):
@@ -136,11 +151,17 @@ class Worktrees:
                 return candidate
         raise _failed("NameGenerationFailed", "Failed to generate a unique worktree name")
 
-    async def _fill(self, fill: PendingFill) -> None:
+    async def _fill(self, fill: PendingFill, held: FillClaim | None) -> None:
+        """Fill the tree, then announce it and run its start commands. Without ``held`` (a claim
+        is only missing when the tree vanished as it was made) the fill fails as git says."""
         info, main, directory = fill.made, fill.main, fill.made["directory"]
-        async with self._lock(self._tree_locks, os.path.realpath(directory)):  # as reset and remove take it
-            filled = await git(directory, *PARALLEL, "reset", "--hard", timeout=SLOW_S)
-        await asyncio.to_thread(fills.done, directory)
+        try:
+            async with self._lock(self._tree_locks, os.path.realpath(directory)):  # as reset and remove take it
+                filled = await git(directory, *PARALLEL, "reset", "--hard", timeout=SLOW_S)
+            await asyncio.to_thread(fills.done, directory)
+        finally:
+            if held is not None:
+                held.release()
         if not filled.ok:
             message = filled.problem("Failed to populate worktree")
             log.warning("worktree %s could not be filled: %s", directory, message.strip())
@@ -256,7 +277,11 @@ class Worktrees:
         return True
 
     async def stop(self) -> None:
-        """Server shutdown: cancel fills and end start commands still running."""
+        """Server shutdown: stop looking for fills cut short, cancel fills and end start
+        commands still running."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         for directory in list(self._tasks):
             await self._end_tasks(directory)
 
