@@ -6,7 +6,9 @@ admitted prompt gets an answer. Kills land in each phase of a turn, the later st
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import assistant_text, git_repository, many_files, text_prompt, wait_until
-from tests.servers import ProcessServer, process_server
+from tests.helpers import assistant_text, git_repository, many_files, running, text_prompt, wait_until
+from tests.servers import ROOT, ProcessServer, process_server
 from tests.sse import EventCollector, Frame
 
 SLOW_PROMPT = "SLOW:0.3 a long answer"
@@ -198,6 +200,28 @@ def test_kill_9_during_a_shell_command_ends_the_command(database_url: str, proje
         server.stop()
     assert not late.exists(), "the command went on after its server was killed"
     assert not late_background.exists(), "what the command put in the background went on after its server was killed"
+
+
+def test_kill_9_ends_what_a_local_mcp_server_started(database_url: str, project_dir: Path, config_dir: Path) -> None:
+    """A stdio MCP server ends on its own when its stdin closes, but what it started does not
+    (``npx`` and the server it runs, here a ``sleep``): the whole group dies with the server."""
+    server_script = ROOT / "tests" / "mcp_server.py"
+    command = f"sleep 300 & echo $! > mcp-child.pid; exec {sys.executable} {server_script} stdio"
+    config = {"mcp": {"local": {"type": "local", "command": ["bash", "-c", command]}}}
+    (project_dir / "opencode.json").write_text(json.dumps(config))
+    server = process_server(database_url, project_dir, config_dir)
+    server.start()
+    child = 0
+    try:
+        assert httpx.get(f"{server.url}/mcp", timeout=30).json()["local"] == {"status": "connected"}
+        child = int((project_dir / "mcp-child.pid").read_text())
+        assert running(child)
+        server.kill9()
+        wait_until(lambda: not running(child), timeout=10)
+    finally:
+        server.stop()
+        if child and running(child):
+            os.kill(child, 9)
 
 
 @pytest.mark.slow

@@ -40,10 +40,13 @@ def write_config(project_dir: Path, mcp: dict[str, Any], **extra: Any) -> None:
 
 
 def processes_of(marker: Path) -> list[int]:
+    """The live test servers started with ``marker`` (not the shell that ties each to the server's
+    life, whose command line names it too)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and str(marker).encode() in (entry / "cmdline").read_bytes():
+            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+            if str(marker).encode() in cmdline and b"opensession-guard" not in cmdline:
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
                 if state != "Z":
                     found.append(int(entry.name))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
+from app.processes import tied_group
 from app.runtime.extensions._spec import CONNECT_SECONDS, ServerSpec
 
 log = logging.getLogger("opensession.mcp")
@@ -159,11 +160,15 @@ class Connection:
     async def _stdio(self, stack: AsyncExitStack) -> tuple[Any, ...]:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        command, *args = self.spec.command
+        command = self.spec.command[0]
         cwd = Path(self.directory) / self.spec.cwd if self.spec.cwd else Path(self.directory)
-        params = StdioServerParameters(command=command, args=args, env={**os.environ, **self.spec.environment}, cwd=cwd)
+        env = {**os.environ, **self.spec.environment}
         errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115 - closed by the stack
         try:
+            # The SDK starts the server as a process group's leader and ends the group when it
+            # closes; tied, the group also ends with a killed server (``npx`` and what it runs).
+            program, *args = tied_group(self.spec.command, env)
+            params = StdioServerParameters(command=program, args=args, env=env, cwd=cwd)
             return tuple(await stack.enter_async_context(stdio_client(params, errlog=errlog)))
         except OSError as exc:  # the bare errno text names no program
             raise ConnectionError(f"Cannot start {command}: {exc.strerror or exc}") from exc
