@@ -9,8 +9,9 @@ the next prompt had committed it, and a later unrevert restored the old turn's f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -19,6 +20,7 @@ from app.runtime.errors import SessionBusy
 from app.runtime.history._journal import Journal, pending
 from app.runtime.inputs import PromptRequest
 from app.runtime.service import Runtime
+from app.runtime.sessions._cluster import ClusterTopology
 from app.settings import Settings
 from app.wire import Session
 from tests.helpers import git_repository
@@ -32,8 +34,14 @@ def _prompt(text: str) -> PromptRequest:
 
 
 @pytest.fixture
-async def pair(settings: Settings, project_dir: Path) -> AsyncIterator[tuple[Runtime, Runtime]]:
+def lease_seconds() -> float:
+    return Settings.model_fields["lease_seconds"].default
+
+
+@pytest.fixture
+async def pair(settings: Settings, project_dir: Path, lease_seconds: float) -> AsyncIterator[tuple[Runtime, Runtime]]:
     git_repository(project_dir)
+    settings = settings.model_copy(update={"lease_seconds": lease_seconds})
     first = Runtime(settings)
     second = Runtime(settings.model_copy(update={"port": free_port()}))
     await first.start()
@@ -54,9 +62,9 @@ class _PausedAfterRestore:
         restore, track = runtime.files.restore, runtime.files.track
         restored = False
 
-        async def restoring(directory: str, changes: Mapping[str, str]) -> None:
+        async def restoring(directory: str, changes: Mapping[str, str], time_left: Callable[[], float]) -> None:
             nonlocal restored
-            await restore(directory, changes)
+            await restore(directory, changes, time_left)
             restored = True
 
         async def tracking(directory: str) -> str | None:
@@ -88,6 +96,20 @@ async def _reverting(
     await paused.reached.wait()
     assert not (project_dir / "undo.txt").exists()
     return sid, user, paused, reverting
+
+
+async def _resumes_after_the_taker(
+    taker: Runtime, sid: str, go: asyncio.Event, reverting: asyncio.Task[Session], project_dir: Path
+) -> None:
+    """``taker`` finishes the revert and runs a turn that writes ``undo.txt`` again; then the
+    first process's revert resumes (``go``): it must end refused and leave the file alone."""
+    await _finished_by(taker, sid)
+    await _turn_writing(taker, sid, "two")
+    go.set()
+    with pytest.raises(SessionBusy):
+        await reverting
+    assert (project_dir / "undo.txt").read_text() == "two\n"
+    assert "revert" not in await taker.sessions.get(sid)
 
 
 async def _finished_by(taker: Runtime, sid: str) -> None:
@@ -160,10 +182,30 @@ async def test_a_revert_handed_off_before_it_moves_the_files_moves_none(
     assert (project_dir / "undo.txt").read_text() == "one\n"  # nothing moved yet
     monkeypatch.setattr(coordinator_module, "HOLDS_END_WITHIN_S", 0.0)
     await first.hand_off()
-    await _finished_by(second, sid)
-    await _turn_writing(second, sid, "two")
-    go.set()
-    with pytest.raises(SessionBusy):
-        await reverting
-    assert (project_dir / "undo.txt").read_text() == "two\n"
-    assert "revert" not in await second.sessions.get(sid)
+    await _resumes_after_the_taker(second, sid, go, reverting, project_dir)
+
+
+@pytest.mark.parametrize("lease_seconds", [2.0])
+async def test_a_revert_that_stalls_before_its_files_move_moves_none_once_its_lease_may_have_run_out(
+    pair: tuple[Runtime, Runtime], project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first process checks its lease, then stalls (frozen, swapped out) past the lease
+    before its restore begins: meanwhile the second takes the session over, finishes the revert
+    and runs a turn that writes the file again. Its restore, when it resumes, finds by its own
+    clock that the lease may have run out and moves nothing (it used to delete the new file)."""
+    first, second = pair
+    sid = (await first.sessions.create(str(project_dir)))["id"]
+    user = await _turn_writing(first, sid, "one")
+    reached, go = asyncio.Event(), asyncio.Event()
+    restore = first.files.restore
+
+    async def stalling(directory: str, changes: Mapping[str, str], time_left: Callable[[], float]) -> None:
+        reached.set()
+        await go.wait()
+        await restore(directory, changes, time_left)
+
+    monkeypatch.setattr(first.files, "restore", stalling)
+    reverting = asyncio.create_task(first.reverts.stage(sid, user))
+    await reached.wait()
+    await cast(ClusterTopology, first.coordinator._claims)._end_watchdog()  # frozen: no more renewals
+    await _resumes_after_the_taker(second, sid, go, reverting, project_dir)

@@ -259,3 +259,27 @@ async def test_diffs_are_shaped_as_the_reference_server_shapes_them(tmp_path: Pa
     assert new["patch"].endswith("@@ -0,0 +1,1 @@\n+alpha beta\n\\ No newline at end of file\n")
     assert new["status"] == "added" and (new["additions"], new["deletions"]) == (1, 0)
     assert "@@ -1,30 +1,30 @@\n line1\n" in long["patch"] and " line14\n-line15\n+LINE15\n line16\n" in long["patch"]
+
+
+async def test_a_restore_whose_time_has_run_out_moves_nothing(tmp_path: Path, database_url: str) -> None:
+    """The time a restore is given (what is sure to remain of its lease) is asked before each
+    step that moves files: none left, and nothing moves (OutOfTime); time left, and all do."""
+    from app.config import ConfigLoader
+    from app.runtime.snapshots import FileSnapshots, OutOfTime
+
+    repo = tmp_path / "tree"
+    repo.mkdir()
+    (repo / "kept.txt").write_text("before\n")
+    git_repository(repo)
+    snapshots = FileSnapshots(tmp_path / "data", ConfigLoader(str(tmp_path / "config")))
+    directory = str(repo)
+    before = await snapshots.track(directory)
+    assert before is not None
+    (repo / "kept.txt").write_text("after\n")
+    (repo / "new.txt").write_text("made after\n")
+    changes = {str(repo / "kept.txt"): before, str(repo / "new.txt"): before}
+    with pytest.raises(OutOfTime):
+        await snapshots.restore(directory, changes, lambda: 0.0)
+    assert (repo / "kept.txt").read_text() == "after\n" and (repo / "new.txt").exists()
+    await snapshots.restore(directory, changes, lambda: 30.0)
+    assert (repo / "kept.txt").read_text() == "before\n" and not (repo / "new.txt").exists()

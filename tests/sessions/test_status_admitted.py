@@ -263,6 +263,9 @@ class _Claims:
     def fence(self, session_id: str, lease: Lease) -> Callable[[], None]:
         return lambda: None
 
+    def lease_left(self, session_id: str) -> float:
+        return 60.0 if session_id in self.leases else 0.0
+
     async def claim(self, session_id: str) -> Lease | None:
         self.leases.add(session_id)
         return Lease(1, self.seq)

@@ -32,13 +32,16 @@ start, by whoever takes the session over from a dead process, or by the next ``s
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from app.events.log import EventLog, Transaction
+from app.events.topology import LeaseLost
 from app.runtime.errors import MessageNotFound, RevertFailed, SessionBusy, SessionNotFound
 from app.runtime.history._diffs import SessionDiffs, plan_revert
 from app.runtime.history._journal import Journal, finished, pending, pending_in, record, under_way
 from app.runtime.history._service import History
 from app.runtime.payloads import next_event
+from app.runtime.snapshots import OutOfTime
 from app.store import inputs
 from app.wire import Session
 
@@ -180,7 +183,8 @@ class Reverts:
         """Whether ``journal`` is still the session's, checked just before its files move, in a
         transaction of its own: one that holds the session under a lease since taken over
         raises LeaseLost there, so a process that lost the session moves none of its files.
-        (One stalled between this check and the move still moves them late.)"""
+        (One that stalls after this check finds its lease run out by its own clock before the
+        next step of the restore: ``_finish``.)"""
         async with self.log.transaction() as tx:
             return await self._pending_is(tx, session_id, journal)
 
@@ -198,7 +202,11 @@ class Reverts:
         session_id, directory = session["id"], session["directory"]
         if not await self._still_under_way(session_id, journal):
             return await self.sessions.get(session_id)
-        await self.files.restore(directory, journal.restore)
+        lease_left = partial(self.history.coordinator.lease_left, session_id)
+        try:  # each step of the restore begins only while the lease is sure to hold
+            await self.files.restore(directory, journal.restore, lease_left)
+        except OutOfTime as exc:  # this process stalled past it: the journal is the taker's to finish
+            raise LeaseLost(session_id) from exc
         messages = await self.history.get_messages(session_id, by_seq=True)
         marker = journal.marker
         if marker is None:

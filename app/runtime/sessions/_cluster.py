@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
 import time
@@ -107,6 +108,9 @@ MEMO_MAX_AGE_S = 5.0
 WATCH_S = 1.0
 SILENT_S = 2.0
 SETTLED_S = 3.0
+# How much sooner than its expiry a lease is taken as run out, for what it guards outside the
+# database: the clocks of the machines that may take it over may run ahead of this one's.
+LEASE_MARGIN_S = 1.0
 
 
 @dataclass
@@ -140,6 +144,9 @@ class ClusterTopology:
         self.takeovers: list[Takeover] = []
         self._following: asyncio.Task[None] | None = None
         self._leaving = False  # handed off: this process claims nothing more
+        # Each session under a lease of this process -> when (monotonic) the claim or renewal
+        # that last extended it began: it lasts a lease from then (``lease_left``).
+        self._extended_at: dict[str, float] = {}
         # Sessions admitted here and left to a process with their directory: the processes asked,
         # and those that answered that they lack it too. Once all of them have, ``_homeless``.
         self._placing: dict[str, tuple[frozenset[str], set[str]]] = {}
@@ -156,6 +163,7 @@ class ClusterTopology:
         self._leaving = True
         await shutdown()  # the watchdog renews the leases while the holds in flight end
         await self._end_watchdog()  # it would renew the leases handed off
+        self._extended_at.clear()  # a hold that outlasted the wait moves no more files
         held = [row.session_id for row in await leases.every(self.db) if row.owner == self.origin]
         await leases.renew(self.db, self.origin, now_ms())
         if held:  # one round trip for all of them
@@ -264,12 +272,14 @@ class ClusterTopology:
         # (and is then read back), or finds the lease changed (``LeaseLost``). Without the
         # directory, a lease counts as expired only a grace after its expiry.
         expired_before = now if here else now - PLACEMENT_GRACE_MS
+        began = time.monotonic()
         claimed = await leases.claim(self.db, session_id, self.origin, now + self.lease_ms, expired_before)
         previous, token = claimed.previous_owner, claimed.token
         if token is None:
             if previous not in (None, NOBODY):
                 await self.send(previous, "wake", session_id)
             return None
+        self._extended_at[session_id] = began
         lease = Lease(token, claimed.last_seq)
         if not here:
             log.warning("draining %s here, though this machine lacks its directory: no process has it", session_id)
@@ -338,6 +348,15 @@ class ClusterTopology:
             for finish in self.takeovers:
                 await finish(session_id)
 
+    def lease_left(self, session_id: str) -> float:
+        """From the claim or renewal that last extended the lease (its start, so the lease's
+        expiry in the database is no earlier), less ``LEASE_MARGIN_S`` for the clocks of the
+        machines that may take it over."""
+        began = self._extended_at.get(session_id)
+        if began is None:
+            return -math.inf
+        return began + self.lease_ms / 1000 - LEASE_MARGIN_S - time.monotonic()
+
     async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool:
         """Give the lease up; with ``unless_admitted_after`` (a session seq) only if no input
         admitted after it waits, checked in the same transaction (admissions are writes too, so
@@ -383,13 +402,14 @@ class ClusterTopology:
             await asyncio.sleep(interval)
             draining = self._target.under_lease()  # claimed before the read: it must show them
             try:
+                began = time.monotonic()
                 await leases.renew(self.db, self.origin, now_ms() + self.lease_ms)
                 held = await leases.every(self.db)
                 gone = await self._departed(held)
             except Exception:
                 log.exception("lease renewal failed")
                 continue
-            self._stop_lost(draining, held)
+            self._after_renewal(draining, held, began)
             now, seen, unused = now_ms(), unused, set()
             for session_id, owner, _, expires_at in held:
                 if self._target.is_active(session_id):
@@ -402,13 +422,23 @@ class ClusterTopology:
                     else:
                         unused.add(session_id)
 
-    def _stop_lost(self, draining: Mapping[str, Lease], held: list[leases.Held]) -> None:
-        """Stop the drains here whose lease another process has taken since (this process was
-        frozen or cut off past its expiry): their writes are refused already, and this ends what
-        else they do, the shell commands their tools run, without waiting for their next write.
-        A renewal cannot bring such a lease back: it renews only leases still this process's."""
+    def _after_renewal(self, draining: Mapping[str, Lease], held: list[leases.Held], began: float) -> None:
+        """The renewal that began at ``began`` found ``held``. The leases it kept this
+        process's (a drain's, a hold's, a takeover's) last from then (``lease_left``); those
+        another process has taken are forgotten, and so is what is older than a lease. The
+        drains here whose lease another process has taken since (this process was frozen or cut
+        off past its expiry) stop: their writes are refused already, and this ends what else
+        they do, the shell commands their tools run, without waiting for their next write. (A
+        renewal cannot bring such a lease back: it renews only leases still this process's.)"""
         assert self._target is not None
         current = {row.session_id: (row.owner, row.token) for row in held}
+        stale = began - self.lease_ms / 1000
+        for session_id, extended in list(self._extended_at.items()):
+            owner = current.get(session_id, (None, None))[0]
+            if owner == self.origin:
+                self._extended_at[session_id] = max(extended, began)
+            elif owner is not None or extended < stale:
+                del self._extended_at[session_id]
         for session_id, lease in draining.items():
             if current.get(session_id) != (self.origin, lease.token):
                 self._target.lost(session_id, lease)

@@ -94,6 +94,13 @@ class Claims(Protocol):
         ends that (a task that ends with the lease need not call it)."""
         ...
 
+    def lease_left(self, session_id: str) -> float:
+        """Seconds this process's lease on ``session_id`` is sure to last, by its own clock (at
+        most 0: it may have run out, or was never this process's). What a lease guards outside
+        the database (files moved on disk) checks it right before each step: a transaction's
+        check of the lease says nothing about a step taken after a stall."""
+        ...
+
     async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool: ...
 
     async def close_open(self, session_id: str) -> None: ...
@@ -161,6 +168,10 @@ class DrainCoordinator:
             raise SessionBusy(session_id)
         value: T = outcome["value"]
         return value
+
+    def lease_left(self, session_id: str) -> float:
+        """Seconds this process's lease on ``session_id`` is sure to last (``Claims.lease_left``)."""
+        return self._claims.lease_left(session_id)
 
     @asynccontextmanager
     async def hold(self, session_id: str) -> AsyncIterator[None]:

@@ -14,6 +14,7 @@ is forwarded, reserved or taken over.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -197,6 +198,9 @@ class LocalTopology:
 
     def fence(self, session_id: str, lease: Lease) -> Callable[[], None]:
         return _unfenced
+
+    def lease_left(self, session_id: str) -> float:
+        return math.inf  # nobody can take it over
 
     async def release(self, session_id: str, lease: Lease, *, unless_admitted_after: int | None = None) -> bool:
         return True

@@ -9,6 +9,7 @@ restore touches only the files it is given, refusing (RevertFailed, before any f
 file outside that directory or a snapshot the repository never recorded.
 """
 
+from app.runtime.snapshots._git import OutOfTime
 from app.runtime.snapshots._service import FileSnapshots
 
-__all__ = ["FileSnapshots"]
+__all__ = ["FileSnapshots", "OutOfTime"]

@@ -35,6 +35,11 @@ class GitMissing(RuntimeError):
     """No usable ``git`` executable."""
 
 
+class OutOfTime(Exception):
+    """A step that moves files was not begun because the time it was given (what was sure to
+    remain of the lease it runs under) had run out."""
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     code: int

@@ -28,16 +28,17 @@ even from servers sharing a data directory, ever race on the shadow index. A sta
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from app.runtime.errors import RevertFailed
-from app.runtime.snapshots._git import Result, git
+from app.runtime.snapshots._git import OutOfTime, Result, git
 from app.runtime.snapshots._patch import file_diff, split_patches
 
 CHUNK = 100  # paths per command line
@@ -94,6 +95,16 @@ def fingerprint(directory: Path) -> Fingerprint | None:
 def _times(path: Path) -> tuple[int, int, int, int]:
     st = path.stat()
     return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
+
+
+def unbounded() -> float:
+    """A step's time when nothing bounds it (one process: no lease another can take over)."""
+    return math.inf
+
+
+def _in_time(time_left: Callable[[], float]) -> None:
+    if time_left() <= 0:
+        raise OutOfTime("the lease the restore runs under may have run out")
 
 
 class SnapshotError(RuntimeError):
@@ -254,9 +265,13 @@ class ShadowRepository:
             self._recorded(snapshot)
         return names
 
-    def restore(self, changes: Mapping[str, str]) -> None:
+    def restore(self, changes: Mapping[str, str], time_left: Callable[[], float] = unbounded) -> None:
         """Put each file of ``changes`` back to its state in its snapshot, once all of them
-        passed ``check`` (a refusal moves nothing)."""
+        passed ``check`` (a refusal moves nothing). ``time_left`` is asked before each step that
+        moves files (one git command or one batch of deletions, up to ``CHUNK`` files): OutOfTime
+        when it has run out. The steps already taken stay; whoever finishes the restore puts
+        every file back again. A step is not bounded once begun: git runs on even while this
+        process is stalled, and ends in moments."""
         with self._locked():
             for snapshot, names in self._checked(changes).items():
                 for start in range(0, len(names), CHUNK):
@@ -265,7 +280,9 @@ class ShadowRepository:
                     present = set(listed.text.split("\0"))
                     kept = [name for name in chunk if name in present]
                     if kept:
+                        _in_time(time_left)
                         self._git("checkout", snapshot, "--", *kept, at_root=True)
+                    _in_time(time_left)
                     self._delete([name for name in chunk if name not in present])
 
     def _delete(self, names: list[str]) -> None:

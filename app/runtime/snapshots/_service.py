@@ -27,7 +27,7 @@ from typing import Any
 from app.config import ConfigLoader
 from app.runtime.errors import RevertFailed
 from app.runtime.snapshots._git import GitMissing, git
-from app.runtime.snapshots._repository import ShadowRepository, SnapshotError
+from app.runtime.snapshots._repository import ShadowRepository, SnapshotError, unbounded
 
 log = logging.getLogger("opensession.snapshots")
 
@@ -163,8 +163,11 @@ class FileSnapshots:
         off); RevertFailed when it would be refused (see ShadowRepository.check)."""
         return await self._strict(directory, lambda repo: repo.check(changes))
 
-    async def restore(self, directory: str, changes: Mapping[str, str]) -> None:
+    async def restore(
+        self, directory: str, changes: Mapping[str, str], time_left: Callable[[], float] = unbounded
+    ) -> None:
         """Put each file of ``changes`` (absolute path -> snapshot) back as that snapshot had it
-        (see ShadowRepository.restore); RevertFailed when refused or when git fails."""
+        (see ShadowRepository.restore); RevertFailed when refused or when git fails; OutOfTime
+        when ``time_left`` (asked before each step that moves files) runs out first."""
         if changes:
-            await self._strict(directory, lambda repo: repo.restore(changes))
+            await self._strict(directory, lambda repo: repo.restore(changes, time_left))
