@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
+from app.wire import Worktree
 from tests.helpers import git_repository, text_prompt, wait_until
 from tests.servers import ThreadServer, thread_server
 from tests.sse import EventCollector
@@ -233,3 +234,24 @@ def test_a_fill_is_claimed_by_one_filler_and_found_cut_short_once_its_claim_is_f
     again.release()
     assert fills.claim_cut_short(root) == []  # done
     assert fills.claim(str(project_dir)) is None  # the main tree is no worktree to fill
+
+
+def test_a_running_server_fills_and_lists_a_worktree_whose_maker_died_before_listing_it(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, settings: Settings
+) -> None:
+    """What a process sharing the data directory leaves when it dies right after recording a
+    fill: a worktree added, empty and not listed in its project. The running server's sweep
+    fills it and lists it."""
+    from app.runtime.worktrees import _fills as fills
+
+    root = _repository(project_dir)
+    tree = Path(settings.data_dir) / "worktree" / root / "orphan"
+    _git(project_dir, "worktree", "add", "--no-checkout", "-b", "opencode/orphan", str(tree))
+    made: Worktree = {"name": "orphan", "branch": "opencode/orphan", "directory": str(tree)}
+    assert client.get("/experimental/worktree").json() == []
+    with EventCollector(f"{server.url}/global/event") as events:
+        fills.record(fills.PendingFill(made, str(project_dir), ""))
+        ready = events.wait_for(lambda f: f.type == "worktree.ready", timeout=fills.SWEEP_SECONDS + 10)
+    assert ready.properties == {"name": "orphan", "branch": "opencode/orphan"}
+    assert (tree / "committed.txt").read_text() == "from the main tree\n"
+    assert client.get("/experimental/worktree").json() == [str(tree)]

@@ -141,9 +141,22 @@ class Worktrees:
                 log.exception("could not look for worktree fills cut short")
 
     async def _fill_cut_short(self) -> None:
-        for fill, held in await asyncio.to_thread(fills.claim_cut_short, self._root):
-            log.info("filling worktree %s, whose fill was cut short", fill.made["directory"])
-            self._spawn(fill.made["directory"], self._fill(fill, held))
+        """Fill each worktree whose fill was cut short, listed in its project first (the process
+        that made it may have died before it listed it). A claim not handed to a fill is let go:
+        the next sweep tries again."""
+        found = await asyncio.to_thread(fills.claim_cut_short, self._root)
+        try:
+            while found:
+                fill, held = found[0]
+                directory = fill.made["directory"]
+                log.info("filling worktree %s, whose fill was cut short", directory)
+                if directory not in await self._sessions.sandboxes(await project_id(fill.main)):
+                    await self._sessions.change_sandboxes(fill.main, add=directory)
+                self._spawn(directory, self._fill(fill, held))
+                found.pop(0)
+        finally:
+            for _, held in found:
+                held.release()
 
     async def _free_name(self, home: Path, main: str, base: str) -> str:
         for candidate in candidates(base):
