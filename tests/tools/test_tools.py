@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -113,6 +115,27 @@ async def test_bash_abort_kills_the_whole_process_group(tools: Harness) -> None:
         await task
     await asyncio.sleep(0.1)
     assert not running(child)  # the sleep died with its group
+
+
+async def test_bash_ends_with_the_shell_while_what_it_started_runs_on(tools: Harness) -> None:
+    """A server started with ``&`` keeps the output open: the call still ends when the shell
+    exits, as OpenCode's does (it used to wait for the timeout, then kill the server), and what
+    the server writes afterwards is read and dropped, so it never blocks on a full pipe."""
+    marker, through = tools.root / "pid", tools.root / "through"
+    background = f"(sleep 0.3; head -c 1000000 /dev/zero; touch {through}; sleep 30) & echo $! > {marker}"
+    began = time.monotonic()
+    result = await tools.run("bash", command=f"{background}; echo launched")
+    assert time.monotonic() - began < 5
+    assert result.output == "launched\n" and result.metadata["exit"] == 0
+    runner = int(marker.read_text())
+    try:
+        for _ in range(500):  # a megabyte written after the call: more than a pipe holds
+            if through.exists():
+                break
+            await asyncio.sleep(0.02)
+        assert through.exists() and running(runner)
+    finally:
+        os.killpg(os.getpgid(runner), signal.SIGKILL)
 
 
 async def test_bash_whose_progress_cannot_be_recorded_kills_the_command(tools: Harness) -> None:

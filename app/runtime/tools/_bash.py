@@ -1,11 +1,13 @@
 """bash: run a command in the session's directory.
 
-Output (stdout and stderr, merged) streams into the running part's ``metadata.output``; the
-command has a timeout; on abort, timeout or any failure of the call (its progress not recorded)
-its whole process group is killed (SIGTERM, then SIGKILL), so a ``sleep`` started by the command
-does not outlive it. The group is tied to the server (``app.processes.tied_group``): a server
-killed mid-command takes the command and what it started in the background along, so nothing
-goes on writing to a project that another process may have taken the session over in.
+Output (stdout and stderr, merged) streams into the running part's ``metadata.output``. The call
+ends when the shell exits, as OpenCode's does, even where something it started in the
+background (``npm run dev &``) keeps the output open; that goes on running. The command has a
+timeout; on abort, timeout or any failure of the call (its progress not recorded) its whole
+process group is killed (SIGTERM, then SIGKILL), background processes included. While the shell
+runs, the group is tied to the server (``app.processes.tied_group``): a server killed mid-command
+takes the command and what it started in the background along, so nothing goes on writing to a
+project that another process may have taken the session over in.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import shlex
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.processes import tied_group
@@ -25,6 +28,8 @@ DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 PROGRESS_INTERVAL = 0.2
 KILL_GRACE = 2.0
+OUTPUT_GRACE = 0.1  # once the shell has exited, for its last output to be read
+EXIT_POLL = 0.05
 
 
 def _always_pattern(command: str) -> str:
@@ -75,24 +80,13 @@ class Bash:
             )
         except OSError as exc:  # the directory is gone, or not on this machine
             raise ToolError(f"Could not start the command in {ctx.directory}: {exc.strerror or exc}") from exc
-        chunks: list[str] = []
-        last_progress = 0.0  # the first output shows at once; later updates at most every PROGRESS_INTERVAL
+        assert process.stdout is not None
+        output = _Output(process.stdout, lambda text: ctx.progress({"output": text, "description": description}))
+        reading = asyncio.create_task(output.read())
         timed_out = False
-
-        async def pump() -> None:
-            nonlocal last_progress
-            assert process.stdout is not None
-            async with asyncio.timeout(timeout):
-                while data := await process.stdout.read(4096):
-                    chunks.append(data.decode(errors="replace"))
-                    if time.monotonic() - last_progress >= PROGRESS_INTERVAL:
-                        last_progress = time.monotonic()
-                        await ctx.progress({"output": "".join(chunks)[-4000:], "description": description})
-                await process.wait()
-
         try:
             await ctx.progress({"output": "", "description": description})  # clients show a live block at once
-            await ctx.signal.race(pump())
+            await ctx.signal.race(_shell_ended(process, reading, timeout))
         except TimeoutError:
             timed_out = True
             await _kill_group(process)
@@ -105,9 +99,91 @@ class Bash:
             # lease): the command must not go on without the turn that ran it.
             await _kill_group(process)
             raise
-        output, truncated = truncate("".join(chunks))
+        finally:
+            await output.close()
+            _drain_in_background(reading)
+        text, truncated = truncate(output.text)
         if timed_out:
             notice = f"bash tool terminated command after exceeding timeout {timeout * 1000:.0f} ms"
-            output += f"\n\n<bash_metadata>\n{notice}\n</bash_metadata>"
-        metadata = {"output": output, "exit": process.returncode, "description": description, "truncated": truncated}
-        return ToolResult(output, title=command, metadata=metadata)
+            text += f"\n\n<bash_metadata>\n{notice}\n</bash_metadata>"
+        metadata = {"output": text, "exit": process.returncode, "description": description, "truncated": truncated}
+        return ToolResult(text, title=command, metadata=metadata)
+
+
+class _Output:
+    """The command's merged output, read as it comes and shown while the call runs (the first
+    chunk at once, later ones at most every ``PROGRESS_INTERVAL``). Once the call has answered
+    (``close``), what the command left in the background is still read, and dropped: it would
+    block on a full pipe otherwise, and no update may land after the call's result."""
+
+    def __init__(self, stdout: asyncio.StreamReader, show: Callable[[str], Awaitable[None]]) -> None:
+        self._stdout = stdout
+        self._show = show
+        self._chunks: list[str] = []
+        self._open = True
+        self._showing = asyncio.Lock()
+        self._last_shown = 0.0
+
+    @property
+    def text(self) -> str:
+        return "".join(self._chunks)
+
+    async def read(self) -> None:
+        while data := await self._stdout.read(4096):
+            if not self._open:
+                continue
+            self._chunks.append(data.decode(errors="replace"))
+            if time.monotonic() - self._last_shown >= PROGRESS_INTERVAL:
+                self._last_shown = time.monotonic()
+                async with self._showing:
+                    if self._open:
+                        await self._show(self.text[-4000:])
+
+    async def close(self) -> None:
+        """No more output is kept or shown; returns once an update under way has landed."""
+        async with self._showing:
+            self._open = False
+
+
+async def _shell_ended(process: asyncio.subprocess.Process, reading: asyncio.Task[None], timeout: float) -> None:
+    """Until the shell has exited and its output is read (TimeoutError after ``timeout``). What it
+    started in the background may hold the output open after it exits, as a server started with
+    ``&`` does: then the call ends with the shell, as OpenCode's does, once what is in the pipe is
+    read (``OUTPUT_GRACE``), and the background process runs on. A failed read (its progress
+    could not be recorded) raises."""
+    exited = asyncio.ensure_future(_exit_of(process))
+    try:
+        async with asyncio.timeout(timeout):
+            await asyncio.wait({reading, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():  # the output ended: the exit follows, or has come
+                reading.result()
+                await process.wait()
+                return
+    finally:
+        exited.cancel()
+    await asyncio.wait({reading}, timeout=OUTPUT_GRACE)
+    if reading.done():
+        reading.result()
+
+
+async def _exit_of(process: asyncio.subprocess.Process) -> None:
+    """The shell's exit, seen by polling: on Python 3.11 ``process.wait()`` also waits for every
+    holder of the output to close it (3.12 returns at the exit)."""
+    while process.returncode is None:
+        await asyncio.sleep(EXIT_POLL)
+
+
+_DRAINING: set[asyncio.Task[None]] = set()  # reads of output no call waits for any more
+
+
+def _drain_in_background(reading: asyncio.Task[None]) -> None:
+    """Keep ``reading`` until the output ends; a failure of it was the call's to raise (or the
+    call failed first), so it is marked seen here, not logged as never retrieved."""
+
+    def ended(task: asyncio.Task[None]) -> None:
+        _DRAINING.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    _DRAINING.add(reading)
+    reading.add_done_callback(ended)
