@@ -228,12 +228,13 @@ def _idle(http: httpx.Client, session_id: str, stop: threading.Event) -> bool:
 
 
 def _tool_completed(http: httpx.Client, session_id: str, user_id: str) -> bool:
-    """Whether the turn answering ``user_id`` ran its tool to the end."""
+    """Whether the turn answering ``user_id`` ran its tool to the end (unknown, so no, while the
+    history cannot be read: a 503 during a database restart)."""
     history = http.get(f"/session/{session_id}/message")
+    if history.status_code != 200:
+        return False
     parts = [p for m in history.json() if m["info"].get("parentID") == user_id for p in m["parts"]]
-    return history.status_code == 200 and any(
-        p["type"] == "tool" and p["state"]["status"] == "completed" for p in parts
-    )
+    return any(p["type"] == "tool" and p["state"]["status"] == "completed" for p in parts)
 
 
 def _follow(url: str, path: str, take: Callable[[int, str], None], record: Record, stop: threading.Event) -> None:
