@@ -15,6 +15,7 @@ or no util-linux) children start untied, with one warning.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -81,6 +82,53 @@ def tied_group(argv: Sequence[str], env: Mapping[str, str] | None = None) -> lis
         return [program, *argv[1:]]
     guard = ["/bin/sh", "-c", _GROUP_GUARD, "opensession-guard"]
     return [setpriv, "--pdeathsig", "USR2", "--", *guard, program, *argv[1:]]
+
+
+EXIT_POLL_S = 0.05
+OUTPUT_GRACE_S = 0.1  # once a shell has exited, for its last output to be read
+
+
+async def shell_exit(process: asyncio.subprocess.Process, reading: asyncio.Task[None]) -> None:
+    """Until the shell ``process`` has exited and ``reading`` (the task reading its output) has
+    ended. What the shell started in the background may hold the output open after it exits (a
+    server started with ``&``): then only what is in the pipe is waited for
+    (``OUTPUT_GRACE_S``), and the background process runs on, as OpenCode's shell calls end. A
+    failure of ``reading`` is raised. On Python 3.11 ``process.wait()`` also waits for every
+    holder of the output to close it (3.12 returns at the exit), so the exit is polled."""
+
+    async def exited() -> None:
+        while process.returncode is None:
+            await asyncio.sleep(EXIT_POLL_S)
+
+    exit_seen = asyncio.ensure_future(exited())
+    try:
+        await asyncio.wait({reading, exit_seen}, return_when=asyncio.FIRST_COMPLETED)
+        if reading.done():  # the output ended: the exit follows, or has come
+            reading.result()
+            await process.wait()
+            return
+    finally:
+        exit_seen.cancel()
+    await asyncio.wait({reading}, timeout=OUTPUT_GRACE_S)
+    if reading.done():
+        reading.result()
+
+
+_READING_ON: set[asyncio.Task[None]] = set()
+
+
+def read_on(reading: asyncio.Task[None]) -> None:
+    """Keep ``reading`` (of a shell's output, once nobody waits for it) until the output ends,
+    so what runs on never blocks on a full pipe. A failure of it was its caller's to raise, or
+    its caller failed first: it is marked seen, not logged as never retrieved."""
+
+    def ended(task: asyncio.Task[None]) -> None:
+        _READING_ON.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    _READING_ON.add(reading)
+    reading.add_done_callback(ended)
 
 
 @cache

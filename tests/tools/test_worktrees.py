@@ -7,6 +7,8 @@ given); the TUI's start-up calls around workspaces answer as OpenCode's do."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from app.settings import Settings
 from app.wire import Worktree
-from tests.helpers import git_repository, text_prompt, wait_until
+from tests.helpers import git_repository, running, text_prompt, wait_until
 from tests.servers import ThreadServer, thread_server
 from tests.sse import EventCollector
 
@@ -255,3 +257,31 @@ def test_a_running_server_fills_and_lists_a_worktree_whose_maker_died_before_lis
     assert ready.properties == {"name": "orphan", "branch": "opencode/orphan"}
     assert (tree / "committed.txt").read_text() == "from the main tree\n"
     assert client.get("/experimental/worktree").json() == [str(tree)]
+
+
+def test_a_start_command_that_leaves_a_server_running_does_not_hold_up_the_next(
+    server: ThreadServer,
+    client: httpx.Client,
+    project_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The project's start command starts a server with ``&`` (it keeps the output open): the
+    request's own start command still runs once that shell has exited, and the server runs on
+    until the worktree is removed."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    root = _repository(project_dir)
+    client.patch(f"/project/{root}", json={"commands": {"start": "(sleep 30; echo never) & echo $! > server.pid"}})
+    made = client.post("/experimental/worktree", json={"name": "served", "startCommand": "touch after-the-server"})
+    assert made.status_code == 200, made.text
+    tree = Path(made.json()["directory"])
+    wait_until(lambda: (tree / "after-the-server").exists(), timeout=15)
+    runner = int((tree / "server.pid").read_text())
+    try:
+        assert running(runner)
+        removed = client.request("DELETE", "/experimental/worktree", json={"directory": str(tree)})
+        assert removed.status_code == 200, removed.text
+        wait_until(lambda: not running(runner))
+    finally:
+        if running(runner):
+            os.killpg(os.getpgid(runner), signal.SIGKILL)

@@ -21,15 +21,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.processes import tied_group
+from app.processes import read_on, shell_exit, tied_group
 from app.runtime.tools._base import ToolContext, ToolError, ToolResult, require, schema, truncate
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 PROGRESS_INTERVAL = 0.2
 KILL_GRACE = 2.0
-OUTPUT_GRACE = 0.1  # once the shell has exited, for its last output to be read
-EXIT_POLL = 0.05
 
 
 def _always_pattern(command: str) -> str:
@@ -86,7 +84,8 @@ class Bash:
         timed_out = False
         try:
             await ctx.progress({"output": "", "description": description})  # clients show a live block at once
-            await ctx.signal.race(_shell_ended(process, reading, timeout))
+            async with asyncio.timeout(timeout):
+                await ctx.signal.race(shell_exit(process, reading))
         except TimeoutError:
             timed_out = True
             await _kill_group(process)
@@ -101,7 +100,7 @@ class Bash:
             raise
         finally:
             await output.close()
-            _drain_in_background(reading)
+            read_on(reading)
         text, truncated = truncate(output.text)
         if timed_out:
             notice = f"bash tool terminated command after exceeding timeout {timeout * 1000:.0f} ms"
@@ -143,47 +142,3 @@ class _Output:
         """No more output is kept or shown; returns once an update under way has landed."""
         async with self._showing:
             self._open = False
-
-
-async def _shell_ended(process: asyncio.subprocess.Process, reading: asyncio.Task[None], timeout: float) -> None:
-    """Until the shell has exited and its output is read (TimeoutError after ``timeout``). What it
-    started in the background may hold the output open after it exits, as a server started with
-    ``&`` does: then the call ends with the shell, as OpenCode's does, once what is in the pipe is
-    read (``OUTPUT_GRACE``), and the background process runs on. A failed read (its progress
-    could not be recorded) raises."""
-    exited = asyncio.ensure_future(_exit_of(process))
-    try:
-        async with asyncio.timeout(timeout):
-            await asyncio.wait({reading, exited}, return_when=asyncio.FIRST_COMPLETED)
-            if reading.done():  # the output ended: the exit follows, or has come
-                reading.result()
-                await process.wait()
-                return
-    finally:
-        exited.cancel()
-    await asyncio.wait({reading}, timeout=OUTPUT_GRACE)
-    if reading.done():
-        reading.result()
-
-
-async def _exit_of(process: asyncio.subprocess.Process) -> None:
-    """The shell's exit, seen by polling: on Python 3.11 ``process.wait()`` also waits for every
-    holder of the output to close it (3.12 returns at the exit)."""
-    while process.returncode is None:
-        await asyncio.sleep(EXIT_POLL)
-
-
-_DRAINING: set[asyncio.Task[None]] = set()  # reads of output no call waits for any more
-
-
-def _drain_in_background(reading: asyncio.Task[None]) -> None:
-    """Keep ``reading`` until the output ends; a failure of it was the call's to raise (or the
-    call failed first), so it is marked seen here, not logged as never retrieved."""
-
-    def ended(task: asyncio.Task[None]) -> None:
-        _DRAINING.discard(task)
-        if not task.cancelled():
-            task.exception()
-
-    _DRAINING.add(reading)
-    reading.add_done_callback(ended)

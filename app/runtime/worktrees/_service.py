@@ -15,7 +15,7 @@ from pathlib import Path
 from app.events.log import EventLog
 from app.events.model import Event
 from app.jsonutil import dumps
-from app.processes import tied_group
+from app.processes import read_on, shell_exit, tied_group
 from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
 from app.runtime.worktrees import _fills as fills
@@ -32,6 +32,8 @@ NOT_GIT = "Worktrees are only supported for git projects"
 # Files are written by as many processes as there are cores (git 2.32+; older ones ignore it):
 # filling a tree of 10,000 files took half the time or less on 2 cores (bench/worktrees.py).
 PARALLEL = ("-c", "checkout.workers=0")
+
+START_OUTPUT_KEPT = 64 * 1024  # the end of a start command's output, for the log when it fails
 
 Dispose = Callable[[str], Awaitable[None]]  # ends what the server runs in a directory going away
 
@@ -52,6 +54,9 @@ class Worktrees:
         self._project_locks: dict[str, asyncio.Lock] = {}
         self._tree_locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, set[asyncio.Task[None]]] = {}  # fills and start commands, per worktree
+        # What start commands left running (a server started with ``&``), per worktree: each
+        # one's process group and the read of its output, which ends when the last holder does.
+        self._running_on: dict[str, list[tuple[int, asyncio.Task[None]]]] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
     # -- what every operation checks --------------------------------------------------------------
@@ -192,7 +197,7 @@ class Worktrees:
         worktree; a failure is logged (and skips the request's after the project's)."""
         project = await self._sessions.current_project(main)
         for kind, command in (("project", project.get("commands", {}).get("start", "")), ("worktree", extra)):
-            if command.strip() and not await _run_start(directory, command.strip(), kind):
+            if command.strip() and not await _run_start(directory, command.strip(), kind, self._running_on):
                 return
 
     def _spawn(self, directory: str, work: Awaitable[None]) -> None:
@@ -208,10 +213,16 @@ class Worktrees:
         task.add_done_callback(running.discard)
 
     async def _end_tasks(self, directory: str) -> None:
+        """End the fills and start commands running in ``directory``, and what its start
+        commands left running."""
         running = list(self._tasks.pop(directory, ()))
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        for group, reading in self._running_on.pop(directory, ()):
+            if not reading.done():  # a member still holds the output: the group is there
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
 
     async def reset(self, instance: str, directory: str) -> bool:
         """Move the worktree ``directory`` of ``instance``'s project (and its branch) to the
@@ -295,7 +306,7 @@ class Worktrees:
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
-        for directory in list(self._tasks):
+        for directory in {*self._tasks, *self._running_on}:
             await self._end_tasks(directory)
 
 
@@ -306,8 +317,11 @@ def _remove_leftovers(tree: Path, home: Path) -> None:
         shutil.rmtree(tree, ignore_errors=True)
 
 
-async def _run_start(directory: str, command: str, kind: str) -> bool:
-    """Run one start command to its end; True when it succeeded."""
+async def _run_start(
+    directory: str, command: str, kind: str, running_on: dict[str, list[tuple[int, asyncio.Task[None]]]]
+) -> bool:
+    """Run one start command until its shell exits; True when it succeeded. What it leaves
+    running is noted in ``running_on``, to end with the worktree."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *tied_group(["bash", "-lc", command]),
@@ -320,13 +334,26 @@ async def _run_start(directory: str, command: str, kind: str) -> bool:
     except OSError as exc:
         log.warning("worktree %s start command could not run in %s: %s", kind, directory, exc)
         return False
+    assert proc.stdout is not None
+    stdout, out = proc.stdout, bytearray()
+
+    async def read() -> None:
+        while data := await stdout.read(65536):
+            out.extend(data)
+            del out[:-START_OUTPUT_KEPT]
+
+    reading = asyncio.create_task(read())
     try:
-        out, _ = await proc.communicate()
+        await shell_exit(proc, reading)  # a server it started with ``&`` runs on
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
         raise
+    finally:
+        read_on(reading)
+    if not reading.done():
+        running_on.setdefault(directory, []).append((proc.pid, reading))
     if proc.returncode != 0:
         log.warning("worktree %s start command failed in %s: %s", kind, directory, out.decode(errors="replace")[-2000:])
         return False
