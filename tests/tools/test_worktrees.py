@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -285,3 +286,33 @@ def test_a_start_command_that_leaves_a_server_running_does_not_hold_up_the_next(
     finally:
         if running(runner):
             os.killpg(os.getpgid(runner), signal.SIGKILL)
+
+
+def test_a_worktree_whose_listing_failed_is_still_filled_and_listed(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database refuses the write that lists a new worktree (it went away for a moment): the
+    request fails, and the worktree it made is not left empty and unlisted, held by a claim
+    nobody will use. The sweep fills it and lists it."""
+    from app.runtime.worktrees import _fills as fills
+    from app.store.database import DatabaseUnavailable
+
+    _repository(project_dir)
+    sessions = server.runtime.worktrees._sessions
+    change = sessions.change_sandboxes
+    refused: list[dict[str, Any]] = []
+
+    async def refusing_once(directory: str, **changes: Any) -> None:
+        if not refused:
+            refused.append(changes)
+            raise DatabaseUnavailable("the database went away")
+        await change(directory, **changes)
+
+    monkeypatch.setattr(sessions, "change_sandboxes", refusing_once)
+    with EventCollector(f"{server.url}/global/event") as events:
+        made = client.post("/experimental/worktree", json={"name": "unlisted"})
+        assert made.status_code == 503, made.text
+        ready = events.wait_for(lambda f: f.type == "worktree.ready", timeout=fills.SWEEP_SECONDS + 10)
+    assert ready.properties["name"] == "unlisted"
+    [tree] = client.get("/experimental/worktree").json()
+    assert (Path(tree) / "committed.txt").read_text() == "from the main tree\n"

@@ -123,11 +123,14 @@ class Worktrees:
                 raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
             info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
             fill = PendingFill(info, main, (start_command or "").strip())
-            held = await asyncio.to_thread(fills.claim, info["directory"])  # a new tree's: free
-            await asyncio.to_thread(fills.record, fill)
-            if request_key is not None:
-                await asyncio.to_thread(mark, RequestMark(request_key, asked, info))
-        await self._sessions.change_sandboxes(main, add=info["directory"])
+            request = None if request_key is None else RequestMark(request_key, asked, info)
+            held = await asyncio.to_thread(_noted, fill, request)
+        try:
+            await self._sessions.change_sandboxes(main, add=info["directory"])
+        except BaseException:  # the database is away: the sweep fills and lists it
+            if held is not None:
+                held.release()
+            raise
         self._spawn(info["directory"], self._fill(fill, held))
         return info
 
@@ -308,6 +311,21 @@ class Worktrees:
             await asyncio.gather(self._sweeper, return_exceptions=True)
         for directory in {*self._tasks, *self._running_on}:
             await self._end_tasks(directory)
+
+
+def _noted(fill: PendingFill, request: RequestMark | None) -> FillClaim | None:
+    """Claim a new worktree's fill (free: nobody else knows the tree yet), record it, and mark
+    the request that made the tree, in one step on a thread. Blocking."""
+    held = fills.claim(fill.made["directory"])
+    try:
+        fills.record(fill)
+        if request is not None:
+            mark(request)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    return held
 
 
 def _remove_leftovers(tree: Path, home: Path) -> None:
