@@ -102,6 +102,13 @@ async def test_bash_streams_output_and_reports_exit(tools: Harness) -> None:
     assert "start" in slow.output and "exceeding timeout" in slow.output
 
 
+async def test_bash_output_keeps_a_character_written_in_two_pieces(tools: Harness) -> None:
+    """The two bytes of "é" reach the pipe apart, so two reads get one each: each used to be
+    decoded alone, into two replacement characters."""
+    result = await tools.run("bash", command="printf '\\303'; sleep 0.3; printf '\\251\\n'")
+    assert result.output == "é\n"
+
+
 async def test_bash_abort_kills_the_whole_process_group(tools: Harness) -> None:
     marker = tools.root / "pid"
     task = asyncio.ensure_future(tools.run("bash", command=f"sleep 30 & echo $! > {marker}; wait"))

@@ -13,6 +13,7 @@ project that another process may have taken the session over in.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import os
 import shlex
@@ -119,6 +120,7 @@ class _Output:
         self._stdout = stdout
         self._show = show
         self._chunks: list[str] = []
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span reads
         self._open = True
         self._showing = asyncio.Lock()
         self._last_shown = 0.0
@@ -131,7 +133,7 @@ class _Output:
         while data := await self._stdout.read(4096):
             if not self._open:
                 continue
-            self._chunks.append(data.decode(errors="replace"))
+            self._chunks.append(self._decoder.decode(data))
             if time.monotonic() - self._last_shown >= PROGRESS_INTERVAL:
                 self._last_shown = time.monotonic()
                 async with self._showing:
