@@ -139,6 +139,8 @@ class _Output:
                 async with self._showing:
                     if self._open:
                         await self._show(self.text[-4000:])
+        if self._open:
+            self._chunks.append(self._decoder.decode(b"", final=True))  # a cut-off character, shown replaced
 
     async def close(self) -> None:
         """No more output is kept or shown; returns once an update under way has landed."""
