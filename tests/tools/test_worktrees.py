@@ -243,14 +243,15 @@ def test_a_running_server_fills_and_lists_a_worktree_whose_maker_died_before_lis
     server: ThreadServer, client: httpx.Client, project_dir: Path, settings: Settings
 ) -> None:
     """What a process sharing the data directory leaves when it dies right after recording a
-    fill: a worktree added, empty and not listed in its project. The running server's sweep
-    fills it and lists it."""
+    fill: a worktree added, empty and not listed in its project, with the ``index.lock`` of the
+    fill's git, killed with it. The running server's sweep fills it and lists it."""
     from app.runtime.worktrees import _fills as fills
 
     root = _repository(project_dir)
     tree = Path(settings.data_dir) / "worktree" / root / "orphan"
     _git(project_dir, "worktree", "add", "--no-checkout", "-b", "opencode/orphan", str(tree))
     made: Worktree = {"name": "orphan", "branch": "opencode/orphan", "directory": str(tree)}
+    (project_dir / ".git" / "worktrees" / "orphan" / "index.lock").write_text("")
     assert client.get("/experimental/worktree").json() == []
     with EventCollector(f"{server.url}/global/event") as events:
         fills.record(fills.PendingFill(made, str(project_dir), ""))

@@ -9,8 +9,8 @@ request is answered and removed once the fill has ended, and the filler holds an
 when its holder dies, so a record whose lock is free is a fill cut short: every process that can
 reach the worktree (it shares the data directory) looks for such records at its start and every
 ``SWEEP_SECONDS`` after, and whoever takes the lock first fills again (a reset is safe to
-repeat), start commands included, since they had not run. Two processes never fill one worktree
-at once.
+repeat, once the ``index.lock`` a killed git left is dropped), start commands included, since
+they had not run. Two processes never fill one worktree at once.
 
 A process that dies between ``git worktree add`` and writing the record leaves a worktree that
 nothing fills (a window of a few milliseconds)."""
@@ -27,6 +27,7 @@ from app.wire import Worktree
 
 FILL_PENDING = "opensession-fill.json"
 FILL_LOCK = "opensession-fill.lock"
+GIT_INDEX_LOCK = "index.lock"  # what a git killed while it wrote the index leaves behind
 SWEEP_SECONDS = 5.0
 
 
@@ -89,5 +90,6 @@ def claim_cut_short(root: Path) -> list[tuple[PendingFill, FillClaim]]:
         if saved is None:
             held.release()
             continue
+        drop_note(tree, GIT_INDEX_LOCK)  # its git was killed mid-fill: the lock is nobody's now
         found.append((PendingFill(**saved), held))
     return found
