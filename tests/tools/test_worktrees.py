@@ -317,3 +317,22 @@ def test_a_worktree_whose_listing_failed_is_still_filled_and_listed(
     assert ready.properties["name"] == "unlisted"
     [tree] = client.get("/experimental/worktree").json()
     assert (Path(tree) / "committed.txt").read_text() == "from the main tree\n"
+
+
+def test_a_reset_after_a_git_killed_in_the_worktree_is_not_refused_by_its_lock(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """A server killed during a fill or a reset takes its git along, which leaves ``index.lock``
+    in the worktree's git directory; the next reset, which holds the tree's claim, drops it
+    rather than fail on it."""
+    _repository(project_dir)
+    with EventCollector(f"{server.url}/global/event") as events:
+        made = client.post("/experimental/worktree", json={"name": "locked"})
+        assert made.status_code == 200, made.text
+        events.wait_for(lambda f: f.type == "worktree.ready")
+    tree = Path(made.json()["directory"])
+    (project_dir / ".git" / "worktrees" / "locked" / "index.lock").write_text("")
+    (tree / "committed.txt").write_text("changed in the worktree\n")
+    reset = client.post("/experimental/worktree/reset", json={"directory": str(tree)})
+    assert reset.status_code == 200 and reset.json() is True, reset.text
+    assert (tree / "committed.txt").read_text() == "from the main tree\n"

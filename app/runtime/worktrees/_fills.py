@@ -39,7 +39,8 @@ class PendingFill:
 
 
 class FillClaim:
-    """The right to fill one worktree: an open lock file with an exclusive ``flock`` on it."""
+    """The right to change one worktree's files (fill it, or reset it): an open lock file with
+    an exclusive ``flock`` on it."""
 
     def __init__(self, descriptor: int) -> None:
         self._descriptor = descriptor
@@ -69,6 +70,13 @@ def claim(tree: str) -> FillClaim | None:
     return FillClaim(descriptor)
 
 
+def drop_stale_git_lock(tree: str) -> None:
+    """Under ``tree``'s claim, which every change of its files takes (a fill, a reset): an
+    ``index.lock`` there was left by a git killed with the process that held the claim before.
+    Blocking."""
+    drop_note(tree, GIT_INDEX_LOCK)
+
+
 def record(fill: PendingFill) -> None:
     """Blocking: run on a thread."""
     write_note(fill.made["directory"], FILL_PENDING, asdict(fill))
@@ -90,6 +98,6 @@ def claim_cut_short(root: Path) -> list[tuple[PendingFill, FillClaim]]:
         if saved is None:
             held.release()
             continue
-        drop_note(tree, GIT_INDEX_LOCK)  # its git was killed mid-fill: the lock is nobody's now
+        drop_stale_git_lock(tree)
         found.append((PendingFill(**saved), held))
     return found

@@ -179,7 +179,9 @@ class Worktrees:
         try:
             async with self._lock(self._tree_locks, os.path.realpath(directory)):  # as reset and remove take it
                 filled = await git(directory, *PARALLEL, "reset", "--hard", timeout=SLOW_S)
-            await asyncio.to_thread(fills.done, directory)
+                await asyncio.to_thread(fills.done, directory)
+                if held is not None:
+                    held.release()  # before a reset waiting on the tree here asks for the claim
         finally:
             if held is not None:
                 held.release()
@@ -245,7 +247,14 @@ class Worktrees:
             if not fetched.ok:
                 raise _failed("ResetFailed", fetched.problem(f"Failed to fetch {ref}"))
         async with self._lock(self._tree_locks, entry.real):
-            await self._reset_tree(entry.path, ref)
+            held = await asyncio.to_thread(fills.claim, entry.path)
+            if held is None:
+                raise _failed("ResetFailed", "The worktree is being filled or reset by another process")
+            try:
+                await asyncio.to_thread(_before_reset, entry.path)
+                await self._reset_tree(entry.path, ref)
+            finally:
+                held.release()
         self._spawn(entry.path, self._start_commands(entry.path, main, ""))
         return True
 
@@ -326,6 +335,13 @@ def _noted(fill: PendingFill, request: RequestMark | None) -> FillClaim | None:
             held.release()
         raise
     return held
+
+
+def _before_reset(tree: str) -> None:
+    """Under the tree's claim: a fill cut short is done by the reset (its record dropped), and a
+    git killed mid-fill or mid-reset left its lock to nobody. Blocking."""
+    fills.done(tree)
+    fills.drop_stale_git_lock(tree)
 
 
 def _remove_leftovers(tree: Path, home: Path) -> None:
