@@ -8,6 +8,7 @@ given); the TUI's start-up calls around workspaces answer as OpenCode's do."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -336,3 +337,28 @@ def test_a_reset_after_a_git_killed_in_the_worktree_is_not_refused_by_its_lock(
     reset = client.post("/experimental/worktree/reset", json={"directory": str(tree)})
     assert reset.status_code == 200 and reset.json() is True, reset.text
     assert (tree / "committed.txt").read_text() == "from the main tree\n"
+
+
+@pytest.mark.parametrize("gone", [".git", "the whole tree"])
+def test_a_removal_cut_short_after_the_trees_git_file_went_is_finished_by_the_next(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, gone: str
+) -> None:
+    """``git worktree remove`` killed with its server may have deleted the tree's ``.git`` file
+    and not the rest; git then refuses to remove the tree at all ("validation failed"). The next
+    removal finishes the deletion, prunes the worktree and deletes its branch."""
+    _repository(project_dir)
+    with EventCollector(f"{server.url}/global/event") as events:
+        made = client.post("/experimental/worktree", json={"name": "halfway"})
+        assert made.status_code == 200, made.text
+        events.wait_for(lambda f: f.type == "worktree.ready")
+    tree = Path(made.json()["directory"])
+    if gone == ".git":
+        (tree / ".git").unlink()
+    else:
+        shutil.rmtree(tree)
+    removed = client.request("DELETE", "/experimental/worktree", json={"directory": str(tree)})
+    assert removed.status_code == 200 and removed.json() is True, removed.text
+    assert not tree.exists()
+    assert client.get("/experimental/worktree").json() == []
+    assert str(tree) not in _git(project_dir, "worktree", "list")
+    assert _git(project_dir, "branch", "--list", "opencode/halfway") == ""

@@ -299,6 +299,8 @@ class Worktrees:
             await self._dispose(entry.path)
             async with self._lock(self._project_locks, pid):
                 removed = await git(main, "worktree", "remove", "--force", entry.path, timeout=SLOW_S)
+                if not removed.ok and await _git_file_restored(main, entry.real):
+                    removed = await git(main, "worktree", "remove", "--force", entry.path, timeout=SLOW_S)
                 if not removed.ok:
                     raise _failed("RemoveFailed", removed.problem("Failed to remove git worktree"))
                 await asyncio.to_thread(_remove_leftovers, Path(entry.real), Path(os.path.realpath(self._home(pid))))
@@ -342,6 +344,33 @@ def _before_reset(tree: str) -> None:
     git killed mid-fill or mid-reset left its lock to nobody. Blocking."""
     fills.done(tree)
     fills.drop_stale_git_lock(tree)
+
+
+async def _git_file_restored(main: str, tree: str) -> bool:
+    """Whether the ``.git`` file of ``tree`` was missing and is written back. A removal cut
+    short (its server killed) may have deleted it and not the rest of the tree, and git
+    refuses to remove a tree without one; the file points at the tree's administrative
+    directory, the one whose ``gitdir`` names the tree."""
+    if os.path.lexists(os.path.join(tree, ".git")):
+        return False
+    common = await git(main, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    return common.ok and await asyncio.to_thread(_write_git_file, Path(common.out.strip()), Path(tree))
+
+
+def _write_git_file(common: Path, tree: Path) -> bool:
+    """Write ``tree``'s ``.git`` file back, pointing at its administrative directory under
+    ``common``/worktrees; False when none names the tree. ``tree`` is one of this project's
+    worktree directories (checked by the caller). Blocking."""
+    for admin in sorted((common / "worktrees").glob("*/gitdir")):
+        try:
+            named = admin.read_text().strip()
+        except OSError:
+            continue
+        if os.path.realpath(named) == os.path.realpath(tree / ".git"):
+            tree.mkdir(exist_ok=True)  # the removal may have got as far as the tree itself
+            (tree / ".git").write_text(f"gitdir: {admin.parent}\n")
+            return True
+    return False
 
 
 def _remove_leftovers(tree: Path, home: Path) -> None:
