@@ -42,6 +42,15 @@ def _repository(project_dir: Path) -> str:
     return _git(project_dir, "rev-list", "--max-parents=0", "HEAD").strip()
 
 
+def _ready_worktree(server: ThreadServer, client: httpx.Client, name: str) -> Path:
+    """A new worktree of the server's project, once it is filled."""
+    with EventCollector(f"{server.url}/global/event") as events:
+        made = client.post("/experimental/worktree", json={"name": name})
+        assert made.status_code == 200, made.text
+        events.wait_for(lambda f: f.type == "worktree.ready")
+    return Path(made.json()["directory"])
+
+
 def test_a_worktree_is_created_worked_in_reset_and_removed(
     server: ThreadServer,
     client: httpx.Client,
@@ -327,11 +336,7 @@ def test_a_reset_after_a_git_killed_in_the_worktree_is_not_refused_by_its_lock(
     in the worktree's git directory; the next reset, which holds the tree's claim, drops it
     rather than fail on it."""
     _repository(project_dir)
-    with EventCollector(f"{server.url}/global/event") as events:
-        made = client.post("/experimental/worktree", json={"name": "locked"})
-        assert made.status_code == 200, made.text
-        events.wait_for(lambda f: f.type == "worktree.ready")
-    tree = Path(made.json()["directory"])
+    tree = _ready_worktree(server, client, "locked")
     (project_dir / ".git" / "worktrees" / "locked" / "index.lock").write_text("")
     (tree / "committed.txt").write_text("changed in the worktree\n")
     reset = client.post("/experimental/worktree/reset", json={"directory": str(tree)})
@@ -347,11 +352,7 @@ def test_a_removal_cut_short_after_the_trees_git_file_went_is_finished_by_the_ne
     and not the rest; git then refuses to remove the tree at all ("validation failed"). The next
     removal finishes the deletion, prunes the worktree and deletes its branch."""
     _repository(project_dir)
-    with EventCollector(f"{server.url}/global/event") as events:
-        made = client.post("/experimental/worktree", json={"name": "halfway"})
-        assert made.status_code == 200, made.text
-        events.wait_for(lambda f: f.type == "worktree.ready")
-    tree = Path(made.json()["directory"])
+    tree = _ready_worktree(server, client, "halfway")
     if gone == ".git":
         (tree / ".git").unlink()
     else:
