@@ -176,6 +176,44 @@ def test_a_foreign_page_cannot_run_a_shell_command_or_make_a_worktree(client: ht
     assert client.get(f"/session/{sid}/message").json() == []
 
 
+def test_a_foreign_page_cannot_start_an_init_or_a_compaction(client: httpx.Client) -> None:
+    """The other routes that read an Idempotency-Key start a turn (``/session/:id/init``) or a
+    summary (V2 compact): a foreign page starts neither, with a text/plain body, a forged JSON
+    one or none; a key over the limit is a 400 before anything runs."""
+    sid = create_session(client)["id"]
+    init = f"/session/{sid}/init"
+    body = json.dumps({"providerID": "opensession", "modelID": "echo", "messageID": "msg_1"})
+    assert client.post(init, content=body, headers={"content-type": "text/plain"}).status_code == 415
+    forged = client.post(init, content=body, headers={"Origin": FOREIGN, "content-type": "application/json"})
+    assert forged.status_code == 403
+    for headers in ({"Origin": FOREIGN}, {"Sec-Fetch-Site": "cross-site"}):
+        assert client.post(f"/api/session/{sid}/compact", headers=headers).status_code == 403
+    too_long = {"Idempotency-Key": "k" * 257, "content-type": "application/json"}
+    assert client.post(init, content=body, headers=too_long).status_code == 400
+    assert client.post(f"/api/session/{sid}/compact", headers=too_long).status_code == 400
+    assert client.get(f"/session/{sid}/message").json() == []
+
+
+def test_the_keyed_routes_need_the_password(guarded: ThreadServer, project_dir: Path) -> None:
+    """Shell, worktree create, init and V2 compact answer 401 without the password, and run
+    nothing."""
+    git_repository(project_dir)
+    auth = ("opencode", "s3cret")
+    sid = httpx.post(f"{guarded.url}/session", json={}, auth=auth).json()["id"]
+    keyed = {"Idempotency-Key": "once"}
+    attempts = [
+        (f"/session/{sid}/shell", {"agent": "build", "command": "touch pwned.txt"}),
+        ("/experimental/worktree", {"name": "pwned"}),
+        (f"/session/{sid}/init", {"providerID": "opensession", "modelID": "echo", "messageID": "msg_1"}),
+        (f"/api/session/{sid}/compact", None),
+    ]
+    for path, body in attempts:
+        assert httpx.post(f"{guarded.url}{path}", json=body, headers=keyed).status_code == 401, path
+    assert not (project_dir / "pwned.txt").exists()
+    assert httpx.get(f"{guarded.url}/experimental/worktree", auth=auth).json() == []
+    assert httpx.get(f"{guarded.url}/session/{sid}/message", auth=auth).json() == []
+
+
 def test_a_foreign_page_cannot_init_a_repository_or_change_settings(client: httpx.Client, tmp_path: Path) -> None:
     """The routes the OpenCode app uses for settings: ``git init`` starts a process, the config
     PATCHes write files; a foreign page gets neither, by bodiless POST or by a text/plain body."""
