@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -246,6 +248,58 @@ def test_kill_9_while_a_new_worktree_fills_fills_it_at_the_next_start(
         status = subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True, check=True)
         assert status.stdout == ""
         assert httpx.get(f"{server.url}/experimental/worktree").json() == [str(tree)]
+    finally:
+        server.stop()
+
+
+def test_kill_9_right_after_git_added_a_worktree_is_finished_and_its_retry_answers_it(
+    tmp_path: Path, project_dir: Path, config_dir: Path
+) -> None:
+    """A server killed after ``git worktree add`` and before it recorded the fill left a worktree
+    that nothing filled or listed, and the request's retry (nginx passes it on with its
+    Idempotency-Key) added a second one. A ``git`` in front of the real one holds the first add's
+    process there; the next start finishes that worktree, and the retry answers it."""
+    (project_dir / "committed.txt").write_text("from the main tree\n")
+    git_repository(project_dir)
+    wrapper, added = tmp_path / "bin", tmp_path / "added"
+    wrapper.mkdir()
+    (wrapper / "git").write_text(
+        f"""#!/bin/sh
+{shutil.which("git")} "$@"; code=$?
+case " $* " in *" worktree add "*) [ -e {added} ] || {{ touch {added}; sleep 60; }};; esac
+exit $code
+"""
+    )
+    (wrapper / "git").chmod(0o755)
+    server = process_server(f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}", project_dir, config_dir)
+    server.env["PATH"] = f"{wrapper}:{os.environ['PATH']}"
+    server.start()
+    body, keyed = {"name": "held"}, {"Idempotency-Key": "add-once"}
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            with ThreadPoolExecutor(1) as pool:
+                first = pool.submit(client.post, "/experimental/worktree", json=body, headers=keyed)
+                wait_until(added.exists, timeout=30)
+                server.kill9()
+                with pytest.raises(httpx.TransportError):
+                    first.result()
+            server.start()
+            again = client.post("/experimental/worktree", json=body, headers=keyed)
+            assert again.status_code == 200, again.text
+            tree = Path(again.json()["directory"])
+            assert again.json() == {"name": "held", "branch": "opencode/held", "directory": str(tree)}
+            wait_until(lambda: (tree / "committed.txt").exists(), timeout=30)
+            assert client.get("/experimental/worktree").json() == [str(tree)]
+            branches = subprocess.run(
+                ["git", "branch", "--list", "opencode/*", "--format=%(refname:short)"],
+                cwd=project_dir,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            assert branches.stdout.split() == ["opencode/held"]
+            removed = client.request("DELETE", "/experimental/worktree", json={"directory": str(tree)})
+            assert removed.status_code == 200 and not tree.exists(), removed.text
     finally:
         server.stop()
 

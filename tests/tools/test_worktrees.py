@@ -238,14 +238,14 @@ def test_a_fill_is_claimed_by_one_filler_and_found_cut_short_once_its_claim_is_f
     assert held is not None
     fills.record(fill)
     assert fills.claim(str(tree)) is None
-    assert fills.claim_cut_short(root) == []  # being filled
+    assert fills.claim_cut_short([root / "project"]) == []  # being filled
     held.release()
-    [(found, again)] = fills.claim_cut_short(root)
+    [(found, again)] = fills.claim_cut_short([root / "project"])
     assert found == fill
-    assert fills.claim_cut_short(root) == []  # claimed by the first finder
+    assert fills.claim_cut_short([root / "project"]) == []  # claimed by the first finder
     fills.done(str(tree))
     again.release()
-    assert fills.claim_cut_short(root) == []  # done
+    assert fills.claim_cut_short([root / "project"]) == []  # done
     assert fills.claim(str(project_dir)) is None  # the main tree is no worktree to fill
 
 
@@ -269,6 +269,67 @@ def test_a_running_server_fills_and_lists_a_worktree_whose_maker_died_before_lis
     assert ready.properties == {"name": "orphan", "branch": "opencode/orphan"}
     assert (tree / "committed.txt").read_text() == "from the main tree\n"
     assert client.get("/experimental/worktree").json() == [str(tree)]
+
+
+def _cut_short_add(tree: Path, main: Path, *, key: str | None = None) -> Worktree:
+    """The journal of an add of ``tree`` whose maker died (its lock let go, never settled)."""
+    from app.jsonutil import dumps
+    from app.runtime.worktrees import _fills as fills
+    from app.runtime.worktrees._requests import RequestMark
+
+    made: Worktree = {"name": tree.name, "branch": f"opencode/{tree.name}", "directory": str(tree)}
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    journal = fills.begin_add(tree)
+    assert journal is not None
+    request = None if key is None else RequestMark(key, dumps([tree.name, None]), made)
+    journal.write(fills.PendingFill(made, str(main), ""), request)
+    journal.release()
+    return made
+
+
+def test_an_add_cut_short_mid_git_is_listed_filled_and_removable(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, settings: Settings
+) -> None:
+    """A maker killed while ``git worktree add`` ran (its git killed with it) leaves the tree
+    added but locked ("initializing"), with no fill recorded: the sweep records, fills and lists
+    it, and a removal is not refused by git's lock."""
+    from app.runtime.worktrees import _fills as fills
+
+    root = _repository(project_dir)
+    tree = Path(settings.data_dir) / "worktree" / root / "midway"
+    _cut_short_add(tree, project_dir)
+    _git(project_dir, "worktree", "add", "--no-checkout", "-b", "opencode/midway", str(tree))
+    (project_dir / ".git" / "worktrees" / "midway" / "locked").write_text("initializing")
+    with EventCollector(f"{server.url}/global/event") as events:
+        ready = events.wait_for(lambda f: f.type == "worktree.ready", timeout=fills.SWEEP_SECONDS + 10)
+    assert ready.properties == {"name": "midway", "branch": "opencode/midway"}
+    assert (tree / "committed.txt").read_text() == "from the main tree\n"
+    assert client.get("/experimental/worktree").json() == [str(tree)]
+    assert not list(tree.parent.glob(".*.adding"))
+    removed = client.request("DELETE", "/experimental/worktree", json={"directory": str(tree)})
+    assert removed.status_code == 200 and not tree.exists(), removed.text
+
+
+def test_an_add_cut_short_before_git_made_the_worktree_leaves_nothing_behind(
+    server: ThreadServer, client: httpx.Client, project_dir: Path, settings: Settings
+) -> None:
+    """A maker killed after git created the branch and began the tree's directory, before the
+    worktree was registered: the sweep removes the directory and the branch, and the name is
+    free again for the request's retry."""
+    from app.runtime.worktrees import _fills as fills
+
+    root = _repository(project_dir)
+    tree = Path(settings.data_dir) / "worktree" / root / "begun"
+    _cut_short_add(tree, project_dir, key="begun-once")
+    _git(project_dir, "branch", "opencode/begun")
+    tree.mkdir()
+    (tree / ".git").write_text(f"gitdir: {project_dir / '.git' / 'worktrees' / 'begun'}\n")
+    wait_until(lambda: not tree.exists(), timeout=fills.SWEEP_SECONDS + 10)
+    assert not list(tree.parent.glob(".*.adding"))
+    assert _git(project_dir, "branch", "--list", "opencode/*") == ""
+    assert client.get("/experimental/worktree").json() == []
+    again = client.post("/experimental/worktree", json={"name": "begun"}, headers={"Idempotency-Key": "begun-once"})
+    assert again.status_code == 200 and again.json()["directory"] == str(tree), again.text
 
 
 def test_a_start_command_that_leaves_a_server_running_does_not_hold_up_the_next(

@@ -12,22 +12,32 @@ reach the worktree (it shares the data directory) looks for such records at its 
 repeat, once the ``index.lock`` a killed git left is dropped), start commands included, since
 they had not run. Two processes never fill one worktree at once.
 
-A process that dies between ``git worktree add`` and writing the record leaves a worktree that
-nothing fills (a window of a few milliseconds)."""
+The record cannot be written before ``git worktree add`` has made the worktree's git directory,
+so each add is journaled first, beside the worktrees (``<home>/.<name>.adding``: the fill and the
+request that asked for it), under a ``flock`` its maker holds until the fill's own record and the
+request's mark are written. A journal whose lock is free is an add cut short: if git lists the
+worktree, the record and the mark are written as its maker would have, and it is filled like any
+other fill cut short (and a keyed retry recognises it); if not, what git had begun of the tree's
+directory is removed. Either way the journal then goes."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.runtime.worktrees._git import drop_note, note_path, read_note, write_note
+from app.jsonutil import dumps, loads
+from app.runtime.worktrees._git import drop_note, note_path, read_note, read_text_note, write_note
+from app.runtime.worktrees._requests import RequestMark
 from app.wire import Worktree
 
+ADDING = ".adding"  # the suffix of an add's journal, ``.<name>.adding`` in the project's home
 FILL_PENDING = "opensession-fill.json"
 FILL_LOCK = "opensession-fill.lock"
 GIT_INDEX_LOCK = "index.lock"  # what a git killed while it wrote the index leaves behind
+GIT_ADD_LOCK, GIT_ADD_REASON = "locked", "initializing"  # what a git killed mid-add leaves
 SWEEP_SECONDS = 5.0
 
 
@@ -52,14 +62,11 @@ class FillClaim:
             self._descriptor = -1
 
 
-def claim(tree: str) -> FillClaim | None:
-    """The claim on ``tree``'s fill; None while another process (or task) holds it, or when the
-    tree is no worktree any more. Blocking."""
-    path = note_path(tree, FILL_LOCK)
-    if path is None:
-        return None
+def _locked(path: Path, flags: int) -> int | None:
+    """``path`` opened with an exclusive ``flock`` taken; None when it cannot be opened or
+    another holds the lock."""
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        descriptor = os.open(path, flags | os.O_RDWR | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
     try:
@@ -67,7 +74,15 @@ def claim(tree: str) -> FillClaim | None:
     except OSError:
         os.close(descriptor)
         return None
-    return FillClaim(descriptor)
+    return descriptor
+
+
+def claim(tree: str) -> FillClaim | None:
+    """The claim on ``tree``'s fill; None while another process (or task) holds it, or when the
+    tree is no worktree any more. Blocking."""
+    path = note_path(tree, FILL_LOCK)
+    descriptor = None if path is None else _locked(path, os.O_CREAT)
+    return None if descriptor is None else FillClaim(descriptor)
 
 
 def drop_stale_git_lock(tree: str) -> None:
@@ -75,6 +90,14 @@ def drop_stale_git_lock(tree: str) -> None:
     ``index.lock`` there was left by a git killed with the process that held the claim before.
     Blocking."""
     drop_note(tree, GIT_INDEX_LOCK)
+
+
+def unlock_initialized(tree: str) -> None:
+    """Drop the lock ``git worktree add`` holds on a worktree while it makes it (reason
+    ``initializing``) and leaves behind when killed: git refuses to remove a locked worktree.
+    Blocking."""
+    if read_text_note(tree, GIT_ADD_LOCK) == GIT_ADD_REASON:
+        drop_note(tree, GIT_ADD_LOCK)
 
 
 def record(fill: PendingFill) -> None:
@@ -87,11 +110,12 @@ def done(tree: str) -> None:
     drop_note(tree, FILL_PENDING)
 
 
-def claim_cut_short(root: Path) -> list[tuple[PendingFill, FillClaim]]:
-    """The fills cut short of the worktrees under ``root`` (``<project id>/<name>``), each with
-    its claim taken: a record whose lock is held is a fill in progress. Blocking."""
+def claim_cut_short(homes: list[Path]) -> list[tuple[PendingFill, FillClaim]]:
+    """The fills cut short of the worktrees in ``homes`` (projects' worktree directories), each
+    with its claim taken: a record whose lock is held is a fill in progress. Blocking."""
     found: list[tuple[PendingFill, FillClaim]] = []
-    for tree in sorted(str(path) for path in root.glob("*/*")):
+    trees = (path for home in homes for path in home.glob("*") if not path.name.endswith(ADDING))
+    for tree in sorted(str(path) for path in trees):
         if read_note(tree, FILL_PENDING) is None or (held := claim(tree)) is None:
             continue
         saved = read_note(tree, FILL_PENDING)  # again: the filler may have ended just before
@@ -100,4 +124,68 @@ def claim_cut_short(root: Path) -> list[tuple[PendingFill, FillClaim]]:
             continue
         drop_stale_git_lock(tree)
         found.append((PendingFill(**saved), held))
+    return found
+
+
+def journal_path(tree: Path) -> Path:
+    return tree.with_name(f".{tree.name}{ADDING}")
+
+
+class Adding:
+    """The journal of one add, locked by the process adding the worktree."""
+
+    def __init__(self, path: Path, descriptor: int) -> None:
+        self.path = path
+        self._descriptor = descriptor
+
+    def write(self, fill: PendingFill, request: RequestMark | None) -> None:
+        """Blocking."""
+        entry = {"fill": asdict(fill), "request": None if request is None else asdict(request)}
+        os.write(self._descriptor, dumps(entry).encode())
+
+    def release(self) -> None:
+        """Let go of the journal, leaving it to be found cut short. Idempotent."""
+        if self._descriptor >= 0:
+            os.close(self._descriptor)
+            self._descriptor = -1
+
+    def settle(self) -> None:
+        """The add is recorded as a fill (or undone): the journal goes. Blocking."""
+        if self._descriptor >= 0:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        self.release()
+
+
+def begin_add(tree: Path) -> Adding | None:
+    """The journal of adding ``tree``, new and locked; None when one exists (another add of that
+    name, or one cut short and not settled yet). Blocking."""
+    path = journal_path(tree)
+    descriptor = _locked(path, os.O_CREAT | os.O_EXCL)
+    return None if descriptor is None else Adding(path, descriptor)
+
+
+@dataclass(frozen=True, slots=True)
+class AddCutShort:
+    journal: Adding  # locked by the finder
+    fill: PendingFill | None  # None: the maker died before it wrote the journal (nothing added)
+    request: RequestMark | None
+
+
+def adds_cut_short(homes: list[Path]) -> list[AddCutShort]:
+    """The adds of worktrees in ``homes`` whose maker let go of their journal without settling
+    it (it died), each with the journal's lock taken. Blocking."""
+    found: list[AddCutShort] = []
+    for path in sorted(path for home in homes for path in home.glob(f".*{ADDING}")):
+        descriptor = _locked(path, 0)
+        if descriptor is None:
+            continue  # an add under way, or one another finder took
+        journal = Adding(path, descriptor)
+        try:
+            entry = loads(path.read_text())
+        except (OSError, ValueError):
+            found.append(AddCutShort(journal, None, None))
+            continue
+        request = entry["request"]
+        found.append(AddCutShort(journal, PendingFill(**entry["fill"]), request and RequestMark(**request)))
     return found

@@ -55,12 +55,21 @@ def write_note(tree: str, name: str, value: Any) -> None:
         path.write_text(dumps(value))
 
 
-def read_note(tree: str, name: str) -> Any:
-    """The note's value; None when there is none (or it cannot be read)."""
+def read_text_note(tree: str, name: str) -> str | None:
+    """The note's text (git's own files there too); None when there is none."""
     path = note_path(tree, name)
     try:
-        return loads(path.read_text()) if path is not None else None
-    except (OSError, ValueError):
+        return path.read_text().strip() if path is not None else None
+    except OSError:
+        return None
+
+
+def read_note(tree: str, name: str) -> Any:
+    """The note's value; None when there is none (or it cannot be read)."""
+    text = read_text_note(tree, name)
+    try:
+        return loads(text) if text is not None else None
+    except ValueError:
         return None
 
 

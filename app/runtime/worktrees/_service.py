@@ -36,6 +36,8 @@ PARALLEL = ("-c", "checkout.workers=0")
 START_OUTPUT_KEPT = 64 * 1024  # the end of a start command's output, for the log when it fails
 
 Dispose = Callable[[str], Awaitable[None]]  # ends what the server runs in a directory going away
+Homes = list[Path]  # projects' worktree directories, ``<data>/worktree/<project id>``
+Claimed = list[tuple[PendingFill, FillClaim]]  # fills to run, each with its claim held
 
 
 def _failed(kind: str, message: str) -> WorktreeFailed:
@@ -112,19 +114,26 @@ class Worktrees:
         home = self._home(pid)
         asked = dumps([name, start_command])
         async with self._lock(self._project_locks, pid):
-            if request_key is not None and (made := await made_for(main, request_key, asked)) is not None:
-                await self._sessions.change_sandboxes(main, add=made["directory"])
-                return made
+            if request_key is not None:
+                await self._fill_cut_short([home])  # an add of this request cut short is recorded
+                if (made := await made_for(main, request_key, asked)) is not None:
+                    await self._sessions.change_sandboxes(main, add=made["directory"])
+                    return made
             await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
-            chosen = await self._free_name(home, main, slug(name or ""))
-            target, branch = home / chosen, BRANCH_PREFIX + chosen
-            added = await git(main, "worktree", "add", "--no-checkout", "-b", branch, str(target))
-            if not added.ok:
-                raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
-            info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
-            fill = PendingFill(info, main, (start_command or "").strip())
-            request = None if request_key is None else RequestMark(request_key, asked, info)
-            held = await asyncio.to_thread(_noted, fill, request)
+            chosen, journal = await self._free_name(home, main, slug(name or ""))
+            try:
+                target, branch = home / chosen, BRANCH_PREFIX + chosen
+                info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
+                fill = PendingFill(info, main, (start_command or "").strip())
+                request = None if request_key is None else RequestMark(request_key, asked, info)
+                await asyncio.to_thread(journal.write, fill, request)
+                added = await git(main, "worktree", "add", "--no-checkout", "-b", branch, str(target))
+                if not added.ok:
+                    await asyncio.to_thread(journal.settle)
+                    raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
+                held = await asyncio.to_thread(_noted, fill, request, journal)
+            finally:
+                journal.release()  # unless settled, the sweep finishes the add
         try:
             await self._sessions.change_sandboxes(main, add=info["directory"])
         except BaseException:  # the database is away: the sweep fills and lists it
@@ -135,24 +144,28 @@ class Worktrees:
         return info
 
     async def start(self) -> None:
-        """Fill the worktrees whose fill a stop or crash cut short, now and every
-        ``SWEEP_SECONDS`` (a process sharing the data directory may die mid-fill)."""
-        await self._fill_cut_short()
+        """Finish the adds and fills that a stop or crash cut short, now and every
+        ``SWEEP_SECONDS`` (a process sharing the data directory may die mid-add or mid-fill)."""
+        await self._fill_cut_short(await asyncio.to_thread(self._homes))
         self._sweeper = asyncio.create_task(self._sweep(), name="worktree fills")
+
+    def _homes(self) -> Homes:
+        return [path for path in self._root.glob("*") if path.is_dir()]
 
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(fills.SWEEP_SECONDS)
             try:
-                await self._fill_cut_short()
+                await self._fill_cut_short(await asyncio.to_thread(self._homes))
             except Exception:  # the next sweep tries again
                 log.exception("could not look for worktree fills cut short")
 
-    async def _fill_cut_short(self) -> None:
-        """Fill each worktree whose fill was cut short, listed in its project first (the process
-        that made it may have died before it listed it). A claim not handed to a fill is let go:
-        the next sweep tries again."""
-        found = await asyncio.to_thread(fills.claim_cut_short, self._root)
+    async def _fill_cut_short(self, homes: Homes) -> None:
+        """Fill each worktree in ``homes`` whose add or fill was cut short, listed in its project
+        first (the process that made it may have died before it listed it). A claim not handed
+        to a fill is let go: the next sweep tries again."""
+        found = await self._adds_recorded(homes)
+        found += await asyncio.to_thread(fills.claim_cut_short, homes)
         try:
             while found:
                 fill, held = found[0]
@@ -166,10 +179,42 @@ class Worktrees:
             for _, held in found:
                 held.release()
 
-    async def _free_name(self, home: Path, main: str, base: str) -> str:
+    async def _adds_recorded(self, homes: Homes) -> Claimed:
+        """The fills of the adds cut short in ``homes`` that git completed, recorded (with their
+        requests' marks) and claimed, as their makers would have; what git began of the others
+        is removed. A journal that cannot be settled now is left to the next sweep."""
+        recorded: Claimed = []
+        for cut in await asyncio.to_thread(fills.adds_cut_short, homes):
+            try:
+                if cut.fill is None:
+                    await asyncio.to_thread(cut.journal.settle)
+                    continue
+                tree = cut.fill.made["directory"]
+                listed = await worktrees(cut.fill.main)
+                if listed is None:
+                    continue  # the repository is unreadable now: the next sweep looks again
+                if any(entry.real == os.path.realpath(tree) for entry in listed):
+                    log.info("recording worktree %s, whose add was cut short", tree)
+                    held = await asyncio.to_thread(_noted, cut.fill, cut.request, cut.journal)
+                    if held is not None:
+                        recorded.append((cut.fill, held))
+                else:
+                    log.info("removing what was begun of worktree %s, whose add was cut short", tree)
+                    await git(cut.fill.main, "branch", "-D", cut.fill.made["branch"])  # git keeps one in use
+                    await asyncio.to_thread(_drop_unadded, Path(tree), cut.journal)
+            except Exception:
+                log.exception("could not finish the add of %s", cut.journal.path)
+            finally:
+                cut.journal.release()
+        return recorded
+
+    async def _free_name(self, home: Path, main: str, base: str) -> tuple[str, fills.Adding]:
+        """A name no worktree, branch or add under way has, with its add's journal begun."""
         for candidate in candidates(base):
-            if not os.path.lexists(home / candidate) and not await has_branch(main, BRANCH_PREFIX + candidate):
-                return candidate
+            if os.path.lexists(home / candidate) or await has_branch(main, BRANCH_PREFIX + candidate):
+                continue
+            if (journal := await asyncio.to_thread(fills.begin_add, home / candidate)) is not None:
+                return candidate, journal
         raise _failed("NameGenerationFailed", "Failed to generate a unique worktree name")
 
     async def _fill(self, fill: PendingFill, held: FillClaim | None) -> None:
@@ -324,19 +369,29 @@ class Worktrees:
             await self._end_tasks(directory)
 
 
-def _noted(fill: PendingFill, request: RequestMark | None) -> FillClaim | None:
-    """Claim a new worktree's fill (free: nobody else knows the tree yet), record it, and mark
-    the request that made the tree, in one step on a thread. Blocking."""
+def _noted(fill: PendingFill, request: RequestMark | None, journal: fills.Adding) -> FillClaim | None:
+    """Claim a new worktree's fill (free: nobody else knows the tree yet), record it, mark the
+    request that made the tree, and settle the add's journal, in one step on a thread. Blocking."""
     held = fills.claim(fill.made["directory"])
     try:
+        fills.unlock_initialized(fill.made["directory"])
         fills.record(fill)
         if request is not None:
             mark(request)
+        journal.settle()
     except BaseException:
         if held is not None:
             held.release()
         raise
     return held
+
+
+def _drop_unadded(tree: Path, journal: fills.Adding) -> None:
+    """What ``git worktree add`` began of ``tree`` before its process died (git lists no such
+    worktree: its directory holds at most the ``.git`` file), and the add's journal. Blocking."""
+    if tree.parent == journal.path.parent:  # the journal's own project home, as always written
+        shutil.rmtree(tree, ignore_errors=True)
+    journal.settle()
 
 
 def _before_reset(tree: str) -> None:
