@@ -1,7 +1,7 @@
-"""Cluster benchmark: 60 concurrent sessions x 5 prompts (``--prompts``) on PostgreSQL with one,
-two and three server processes (and on SQLite with one, for reference), driven through
+"""Cluster benchmark: 60 concurrent sessions (``--sessions``) x 5 prompts (``--prompts``) on
+PostgreSQL with one, two and three server processes (and on SQLite with one, for reference), driven through
 ``prompt_async`` as a busy shared server sees them, over a delayed link to the database. Each
-configuration first answers a warm-up burst (one prompt on each of 60 sessions of its own), so
+configuration first answers a warm-up burst (one prompt on each of as many sessions of its own), so
 the figures are those of a server that has run a while: connections open, statements prepared.
 
 The servers reach PostgreSQL through ``bench/delay_proxy.py``, which holds every chunk
@@ -25,7 +25,11 @@ the processes themselves.
 PostgreSQL is a throw-away cluster started from the system's binaries (as the tests do).
 Everything runs on 127.0.0.1 and is removed on exit. Run from the repository root::
 
-    python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--prompts 5] [--nginx] [--json results.json]
+    python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--sessions 60] [--prompts 5]
+                            [--nginx] [--json results.json]
+
+A server's CPU per turn falls as its load rises (a busy event loop does more per wake-up), so
+``--sessions 30 --processes 1`` shows what each of two processes sharing 60 sessions costs.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ PROMPTS = 5
 OPTIONS = argparse.ArgumentParser(add_help=False)
 OPTIONS.add_argument("--rtt-ms", type=float, default=1.0, help="round trip added to the database link (default 1.0)")
 OPTIONS.add_argument("--processes", default="1,2,3", help="PostgreSQL process counts to run (default 1,2,3)")
+OPTIONS.add_argument("--sessions", type=int, default=SESSIONS, help=f"concurrent sessions (default {SESSIONS})")
 OPTIONS.add_argument(
     "--prompts", type=int, default=PROMPTS, help=f"prompts per session (default {PROMPTS}; --quick: 2)"
 )
@@ -90,16 +95,22 @@ class Drive:
     answered_s: float
 
 
-def _sessions(url: str) -> list[str]:
+@dataclass(frozen=True)
+class Burst:
+    sessions: int
+    prompts: int  # per session
+
+
+def _sessions(url: str, count: int) -> list[str]:
     """The sessions the burst prompts, created before anything is counted (not part of a turn)."""
     with httpx.Client(timeout=60, trust_env=False) as client:
-        return [client.post(f"{url}/session").json()["id"] for _ in range(SESSIONS)]
+        return [client.post(f"{url}/session").json()["id"] for _ in range(count)]
 
 
 async def _drive(urls: list[str], sids: list[str], prompts_per_session: int) -> Drive:
     """Send every prompt to ``sids`` concurrently (round-robin over ``urls``) and wait until all
     are answered."""
-    limits = httpx.Limits(max_connections=SESSIONS * 2, max_keepalive_connections=SESSIONS * 2)
+    limits = httpx.Limits(max_connections=len(sids) * 2, max_keepalive_connections=len(sids) * 2)
     async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as client:
         latencies: list[float] = []
 
@@ -336,7 +347,7 @@ def _measure(
     label: str,
     db: str,
     count: int,
-    per_session: int,
+    burst: Burst,
     cluster: Cluster,
     link: DelayedLink | None,
     nginx: Path | None,
@@ -345,7 +356,8 @@ def _measure(
     """One configuration's figures. With ``nginx``, the clients' requests go through the shipped
     configuration in front of the processes; without, to the processes in turn."""
     metrics: list[Metric] = []
-    progress(f"{label}: {SESSIONS} sessions x {per_session} prompts")
+    per_session = burst.prompts
+    progress(f"{label}: {burst.sessions} sessions x {per_session} prompts")
     with workspace("opensession-cluster-") as (base, project, config):
         served = link.url(db) if link is not None else db
         with servers(served, count, base, project, config) as procs, ExitStack() as front:
@@ -357,11 +369,11 @@ def _measure(
                 entries = [balancer.url]
             # A warm-up burst on sessions of its own first, as a server that has run a while is:
             # its connections to the database open, its statements prepared, its caches filled.
-            asyncio.run(_drive(entries, _sessions(entries[0]), 1))
+            asyncio.run(_drive(entries, _sessions(entries[0], burst.sessions), 1))
             lone = Metric(f"{label}: lone reply (POST /message, idle server)", "ms", 150.0)
             lone.samples = _lone_replies(entries[0])
             metrics.append(lone)
-            sids = _sessions(entries[0])
+            sids = _sessions(entries[0], burst.sessions)
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
             cpu_before = [p.cpu_seconds() for p in procs]
@@ -382,7 +394,7 @@ def _measure(
                 proxy_cpu = link.cpu_seconds() - proxy_before
                 postgres_cpu = _postgres_cpu(cluster) - postgres_before
             reply_ms = _replies(entries[0], sids)
-            prompts = SESSIONS * per_session
+            prompts = burst.sessions * per_session
             answers = max(len(reply_ms), 1)
             if len(reply_ms) != prompts:
                 notes.append(f"{label}: {len(reply_ms)} answers for {prompts} prompts")
@@ -431,7 +443,7 @@ def _measure(
 
 def run(quick: bool, notes: list[str]) -> list[Metric]:
     options, _ = OPTIONS.parse_known_args()
-    per_session = 2 if quick else options.prompts
+    burst = Burst(options.sessions, 2 if quick else options.prompts)
     counts = [int(n) for n in options.processes.split(",")]
     nginx = nginx_binary() if options.nginx else None
     if options.nginx and nginx is None:
@@ -449,10 +461,10 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
         if nginx is not None:
             notes.append("clients' requests sent through deploy/nginx.conf (round-robin over the processes)")
         with workspace("opensession-cluster-sqlite-") as (sqlite_base, _, _):
-            metrics += _measure("sqlite x1", str(sqlite_base / "bench.db"), 1, per_session, cluster, None, nginx, notes)
+            metrics += _measure("sqlite x1", str(sqlite_base / "bench.db"), 1, burst, cluster, None, nginx, notes)
         for count in counts:
             metrics += _measure(
-                f"postgres x{count}", cluster.create_database(), count, per_session, cluster, link, nginx, notes
+                f"postgres x{count}", cluster.create_database(), count, burst, cluster, link, nginx, notes
             )
     return metrics
 
