@@ -18,18 +18,23 @@ request that asked for it), under a ``flock`` its maker holds until the fill's o
 request's mark are written. A journal whose lock is free is an add cut short: if git lists the
 worktree, the record and the mark are written as its maker would have, and it is filled like any
 other fill cut short (and a keyed retry recognises it); if not, what git had begun of the tree's
-directory is removed. Either way the journal then goes."""
+directory is removed. Either way the journal then goes.
+
+Whether git finished an add is read from the worktree's administrative directory, not from
+``git worktree list``: a git killed mid-add can leave that directory half written (an empty
+``commondir``), and git then refuses every worktree command in the repository until it is gone."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.jsonutil import dumps, loads
-from app.runtime.worktrees._git import drop_note, note_path, read_note, read_text_note, write_note
+from app.runtime.worktrees._git import drop_note, note_path, read_note, write_note
 from app.runtime.worktrees._requests import RequestMark
 from app.wire import Worktree
 
@@ -37,7 +42,10 @@ ADDING = ".adding"  # the suffix of an add's journal, ``.<name>.adding`` in the 
 FILL_PENDING = "opensession-fill.json"
 FILL_LOCK = "opensession-fill.lock"
 GIT_INDEX_LOCK = "index.lock"  # what a git killed while it wrote the index leaves behind
-GIT_ADD_LOCK, GIT_ADD_REASON = "locked", "initializing"  # what a git killed mid-add leaves
+# ``git worktree add`` writes these in the worktree's administrative directory, ``locked`` first,
+# and deletes ``locked`` as its last step: while it is there, the add has not finished.
+GIT_ADMIN_FILES = ("gitdir", "commondir", "HEAD")
+GIT_ADDING = "locked"
 SWEEP_SECONDS = 5.0
 
 
@@ -90,14 +98,6 @@ def drop_stale_git_lock(tree: str) -> None:
     ``index.lock`` there was left by a git killed with the process that held the claim before.
     Blocking."""
     drop_note(tree, GIT_INDEX_LOCK)
-
-
-def unlock_initialized(tree: str) -> None:
-    """Drop the lock ``git worktree add`` holds on a worktree while it makes it (reason
-    ``initializing``) and leaves behind when killed: git refuses to remove a locked worktree.
-    Blocking."""
-    if read_text_note(tree, GIT_ADD_LOCK) == GIT_ADD_REASON:
-        drop_note(tree, GIT_ADD_LOCK)
 
 
 def record(fill: PendingFill) -> None:
@@ -189,3 +189,48 @@ def adds_cut_short(homes: list[Path]) -> list[AddCutShort]:
         request = entry["request"]
         found.append(AddCutShort(journal, PendingFill(**entry["fill"]), request and RequestMark(**request)))
     return found
+
+
+def _admin_dir(common: Path, tree: Path) -> Path | None:
+    """The administrative directory ``git worktree add`` made (or began) for ``tree``: the one
+    its ``.git`` file names, else one under ``common/worktrees`` named after it (git adds a
+    number when the name is taken) whose ``gitdir`` names the tree or is not written yet."""
+    pointer = tree / ".git"
+    if pointer.is_file() and (text := pointer.read_text()).startswith("gitdir:"):
+        named = Path(tree, text.removeprefix("gitdir:").strip())
+        if named.is_dir():
+            return named
+    for admin in sorted((common / "worktrees").glob(f"{tree.name}*")):
+        if admin.name != tree.name and not admin.name.removeprefix(tree.name).isdigit():
+            continue
+        try:
+            gitdir = (admin / "gitdir").read_text().strip()
+        except OSError:
+            gitdir = ""
+        if not gitdir or os.path.realpath(gitdir) == os.path.realpath(pointer):
+            return admin
+    return None
+
+
+def added_whole(common: Path, fill: PendingFill) -> Path | None:
+    """The administrative directory of the worktree an add cut short was making, when git
+    finished that add; None when it did not (or never began). Blocking."""
+    admin = _admin_dir(common, Path(fill.made["directory"]))
+    if admin is None or (admin / GIT_ADDING).exists():
+        return None
+    try:
+        whole = all((admin / name).read_text().strip() for name in GIT_ADMIN_FILES)
+    except OSError:
+        return None
+    return admin if whole else None
+
+
+def drop_begun(common: Path, tree: Path, journal: Adding) -> None:
+    """Remove the administrative directory and the tree's directory that an unfinished add left.
+    The tree is only removed from the journal's own project home, where the journal put it.
+    Blocking."""
+    admin = _admin_dir(common, tree)
+    if admin is not None:
+        shutil.rmtree(admin, ignore_errors=True)
+    if tree.parent == journal.path.parent:
+        shutil.rmtree(tree, ignore_errors=True)

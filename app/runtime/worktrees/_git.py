@@ -55,21 +55,12 @@ def write_note(tree: str, name: str, value: Any) -> None:
         path.write_text(dumps(value))
 
 
-def read_text_note(tree: str, name: str) -> str | None:
-    """The note's text (git's own files there too); None when there is none."""
-    path = note_path(tree, name)
-    try:
-        return path.read_text().strip() if path is not None else None
-    except OSError:
-        return None
-
-
 def read_note(tree: str, name: str) -> Any:
     """The note's value; None when there is none (or it cannot be read)."""
-    text = read_text_note(tree, name)
+    path = note_path(tree, name)
     try:
-        return loads(text) if text is not None else None
-    except ValueError:
+        return loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):
         return None
 
 
@@ -116,6 +107,13 @@ async def worktrees(directory: str) -> list[Listed] | None:
             found.append(Listed(path, branch))
             path = None
     return found
+
+
+async def common_dir(main: str) -> Path | None:
+    """The repository's git directory (``.git`` of the main tree, usually): what every worktree
+    shares, its administrative directories under ``worktrees/``."""
+    ran = await git(main, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    return Path(ran.out.strip()) if ran.ok else None
 
 
 async def has_branch(main: str, branch: str) -> bool:

@@ -8,11 +8,11 @@ worktree: a retry after its maker died between the two finishes the add first, m
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from app.runtime.errors import RequestKeyConflict
-from app.runtime.worktrees._git import read_note, worktrees, write_note
+from app.runtime.worktrees._git import read_note, write_note
 from app.wire import Worktree
 
 REQUEST_MARK = "opensession-request.json"
@@ -32,11 +32,14 @@ def mark(request: RequestMark) -> None:
     write_note(request.made["directory"], REQUEST_MARK, asdict(request))
 
 
-async def made_for(main: str, key: str, asked: str) -> Worktree | None:
-    """The worktree of ``main``'s repository that a request keyed ``key`` made (a request asking
-    for something else under that key is a conflict); None if there is none."""
-    for entry in (await worktrees(main) or [])[1:]:
-        found = await asyncio.to_thread(read_note, entry.path, REQUEST_MARK)
+def made_for(home: Path, key: str, asked: str) -> Worktree | None:
+    """The worktree in ``home`` (a project's worktree directory, where every create puts its
+    worktree) that a request keyed ``key`` made (a request asking for something else under that
+    key is a conflict); None if there is none. Read from the trees' notes, not from
+    ``git worktree list``, which a half-made worktree elsewhere in the repository can break.
+    Blocking."""
+    for tree in sorted(home.glob("*")):
+        found = read_note(str(tree), REQUEST_MARK)
         if found and found["key"] == key:
             if found["request"] != asked:
                 raise RequestKeyConflict(key, "another request")

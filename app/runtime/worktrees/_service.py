@@ -20,7 +20,7 @@ from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
 from app.runtime.worktrees import _fills as fills
 from app.runtime.worktrees._fills import FillClaim, PendingFill
-from app.runtime.worktrees._git import SLOW_S, Listed, default_target, git, has_branch, worktrees
+from app.runtime.worktrees._git import SLOW_S, Listed, common_dir, default_target, git, has_branch, worktrees
 from app.runtime.worktrees._names import candidates, slug
 from app.runtime.worktrees._requests import RequestMark, made_for, mark
 from app.wire import Worktree
@@ -60,6 +60,7 @@ class Worktrees:
         # one's process group and the read of its output, which ends when the last holder does.
         self._running_on: dict[str, list[tuple[int, asyncio.Task[None]]]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._recovering = asyncio.Lock()  # held by a pass over adds and fills cut short
 
     # -- what every operation checks --------------------------------------------------------------
 
@@ -67,6 +68,11 @@ class Worktrees:
         """``directory``'s project id and the worktrees git lists (the main tree first);
         ``WorktreeNotGitError`` outside a git repository."""
         listed = await worktrees(directory)
+        if listed is None and (pid := await project_id(directory)) != "global":
+            # A git repository whose worktrees git cannot list: an add cut short by a kill may
+            # have left a half-written administrative directory, which the sweep removes.
+            await self._fill_cut_short([self._home(pid)])
+            listed = await worktrees(directory)
         if not listed:
             raise _failed("NotGit", NOT_GIT)
         return await project_id(listed[0].path), listed
@@ -116,7 +122,7 @@ class Worktrees:
         async with self._lock(self._project_locks, pid):
             if request_key is not None:
                 await self._fill_cut_short([home])  # an add of this request cut short is recorded
-                if (made := await made_for(main, request_key, asked)) is not None:
+                if (made := await asyncio.to_thread(made_for, home, request_key, asked)) is not None:
                     await self._sessions.change_sandboxes(main, add=made["directory"])
                     return made
             await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
@@ -163,7 +169,12 @@ class Worktrees:
     async def _fill_cut_short(self, homes: Homes) -> None:
         """Fill each worktree in ``homes`` whose add or fill was cut short, listed in its project
         first (the process that made it may have died before it listed it). A claim not handed
-        to a fill is let go: the next sweep tries again."""
+        to a fill is let go: the next sweep tries again. One pass at a time: a create waits for
+        the sweep's (which may be undoing the add that the create is a retry of)."""
+        async with self._recovering:
+            await self._recover(homes)
+
+    async def _recover(self, homes: Homes) -> None:
         found = await self._adds_recorded(homes)
         found += await asyncio.to_thread(fills.claim_cut_short, homes)
         try:
@@ -188,25 +199,31 @@ class Worktrees:
             try:
                 if cut.fill is None:
                     await asyncio.to_thread(cut.journal.settle)
-                    continue
-                tree = cut.fill.made["directory"]
-                listed = await worktrees(cut.fill.main)
-                if listed is None:
+                elif (common := await common_dir(cut.fill.main)) is None:
                     continue  # the repository is unreadable now: the next sweep looks again
-                if any(entry.real == os.path.realpath(tree) for entry in listed):
-                    log.info("recording worktree %s, whose add was cut short", tree)
+                elif (admin := await asyncio.to_thread(fills.added_whole, common, cut.fill)) is not None:
+                    log.info("recording worktree %s, whose add was cut short", admin)
                     held = await asyncio.to_thread(_noted, cut.fill, cut.request, cut.journal)
                     if held is not None:
                         recorded.append((cut.fill, held))
                 else:
-                    log.info("removing what was begun of worktree %s, whose add was cut short", tree)
-                    await git(cut.fill.main, "branch", "-D", cut.fill.made["branch"])  # git keeps one in use
-                    await asyncio.to_thread(_drop_unadded, Path(tree), cut.journal)
+                    await self._undo_add(common, cut.fill, cut.journal)
             except Exception:
                 log.exception("could not finish the add of %s", cut.journal.path)
             finally:
                 cut.journal.release()
         return recorded
+
+    @staticmethod
+    async def _undo_add(common: Path, fill: PendingFill, journal: fills.Adding) -> None:
+        """Remove what git began of an add it did not finish: the worktree's administrative
+        directory first (one half written, an empty ``commondir``, makes git refuse every worktree
+        command in the repository), then the tree's directory and the branch."""
+        tree = fill.made["directory"]
+        log.info("removing what was begun of worktree %s, whose add was cut short", tree)
+        await asyncio.to_thread(fills.drop_begun, common, Path(tree), journal)
+        await git(fill.main, "branch", "-D", fill.made["branch"])  # git refuses if a tree uses it
+        await asyncio.to_thread(journal.settle)
 
     async def _free_name(self, home: Path, main: str, base: str) -> tuple[str, fills.Adding]:
         """A name no worktree, branch or add under way has, with its add's journal begun."""
@@ -374,7 +391,6 @@ def _noted(fill: PendingFill, request: RequestMark | None, journal: fills.Adding
     request that made the tree, and settle the add's journal, in one step on a thread. Blocking."""
     held = fills.claim(fill.made["directory"])
     try:
-        fills.unlock_initialized(fill.made["directory"])
         fills.record(fill)
         if request is not None:
             mark(request)
@@ -384,14 +400,6 @@ def _noted(fill: PendingFill, request: RequestMark | None, journal: fills.Adding
             held.release()
         raise
     return held
-
-
-def _drop_unadded(tree: Path, journal: fills.Adding) -> None:
-    """What ``git worktree add`` began of ``tree`` before its process died (git lists no such
-    worktree: its directory holds at most the ``.git`` file), and the add's journal. Blocking."""
-    if tree.parent == journal.path.parent:  # the journal's own project home, as always written
-        shutil.rmtree(tree, ignore_errors=True)
-    journal.settle()
 
 
 def _before_reset(tree: str) -> None:
@@ -408,8 +416,8 @@ async def _git_file_restored(main: str, tree: str) -> bool:
     directory, the one whose ``gitdir`` names the tree."""
     if os.path.lexists(os.path.join(tree, ".git")):
         return False
-    common = await git(main, "rev-parse", "--path-format=absolute", "--git-common-dir")
-    return common.ok and await asyncio.to_thread(_write_git_file, Path(common.out.strip()), Path(tree))
+    common = await common_dir(main)
+    return common is not None and await asyncio.to_thread(_write_git_file, common, Path(tree))
 
 
 def _write_git_file(common: Path, tree: Path) -> bool:
