@@ -3,8 +3,9 @@
 Server processes on one PostgreSQL database behind the shipped nginx configuration, clients
 prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts), a user
 aborting turns and forking sessions, and two users having the model write a file then undoing
-and redoing the turn, while processes are killed (``kill -9``) or stopped (SIGTERM) and started
-again at random, and with ``--pg`` PostgreSQL itself is restarted.
+and redoing the turn, and a user making and removing worktrees, while processes are killed
+(``kill -9``) or stopped (SIGTERM) and started again at random, and with ``--pg`` PostgreSQL
+itself is restarted.
 
 It is a soak test more than a benchmark: the figures it prints are counts, and what it reports is
 whether anything a client was promised broke. Every prompt answered 204 must be stored once and
@@ -18,7 +19,10 @@ an answered revert put the file back as it was before the turn, an answered unre
 left it; every session reads idle at the end; each session's V2 event stream, followed through
 nginx and resumed with ``Last-Event-ID`` after each break, delivers ``seq`` 1 to the session's
 last, in order, each once; the legacy ``/event`` stream's durable frames arrive in ascending id
-order; and no request gets a 500. The exit status is 1 when something broke.
+order; a worktree create sent again with its Idempotency-Key until answered made one worktree,
+filled and listed (or, once its removal was answered, none), and nothing else is left in the
+project's worktrees, branches or data directory; and no request gets a 500. The exit status is
+1 when something broke.
 
 Everything runs on 127.0.0.1 (a throw-away PostgreSQL cluster from the system's binaries, nginx,
 the processes) and is removed on exit; the loops end after ``--seconds``. From the repository
@@ -55,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # ``tests`` starts the cluster, the processes and nginx
 
 from tests.balancer import nginx_binary, shipped_nginx  # noqa: E402
-from tests.helpers import text_prompt  # noqa: E402
+from tests.helpers import git_repository, text_prompt  # noqa: E402
 from tests.postgres import Cluster, start_cluster  # noqa: E402
 from tests.servers import ProcessServer, process_server, start_together  # noqa: E402
 
@@ -72,7 +76,9 @@ DURABLE_FRAMES = ("message.updated", "message.part.updated", "message.removed", 
 # Each works in a folder of its own: a step's snapshots cover its session's directory, so a turn
 # of one session there would also undo what another wrote there meanwhile (as in OpenCode).
 REVERTED_SESSIONS = 2
+RETRIES = 60  # how often a client sends a worktree request again before it gives up
 SETTLE_S = 90.0  # how long the sessions may take to go idle once the chaos is over
+WORKTREE_SWEEP_S = 12.0  # two sweeps of every process (app/runtime/worktrees/_fills.py)
 
 
 @dataclass
@@ -91,6 +97,8 @@ class Record:
     aborts: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     forks: list[tuple[str, str | None, str]] = field(default_factory=list)  # (source, up to, fork)
     undo_problems: list[str] = field(default_factory=list)  # files an answered revert left wrong
+    worktrees: dict[str, set[str]] = field(default_factory=lambda: collections.defaultdict(set))  # key -> answers
+    removed: set[str] = field(default_factory=set)  # worktrees whose removal was answered 200
 
 
 V2_ROUTE = "/api/session/{}/prompt"
@@ -219,6 +227,77 @@ def _undoer(url: str, session_id: str, directory: Path, record: Record, stop: th
                 settled = True
             except httpx.HTTPError:
                 record.counts["undo cut off"] += 1
+
+
+def _until_answered(
+    http: httpx.Client, record: Record, what: str, method: str, body: dict[str, str], key: str | None = None
+) -> Any:
+    """``method /experimental/worktree`` with ``body`` (and Idempotency-Key ``key``) sent again
+    until it is answered 200 (its answer's JSON), or None after a 4xx or ``RETRIES`` tries: what a
+    client whose request hit a death or a restart does."""
+    headers = {"Idempotency-Key": key} if key else {}
+    for _ in range(RETRIES):
+        try:
+            answer = http.request(method, "/experimental/worktree", json=body, headers=headers)
+        except httpx.HTTPError:
+            record.counts[f"{what} cut off"] += 1
+            time.sleep(0.2)
+            continue
+        record.counts[f"{what} {answer.status_code}"] += 1
+        if answer.status_code == 200:
+            return answer.json()
+        if answer.status_code == 500:
+            record.errors.append(f"{what}: {answer.text[:300]}")
+        if answer.status_code < 500:
+            return None
+        time.sleep(0.2)
+    return None
+
+
+def _builder(url: str, record: Record, rng: random.Random, stop: threading.Event) -> None:
+    """Worktrees made with an Idempotency-Key, each sent again until answered (and now and then
+    once more after), and removed now and then."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        made = 0
+        while not stop.wait(rng.uniform(0.1, 0.6)):
+            made += 1
+            key = f"tree-{made}"
+            for _ in range(2 if rng.random() < 0.3 else 1):
+                answer = _until_answered(http, record, "worktree create", "POST", {"name": key}, key)
+                if answer is not None:
+                    record.worktrees[key].add(answer["directory"])
+            if record.worktrees[key] and rng.random() < 0.3:
+                directory = sorted(record.worktrees[key])[0]
+                if _until_answered(http, record, "worktree remove", "DELETE", {"directory": directory}) is not None:
+                    record.removed.add(directory)
+
+
+def _worktree_problems(http: httpx.Client, project: Path, record: Record) -> list[str]:
+    """Each key made one worktree; what was not removed is listed and filled; nothing else was
+    left behind (a worktree, a branch, an add's journal)."""
+    problems = [f"{key} was answered with {sorted(dirs)}" for key, dirs in record.worktrees.items() if len(dirs) > 1]
+    answered = {directory for dirs in record.worktrees.values() for directory in dirs}
+    kept = answered - record.removed
+    listed = set(http.get("/experimental/worktree").json())
+    git = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=project, capture_output=True, text=True)
+    trees = {line.split(" ", 1)[1] for line in git.stdout.splitlines() if line.startswith("worktree ")} - {str(project)}
+    if git.returncode != 0:
+        problems.append(f"git worktree list fails: {git.stderr.strip()}")
+    problems += [f"worktree {d} is not listed" for d in sorted(kept - listed)]
+    problems += [f"worktree {d} is listed, removed or never answered" for d in sorted(listed - kept)]
+    problems += [f"git has worktree {d}, removed or never answered" for d in sorted(trees - kept)]
+    problems += [f"worktree {d} is not filled" for d in sorted(kept) if not (Path(d) / "committed.txt").exists()]
+    branches = subprocess.run(
+        ["git", "branch", "--list", "opencode/*", "--format=%(refname:short)"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    names = {f"opencode/{Path(d).name}" for d in kept}
+    problems += [f"branch {b} is left with no worktree" for b in sorted(set(branches) - names)]
+    homes = {Path(d).parent for d in answered}
+    problems += [f"add journal {j} is left" for home in homes for j in sorted(home.glob(".*.adding"))]
+    return problems
 
 
 def _idle(http: httpx.Client, session_id: str, stop: threading.Event) -> bool:
@@ -423,6 +502,8 @@ def _drive(
             ]
             for undoer in undoers:
                 undoer.start()
+            builder = threading.Thread(target=_builder, args=(url, record, random.Random(rng.random()), stop_clients))
+            builder.start()
             try:
                 _chaos(servers, cluster, options.seconds, options.pg, record, rng)
             finally:
@@ -432,6 +513,7 @@ def _drive(
             operator.join()
             for undoer in undoers:
                 undoer.join()
+            builder.join()
         for sid in sessions[:ABORTED_SESSIONS]:  # wakes the V2 prompts an abort left parked
             text = f"quick wake {sid}"
             record.routes[text], record.sent_at[text] = ROUTES[0][0], time.monotonic()
@@ -445,7 +527,9 @@ def _drive(
         for follower in followers:
             follower.join(timeout=15)
         busy_left = [f"still busy after {SETTLE_S:g} s: {busy}"] if busy else []
-        return _problems(http, sessions, record) + record.undo_problems + busy_left
+        time.sleep(WORKTREE_SWEEP_S)  # the adds and fills a death cut short are finished by then
+        worktree_problems = _worktree_problems(http, project, record)
+        return _problems(http, sessions, record) + record.undo_problems + worktree_problems + busy_left
 
 
 def _nginx_errors(log: Path, record: Record) -> None:
@@ -483,8 +567,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="opensession-chaos-") as tmp:
         base = Path(tmp)
         (base / "project").mkdir()
-        # A git work tree: snapshots, which undo restores files from, are taken of git projects.
-        subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
+        # A git work tree: snapshots, which undo restores files from, are taken of git projects;
+        # worktrees are made from its first commit.
+        (base / "project" / "committed.txt").write_text("from the main tree\n")
+        git_repository(base / "project")
         (base / "config").mkdir()
         url = cluster.create_database()
         servers = [process_server(url, base / "project", base / "config") for _ in range(options.processes)]
