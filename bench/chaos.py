@@ -28,7 +28,7 @@ Everything runs on 127.0.0.1 (a throw-away PostgreSQL cluster from the system's 
 the processes) and is removed on exit; the loops end after ``--seconds``. From the repository
 root::
 
-    python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1]
+    python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1] [--pause 2,5]
 
 The problems it found are fixed (bench/README.md, "Chaos probe").
 """
@@ -346,12 +346,17 @@ def _follow(url: str, path: str, take: Callable[[int, str], None], record: Recor
 
 
 def _chaos(
-    servers: list[ProcessServer], cluster: Cluster, seconds: float, pg: bool, record: Record, rng: random.Random
+    servers: list[ProcessServer],
+    cluster: Cluster,
+    options: argparse.Namespace,
+    record: Record,
+    rng: random.Random,
 ) -> None:
+    seconds, pg, pause = options.seconds, options.pg, options.pause
     kinds = ["kill -9", "SIGTERM"] * 2 + (["PostgreSQL restart"] if pg else [])
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        time.sleep(rng.uniform(2, 5))
+        time.sleep(rng.uniform(*pause))
         kind = rng.choice(kinds)
         record.counts[kind] += 1
         if kind == "PostgreSQL restart":
@@ -505,7 +510,7 @@ def _drive(
             builder = threading.Thread(target=_builder, args=(url, record, random.Random(rng.random()), stop_clients))
             builder.start()
             try:
-                _chaos(servers, cluster, options.seconds, options.pg, record, rng)
+                _chaos(servers, cluster, options, record, rng)
             finally:
                 stop_clients.set()
             for done in clients:
@@ -557,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=3, help="server processes (default 3)")
     parser.add_argument("--pg", action="store_true", help="restart PostgreSQL too, now and then")
     parser.add_argument("--seed", type=int, default=1, help="the random choices' seed (default 1)")
+    parser.add_argument(
+        "--pause",
+        type=lambda text: tuple(float(part) for part in text.split(",")),
+        default=(2.0, 5.0),
+        help="the seconds between two failures, drawn between MIN,MAX (default 2,5)",
+    )
     options = parser.parse_args(argv)
     nginx = nginx_binary()
     cluster = start_cluster()
