@@ -274,12 +274,13 @@ def test_a_running_server_fills_and_lists_a_worktree_whose_maker_died_before_lis
 def _cut_short_add(tree: Path, main: Path, *, key: str | None = None) -> Worktree:
     """The journal of an add of ``tree`` whose maker died (its lock let go, never settled)."""
     from app.jsonutil import dumps
+    from app.runtime.worktrees import _adds as adds
     from app.runtime.worktrees import _fills as fills
     from app.runtime.worktrees._requests import RequestMark
 
     made: Worktree = {"name": tree.name, "branch": f"opencode/{tree.name}", "directory": str(tree)}
     tree.parent.mkdir(parents=True, exist_ok=True)
-    journal = fills.begin_add(tree)
+    journal = adds.begin_add(tree)
     assert journal is not None
     request = None if key is None else RequestMark(key, dumps([tree.name, None]), made)
     journal.write(fills.PendingFill(made, str(main), ""), request)

@@ -18,6 +18,7 @@ from app.jsonutil import dumps
 from app.processes import read_on, shell_exit, tied_group
 from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
+from app.runtime.worktrees import _adds as adds
 from app.runtime.worktrees import _fills as fills
 from app.runtime.worktrees._fills import FillClaim, PendingFill
 from app.runtime.worktrees._git import SLOW_S, Listed, common_dir, default_target, git, has_branch, worktrees
@@ -195,13 +196,13 @@ class Worktrees:
         requests' marks) and claimed, as their makers would have; what git began of the others
         is removed. A journal that cannot be settled now is left to the next sweep."""
         recorded: Claimed = []
-        for cut in await asyncio.to_thread(fills.adds_cut_short, homes):
+        for cut in await asyncio.to_thread(adds.adds_cut_short, homes):
             try:
                 if cut.fill is None:
                     await asyncio.to_thread(cut.journal.settle)
                 elif (common := await common_dir(cut.fill.main)) is None:
                     continue  # the repository is unreadable now: the next sweep looks again
-                elif (admin := await asyncio.to_thread(fills.added_whole, common, cut.fill)) is not None:
+                elif (admin := await asyncio.to_thread(adds.added_whole, common, cut.fill)) is not None:
                     log.info("recording worktree %s, whose add was cut short", admin)
                     held = await asyncio.to_thread(_noted, cut.fill, cut.request, cut.journal)
                     if held is not None:
@@ -215,22 +216,22 @@ class Worktrees:
         return recorded
 
     @staticmethod
-    async def _undo_add(common: Path, fill: PendingFill, journal: fills.Adding) -> None:
+    async def _undo_add(common: Path, fill: PendingFill, journal: adds.Adding) -> None:
         """Remove what git began of an add it did not finish: the worktree's administrative
         directory first (one half written, an empty ``commondir``, makes git refuse every worktree
         command in the repository), then the tree's directory and the branch."""
         tree = fill.made["directory"]
         log.info("removing what was begun of worktree %s, whose add was cut short", tree)
-        await asyncio.to_thread(fills.drop_begun, common, Path(tree), journal)
+        await asyncio.to_thread(adds.drop_begun, common, Path(tree), journal)
         await git(fill.main, "branch", "-D", fill.made["branch"])  # git refuses if a tree uses it
         await asyncio.to_thread(journal.settle)
 
-    async def _free_name(self, home: Path, main: str, base: str) -> tuple[str, fills.Adding]:
+    async def _free_name(self, home: Path, main: str, base: str) -> tuple[str, adds.Adding]:
         """A name no worktree, branch or add under way has, with its add's journal begun."""
         for candidate in candidates(base):
             if os.path.lexists(home / candidate) or await has_branch(main, BRANCH_PREFIX + candidate):
                 continue
-            if (journal := await asyncio.to_thread(fills.begin_add, home / candidate)) is not None:
+            if (journal := await asyncio.to_thread(adds.begin_add, home / candidate)) is not None:
                 return candidate, journal
         raise _failed("NameGenerationFailed", "Failed to generate a unique worktree name")
 
@@ -386,7 +387,7 @@ class Worktrees:
             await self._end_tasks(directory)
 
 
-def _noted(fill: PendingFill, request: RequestMark | None, journal: fills.Adding) -> FillClaim | None:
+def _noted(fill: PendingFill, request: RequestMark | None, journal: adds.Adding) -> FillClaim | None:
     """Claim a new worktree's fill (free: nobody else knows the tree yet), record it, mark the
     request that made the tree, and settle the add's journal, in one step on a thread. Blocking."""
     held = fills.claim(fill.made["directory"])
