@@ -9,93 +9,154 @@ Run as a process of its own, so its timing does not share a GIL with the client:
 
 It prints the port it listens on (127.0.0.1) as its first line, and writes ``<chunks> <bytes>``
 to ``--stats`` on SIGUSR1. It stops on SIGTERM or when its parent's stdin closes.
+
+One thread and ``select``, whose timeout is in microseconds (epoll's is in whole milliseconds, so
+a 0.5 ms hold became more than 1 ms). Its CPU competes with the servers on a small machine, so it
+is kept lean: the earlier design, two threads per direction handing chunks over through a queue,
+cost about twice the CPU per round trip (bench/README.md, "Cluster figures").
 """
 
 from __future__ import annotations
 
 import argparse
-import queue
+import select
 import signal
 import socket
 import sys
-import threading
 import time
+from collections import deque
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
-# Why threads and time.sleep rather than asyncio: the event loop waits in epoll, whose timeout is
-# whole milliseconds, so a 0.5 ms hold became more than 1 ms (a 1 ms round trip measured 2.6 ms).
-
-
-class Counters:
-    lock = threading.Lock()
-    chunks = 0
-    sent = 0
+EARLY_S = 50e-6  # a chunk due this soon is sent now: a wake-up of its own would cost more than that
 
 
-def _release(held: queue.SimpleQueue[tuple[float, bytes]], to: socket.socket) -> None:
-    """Send each held chunk once it is due, in order; an empty chunk ends the direction."""
-    while True:
-        due, data = held.get()
-        if not data:
-            break
-        wait = due - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        try:
-            to.sendall(data)
-        except OSError:
-            break
-    with suppress(OSError):
-        to.shutdown(socket.SHUT_WR)
+class Direction:
+    """One way of one connection: chunks read from ``source``, each sent to ``target`` once due."""
 
+    def __init__(self, source: socket.socket, target: socket.socket, counted: bool) -> None:
+        self.source = source
+        self.target = target
+        self.counted = counted
+        self.held: deque[tuple[float, bytes]] = deque()  # (due, chunk), in arrival order
+        self.unsent = b""  # the part of due chunks the target's buffer did not take yet
+        self.ended = False  # the source closed: shut the target's side once all is sent
+        self.done = False
 
-def _pipe(source: socket.socket, to: socket.socket, delay: float, counted: bool) -> None:
-    held: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
-    releaser = threading.Thread(target=_release, args=(held, to), daemon=True)
-    releaser.start()
-    try:
-        while data := source.recv(65536):
-            if counted:
-                with Counters.lock:
-                    Counters.chunks += 1
-                    Counters.sent += len(data)
-            held.put((time.monotonic() + delay, data))
-    except OSError:
-        pass
-    finally:
-        held.put((0.0, b""))
-        releaser.join()
+    def due(self, now: float) -> None:
+        while self.held and self.held[0][0] <= now:
+            self.unsent += self.held.popleft()[1]
 
-
-def _connection(client: socket.socket, target: tuple[str, int], delay: float) -> None:
-    try:
-        server = socket.create_connection(target)
-    except OSError:
-        client.close()
-        return
-    for sock in (client, server):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    upstream = threading.Thread(target=_pipe, args=(client, server, delay, True), daemon=True)
-    upstream.start()
-    _pipe(server, client, delay, False)
-    upstream.join()
-    client.close()
-    server.close()
-
-
-def _accept(listener: socket.socket, target: tuple[str, int], delay: float) -> None:
-    while True:
-        try:
-            client, _ = listener.accept()
-        except OSError:
+    def flush(self) -> None:
+        if self.done:
             return
-        threading.Thread(target=_connection, args=(client, target, delay), daemon=True).start()
+        if self.unsent:
+            try:
+                sent = self.target.send(self.unsent)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.close()
+                return
+            self.unsent = self.unsent[sent:]
+        if self.ended and not self.held and not self.unsent:
+            self.close()
+
+    def close(self) -> None:
+        if not self.done:
+            self.done = True
+            with suppress(OSError):
+                self.target.shutdown(socket.SHUT_WR)
 
 
-def _write_stats(stats: Path) -> None:
-    with Counters.lock:
-        stats.write_text(f"{Counters.chunks} {Counters.sent}\n")
+class Connection:
+    def __init__(self, client: socket.socket, server: socket.socket) -> None:
+        self.sockets = (client, server)
+        self.directions = (Direction(client, server, True), Direction(server, client, False))
+
+    @property
+    def done(self) -> bool:
+        return all(direction.done for direction in self.directions)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            with suppress(OSError):
+                sock.close()
+
+
+class Proxy:
+    def __init__(self, target: tuple[str, int], delay: float) -> None:
+        self.target = target
+        self.delay = delay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setblocking(False)
+        self.connections: list[Connection] = []
+        self.reading: dict[Any, Direction] = {}  # the open directions by the socket they read
+        self.chunks = 0
+        self.sent = 0
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        try:
+            server = socket.create_connection(self.target)
+        except OSError:
+            client.close()
+            return
+        for sock in (client, server):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+        connection = Connection(client, server)
+        self.connections.append(connection)
+        for direction in connection.directions:
+            self.reading[direction.source] = direction
+
+    def _read(self, direction: Direction, now: float) -> None:
+        try:
+            data = direction.source.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            direction.ended = True
+            del self.reading[direction.source]
+            return
+        if direction.counted:
+            self.chunks += 1
+            self.sent += len(data)
+        direction.held.append((now + self.delay, data))
+
+    def serve(self, stop_on: int) -> None:
+        listener = self.listener
+        while True:
+            directions = [d for c in self.connections for d in c.directions]
+            now = time.monotonic()
+            first = min((d.held[0][0] for d in directions if d.held), default=None)
+            timeout = None if first is None else max(0.0, first - now - EARLY_S)
+            writing = [d.target for d in directions if d.unsent]
+            readable, _, _ = select.select([listener, stop_on, *self.reading], writing, [], timeout)
+            now = time.monotonic()
+            for sock in readable:
+                if sock is listener:
+                    self._accept()
+                elif sock == stop_on:
+                    return
+                else:
+                    self._read(self.reading[sock], now)
+            for direction in directions:
+                if direction.held or direction.unsent or direction.ended:
+                    direction.due(now + EARLY_S)
+                    direction.flush()
+            if any(c.done for c in self.connections):
+                for connection in [c for c in self.connections if c.done]:
+                    self.connections.remove(connection)
+                    for sock in connection.sockets:
+                        self.reading.pop(sock, None)
+                    connection.close()
 
 
 def main() -> None:
@@ -105,12 +166,15 @@ def main() -> None:
     parser.add_argument("--stats", type=Path, required=True)
     args = parser.parse_args()
     host, port = args.target.rsplit(":", 1)
-    listener = socket.create_server(("127.0.0.1", 0))
-    print(listener.getsockname()[1], flush=True)
-    signal.signal(signal.SIGUSR1, lambda *_: _write_stats(args.stats))
+    proxy = Proxy((host, int(port)), args.delay_ms / 1000)
+    print(proxy.listener.getsockname()[1], flush=True)
+
+    def write_stats(*_: object) -> None:
+        args.stats.write_text(f"{proxy.chunks} {proxy.sent}\n")
+
+    signal.signal(signal.SIGUSR1, write_stats)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    threading.Thread(target=_accept, args=(listener, (host, int(port)), args.delay_ms / 1000), daemon=True).start()
-    sys.stdin.buffer.read()  # until the parent's end of the pipe closes
+    proxy.serve(sys.stdin.fileno())  # until the parent's end of the pipe closes
 
 
 if __name__ == "__main__":
