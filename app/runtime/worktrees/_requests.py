@@ -3,7 +3,7 @@ the POST to another replica after the first died mid-request, or a client's retr
 worktree the first made instead of adding a second under a suffixed name.
 
 The mark is a note in the worktree's own git directory (``write_note``), so every process that
-shares the project finds it. The mark is journaled with the add (``_fills``) before git makes the
+shares the project finds it. The mark is journaled with the add (``_adds``) before git makes the
 worktree: a retry after its maker died between the two finishes the add first, mark included."""
 
 from __future__ import annotations
