@@ -11,6 +11,8 @@ import os
 import shutil
 import signal
 import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +351,35 @@ def test_an_add_cut_short_before_git_made_the_worktree_leaves_nothing_behind(
     assert client.get("/experimental/worktree").json() == []
     again = client.post("/experimental/worktree", json={"name": "begun"}, headers={"Idempotency-Key": "begun-once"})
     assert again.status_code == 200 and again.json()["directory"] == str(tree), again.text
+
+
+def test_a_failed_add_leaves_no_branch_and_adds_wait_for_the_repositorys_lock(
+    client: httpx.Client, project_dir: Path
+) -> None:
+    """git creates a new worktree's branch first and keeps it when the worktree cannot be made:
+    the failed create deletes it. Adds take a lock in the repository's git directory, which every
+    process sharing the repository takes around its worktree changes (git reading a worktree
+    another git is writing fails)."""
+    import fcntl
+
+    _repository(project_dir)
+    blocker = project_dir / ".git" / "worktrees"
+    blocker.write_text("not a directory")
+    failed = client.post("/experimental/worktree", json={"name": "blocked"})
+    assert failed.status_code == 400 and failed.json()["name"] == "WorktreeCreateFailedError", failed.text
+    assert _git(project_dir, "branch", "--list", "opencode/*") == ""
+    blocker.unlink()
+    lock = os.open(project_dir / ".git" / "opensession-worktrees.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with ThreadPoolExecutor(1) as pool:
+            made = pool.submit(client.post, "/experimental/worktree", json={"name": "waits"})
+            time.sleep(0.5)
+            assert not made.done()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            assert made.result(timeout=30).status_code == 200
+    finally:
+        os.close(lock)
 
 
 def test_a_start_command_that_leaves_a_server_running_does_not_hold_up_the_next(

@@ -4,8 +4,11 @@ the text git wrote (what OpenCode shows a client)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +117,30 @@ async def common_dir(main: str) -> Path | None:
     shares, its administrative directories under ``worktrees/``."""
     ran = await git(main, "rev-parse", "--path-format=absolute", "--git-common-dir")
     return Path(ran.out.strip()) if ran.ok else None
+
+
+REPOSITORY_LOCK = "opensession-worktrees.lock"
+LOCK_POLL_S = 0.01
+
+
+@contextlib.asynccontextmanager
+async def repository_lock(common: Path) -> AsyncIterator[None]:
+    """Held around every change this server makes to the repository's worktrees (adding,
+    removing, undoing an add cut short), by every process sharing the repository: git writes a
+    new worktree's administrative directory file by file, and another ``git worktree`` command
+    that reads it meanwhile (an empty ``commondir``) fails. An exclusive ``flock`` in the
+    repository's git directory, polled so that a cancelled wait takes nothing."""
+    descriptor = os.open(common / REPOSITORY_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 async def has_branch(main: str, branch: str) -> bool:

@@ -21,7 +21,17 @@ from app.runtime.sessions import SessionService, project_id
 from app.runtime.worktrees import _adds as adds
 from app.runtime.worktrees import _fills as fills
 from app.runtime.worktrees._fills import FillClaim, PendingFill
-from app.runtime.worktrees._git import SLOW_S, Listed, common_dir, default_target, git, has_branch, worktrees
+from app.runtime.worktrees._git import (
+    SLOW_S,
+    Listed,
+    Ran,
+    common_dir,
+    default_target,
+    git,
+    has_branch,
+    repository_lock,
+    worktrees,
+)
 from app.runtime.worktrees._names import candidates, slug
 from app.runtime.worktrees._requests import RequestMark, made_for, mark
 from app.wire import Worktree
@@ -134,7 +144,7 @@ class Worktrees:
                 fill = PendingFill(info, main, (start_command or "").strip())
                 request = None if request_key is None else RequestMark(request_key, asked, info)
                 await asyncio.to_thread(journal.write, fill, request)
-                added = await git(main, "worktree", "add", "--no-checkout", "-b", branch, str(target))
+                added = await _added(main, branch, target)
                 if not added.ok:
                     await asyncio.to_thread(journal.settle)
                     raise _failed("CreateFailed", added.problem("Failed to create git worktree"))
@@ -202,13 +212,15 @@ class Worktrees:
                     await asyncio.to_thread(cut.journal.settle)
                 elif (common := await common_dir(cut.fill.main)) is None:
                     continue  # the repository is unreadable now: the next sweep looks again
-                elif (admin := await asyncio.to_thread(adds.added_whole, common, cut.fill)) is not None:
+                else:
+                    async with repository_lock(common):
+                        if (admin := await asyncio.to_thread(adds.added_whole, common, cut.fill)) is None:
+                            await self._undo_add(common, cut.fill, cut.journal)
+                            continue
                     log.info("recording worktree %s, whose add was cut short", admin)
                     held = await asyncio.to_thread(_noted, cut.fill, cut.request, cut.journal)
                     if held is not None:
                         recorded.append((cut.fill, held))
-                else:
-                    await self._undo_add(common, cut.fill, cut.journal)
             except Exception:
                 log.exception("could not finish the add of %s", cut.journal.path)
             finally:
@@ -361,9 +373,9 @@ class Worktrees:
             await self._end_tasks(directory)
             await self._dispose(entry.path)
             async with self._lock(self._project_locks, pid):
-                removed = await git(main, "worktree", "remove", "--force", entry.path, timeout=SLOW_S)
+                removed = await _removed(main, entry.path)
                 if not removed.ok and await _git_file_restored(main, entry.real):
-                    removed = await git(main, "worktree", "remove", "--force", entry.path, timeout=SLOW_S)
+                    removed = await _removed(main, entry.path)
                 if not removed.ok:
                     raise _failed("RemoveFailed", removed.problem("Failed to remove git worktree"))
                 await asyncio.to_thread(_remove_leftovers, Path(entry.real), Path(os.path.realpath(self._home(pid))))
@@ -401,6 +413,29 @@ def _noted(fill: PendingFill, request: RequestMark | None, journal: adds.Adding)
             held.release()
         raise
     return held
+
+
+async def _added(main: str, branch: str, target: Path) -> Ran:
+    """``git worktree add`` of ``target`` on the new ``branch``, under the repository's lock. A
+    failed add is undone, branch included: git creates the branch before the worktree and keeps
+    it when the worktree fails."""
+    common = await common_dir(main)
+    if common is None:
+        return Ran(128, "", "fatal: not a git repository\n")
+    async with repository_lock(common):
+        added = await git(main, "worktree", "add", "--no-checkout", "-b", branch, str(target))
+        if not added.ok and "already exists" not in added.err:  # else the branch is another's
+            await git(main, "branch", "-D", branch)  # checked free before the add; git keeps one in use
+        return added
+
+
+async def _removed(main: str, tree: str) -> Ran:
+    """``git worktree remove --force`` of ``tree``, under the repository's lock."""
+    common = await common_dir(main)
+    if common is None:
+        return Ran(128, "", "fatal: not a git repository\n")
+    async with repository_lock(common):
+        return await git(main, "worktree", "remove", "--force", tree, timeout=SLOW_S)
 
 
 def _before_reset(tree: str) -> None:
