@@ -382,6 +382,23 @@ def test_a_failed_add_leaves_no_branch_and_adds_wait_for_the_repositorys_lock(
         os.close(lock)
 
 
+def test_a_repository_whose_worktrees_git_cannot_list_is_refused_in_gits_words(
+    client: httpx.Client, project_dir: Path
+) -> None:
+    """A half-written worktree the server did not make (a user's ``git worktree add`` killed
+    midway) breaks ``git worktree list`` for the whole repository: a create answers what git
+    says, not that the project is not a git repository."""
+    _repository(project_dir)
+    broken = project_dir / ".git" / "worktrees" / "theirs"
+    broken.mkdir(parents=True)
+    (broken / "gitdir").write_text("/elsewhere/theirs/.git\n")
+    (broken / "commondir").write_text("")
+    refused = client.post("/experimental/worktree", json={"name": "mine"})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["name"] == "WorktreeCreateFailedError" and "commondir" in refused.text, refused.text
+    assert broken.exists()  # not the server's to remove
+
+
 def test_a_start_command_that_leaves_a_server_running_does_not_hold_up_the_next(
     server: ThreadServer,
     client: httpx.Client,

@@ -75,15 +75,19 @@ class Worktrees:
 
     # -- what every operation checks --------------------------------------------------------------
 
-    async def _project(self, directory: str) -> tuple[str, list[Listed]]:
+    async def _project(self, directory: str, kind: str) -> tuple[str, list[Listed]]:
         """``directory``'s project id and the worktrees git lists (the main tree first);
-        ``WorktreeNotGitError`` outside a git repository."""
+        ``WorktreeNotGitError`` outside a git repository, ``Worktree<kind>Error`` with git's
+        words in one whose worktrees git cannot list."""
         listed = await worktrees(directory)
         if listed is None and (pid := await project_id(directory)) != "global":
             # A git repository whose worktrees git cannot list: an add cut short by a kill may
             # have left a half-written administrative directory, which the sweep removes.
             await self._fill_cut_short([self._home(pid)])
             listed = await worktrees(directory)
+            if listed is None:
+                unlisted = await git(directory, "worktree", "list")
+                raise _failed(kind, unlisted.problem("Failed to list git worktrees"))
         if not listed:
             raise _failed("NotGit", NOT_GIT)
         return await project_id(listed[0].path), listed
@@ -126,7 +130,7 @@ class Worktrees:
         """Add the worktree on a new branch at the main tree's HEAD and answer; it is filled in
         the background (``worktree.ready``/``worktree.failed``), then the start commands run.
         With ``request_key``, the worktree an earlier copy of the request made, if any."""
-        pid, listed = await self._project(directory)
+        pid, listed = await self._project(directory, "CreateFailed")
         main = listed[0].path
         home = self._home(pid)
         asked = dumps([name, start_command])
@@ -308,7 +312,7 @@ class Worktrees:
         """Move the worktree ``directory`` of ``instance``'s project (and its branch) to the
         default branch and drop every local change, as OpenCode does; then the start commands
         run again, in the background."""
-        pid, listed = await self._project(instance)
+        pid, listed = await self._project(instance, "ResetFailed")
         main = listed[0].path
         entry = await self._entry(directory, pid, listed, "ResetFailed")
         if entry is None:
@@ -359,7 +363,7 @@ class Worktrees:
         its branch, and drop it from the project. A directory that does not exist is done
         already; one that exists but is no worktree of this project is refused and left as it
         is (OpenCode would delete it)."""
-        pid, listed = await self._project(instance)
+        pid, listed = await self._project(instance, "RemoveFailed")
         main = listed[0].path
         entry = await self._entry(directory, pid, listed, "RemoveFailed")
         if entry is None:
