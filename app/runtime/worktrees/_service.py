@@ -212,24 +212,31 @@ class Worktrees:
         recorded: Claimed = []
         for cut in await asyncio.to_thread(adds.adds_cut_short, homes):
             try:
-                if cut.fill is None:
-                    await asyncio.to_thread(cut.journal.settle)
-                elif (common := await common_dir(cut.fill.main)) is None:
-                    continue  # the repository is unreadable now: the next sweep looks again
-                else:
-                    async with repository_lock(common):
-                        if (admin := await asyncio.to_thread(adds.added_whole, common, cut.fill)) is None:
-                            await self._undo_add(common, cut.fill, cut.journal)
-                            continue
-                    log.info("recording worktree %s, whose add was cut short", admin)
-                    held = await asyncio.to_thread(_noted, cut.fill, cut.request, cut.journal)
-                    if held is not None:
-                        recorded.append((cut.fill, held))
+                if (held := await self._finish_add(cut)) is not None:
+                    recorded.append(held)
             except Exception:
                 log.exception("could not finish the add of %s", cut.journal.path)
             finally:
                 cut.journal.release()
         return recorded
+
+    async def _finish_add(self, cut: adds.AddCutShort) -> tuple[PendingFill, FillClaim] | None:
+        """The fill of an add cut short that git finished, recorded and claimed; None once what
+        git began of one it did not finish is removed (or when the journal must wait)."""
+        if cut.fill is None:  # its maker died before it wrote the journal: nothing was added
+            await asyncio.to_thread(cut.journal.settle)
+            return None
+        common = await common_dir(cut.fill.main)
+        if common is None:
+            return None  # the repository is unreadable now: the next sweep looks again
+        async with repository_lock(common):
+            admin = await asyncio.to_thread(adds.added_whole, common, cut.fill)
+            if admin is None:
+                await self._undo_add(common, cut.fill, cut.journal)
+                return None
+        log.info("recording worktree %s, whose add was cut short", admin)
+        held = await asyncio.to_thread(_noted, cut.fill, cut.request, cut.journal)
+        return None if held is None else (cut.fill, held)
 
     @staticmethod
     async def _undo_add(common: Path, fill: PendingFill, journal: adds.Adding) -> None:
