@@ -399,6 +399,16 @@ def test_a_repository_whose_worktrees_git_cannot_list_is_refused_in_gits_words(
     assert broken.exists()  # not the server's to remove
 
 
+def test_a_repository_lock_that_cannot_be_opened_does_not_fail_the_add(client: httpx.Client, project_dir: Path) -> None:
+    """Where the lock file that serializes the adds cannot be opened (a read-only git directory;
+    here, as root, a directory in its place), the add goes on without it, and git says whatever
+    else it cannot do: never a 500."""
+    _repository(project_dir)
+    (project_dir / ".git" / "opensession-worktrees.lock").mkdir()
+    made = client.post("/experimental/worktree", json={"name": "unlocked"})
+    assert made.status_code == 200, made.text
+
+
 def test_a_start_command_that_leaves_a_server_running_does_not_hold_up_the_next(
     server: ThreadServer,
     client: httpx.Client,

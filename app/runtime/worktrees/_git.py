@@ -129,8 +129,13 @@ async def repository_lock(common: Path) -> AsyncIterator[None]:
     removing, undoing an add cut short), by every process sharing the repository: git writes a
     new worktree's administrative directory file by file, and another ``git worktree`` command
     that reads it meanwhile (an empty ``commondir``) fails. An exclusive ``flock`` in the
-    repository's git directory, polled so that a cancelled wait takes nothing."""
-    descriptor = os.open(common / REPOSITORY_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    repository's git directory, polled so that a cancelled wait takes nothing. Where that
+    directory is not writable, nothing is locked: git then says what it cannot do."""
+    try:
+        descriptor = os.open(common / REPOSITORY_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield
+        return
     try:
         while True:
             try:
