@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.helpers import assistant_text, create_session, text_prompt, wait_until
+from tests.helpers import assistant_text, create_session, git_repository, text_prompt, wait_until
 from tests.servers import ThreadServer, thread_server
 from tests.sse import EventCollector
 
@@ -173,3 +173,26 @@ def test_projects_are_listed_on_a_full_disk(full_server: ThreadServer, disk: Dis
         assert listed.json()[0]["worktree"] == str(elsewhere)
         disk.free()
         assert client.get("/project", params={"directory": str(elsewhere)}).status_code == 200
+
+
+def test_a_worktree_create_on_a_full_disk_is_refused_and_leaves_nothing_behind(
+    settings: Settings, disk: Disk, project_dir: Path
+) -> None:
+    """The data directory, where worktrees and their adds' journals go, is on the full disk: the
+    create is a 400 naming the disk, not a 500, and leaves no journal or branch; once there is
+    room the same name is free."""
+    (project_dir / "committed.txt").write_text("from the main tree\n")
+    git_repository(project_dir)
+    on_disk = settings.model_copy(update={"data_dir": str(disk.root / "data")})
+    with thread_server(on_disk) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        assert client.post("/experimental/worktree", json={"name": "first"}).status_code == 200
+        disk.fill()
+        refused = client.post("/experimental/worktree", json={"name": "full"})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["name"] == "WorktreeCreateFailedError" and "No space left" in refused.text
+        branches = subprocess.run(["git", "branch", "--list", "opencode/*"], cwd=project_dir, capture_output=True)
+        assert b"opencode/full" not in branches.stdout
+        assert not list((disk.root / "data" / "worktree").glob("*/.*.adding"))
+        disk.free()
+        made = client.post("/experimental/worktree", json={"name": "full"})
+        assert made.status_code == 200 and made.json()["name"] == "full", made.text

@@ -55,6 +55,11 @@ def _failed(kind: str, message: str) -> WorktreeFailed:
     return WorktreeFailed(f"Worktree{kind}Error", message)
 
 
+def _unwritable(exc: OSError) -> WorktreeFailed:
+    """A create refused because the data directory cannot be written (a full disk)."""
+    return _failed("CreateFailed", f"Cannot write to the data directory: {exc.strerror}")
+
+
 class Worktrees:
     """One per runtime. ``data_dir`` holds the worktrees (``worktree/<project id>/<name>``);
     ``dispose`` is called before a worktree is removed."""
@@ -140,14 +145,21 @@ class Worktrees:
                 if (made := await asyncio.to_thread(made_for, home, request_key, asked)) is not None:
                     await self._sessions.change_sandboxes(main, add=made["directory"])
                     return made
-            await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
+            try:
+                await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise _unwritable(exc) from exc
             chosen, journal = await self._free_name(home, main, slug(name or ""))
             try:
                 target, branch = home / chosen, BRANCH_PREFIX + chosen
                 info: Worktree = {"name": chosen, "branch": branch, "directory": str(target)}
                 fill = PendingFill(info, main, (start_command or "").strip())
                 request = None if request_key is None else RequestMark(request_key, asked, info)
-                await asyncio.to_thread(journal.write, fill, request)
+                try:
+                    await asyncio.to_thread(journal.write, fill, request)
+                except OSError as exc:  # a full disk: nothing was added
+                    await asyncio.to_thread(journal.settle)
+                    raise _unwritable(exc) from exc
                 added = await _added(main, branch, target)
                 if not added.ok:
                     await asyncio.to_thread(journal.settle)
