@@ -41,7 +41,6 @@ import itertools
 import json
 import random
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -57,6 +56,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # ``tests`` starts the cluster, the processes and nginx
+
+from worktree_kills import worktree_problems  # noqa: E402  (beside this script)
 
 from tests.balancer import nginx_binary, shipped_nginx  # noqa: E402
 from tests.helpers import git_repository, text_prompt  # noqa: E402
@@ -270,34 +271,6 @@ def _builder(url: str, record: Record, rng: random.Random, stop: threading.Event
                 directory = sorted(record.worktrees[key])[0]
                 if _until_answered(http, record, "worktree remove", "DELETE", {"directory": directory}) is not None:
                     record.removed.add(directory)
-
-
-def _worktree_problems(http: httpx.Client, project: Path, record: Record) -> list[str]:
-    """Each key made one worktree; what was not removed is listed and filled; nothing else was
-    left behind (a worktree, a branch, an add's journal)."""
-    problems = [f"{key} was answered with {sorted(dirs)}" for key, dirs in record.worktrees.items() if len(dirs) > 1]
-    answered = {directory for dirs in record.worktrees.values() for directory in dirs}
-    kept = answered - record.removed
-    listed = set(http.get("/experimental/worktree").json())
-    git = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=project, capture_output=True, text=True)
-    trees = {line.split(" ", 1)[1] for line in git.stdout.splitlines() if line.startswith("worktree ")} - {str(project)}
-    if git.returncode != 0:
-        problems.append(f"git worktree list fails: {git.stderr.strip()}")
-    problems += [f"worktree {d} is not listed" for d in sorted(kept - listed)]
-    problems += [f"worktree {d} is listed, removed or never answered" for d in sorted(listed - kept)]
-    problems += [f"git has worktree {d}, removed or never answered" for d in sorted(trees - kept)]
-    problems += [f"worktree {d} is not filled" for d in sorted(kept) if not (Path(d) / "committed.txt").exists()]
-    branches = subprocess.run(
-        ["git", "branch", "--list", "opencode/*", "--format=%(refname:short)"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    names = {f"opencode/{Path(d).name}" for d in kept}
-    problems += [f"branch {b} is left with no worktree" for b in sorted(set(branches) - names)]
-    homes = {Path(d).parent for d in answered}
-    problems += [f"add journal {j} is left" for home in homes for j in sorted(home.glob(".*.adding"))]
-    return problems
 
 
 def _idle(http: httpx.Client, session_id: str, stop: threading.Event) -> bool:
@@ -533,8 +506,8 @@ def _drive(
             follower.join(timeout=15)
         busy_left = [f"still busy after {SETTLE_S:g} s: {busy}"] if busy else []
         time.sleep(WORKTREE_SWEEP_S)  # the adds and fills a death cut short are finished by then
-        worktree_problems = _worktree_problems(http, project, record)
-        return _problems(http, sessions, record) + record.undo_problems + worktree_problems + busy_left
+        trees = worktree_problems(url, project, record.worktrees, record.removed)
+        return _problems(http, sessions, record) + record.undo_problems + trees + busy_left
 
 
 def _nginx_errors(log: Path, record: Record) -> None:

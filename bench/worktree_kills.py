@@ -86,26 +86,42 @@ def _killer(servers: list[ProcessServer], seen: Seen, rng: random.Random, until:
         victim.start()
 
 
-def _git(project: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=project, capture_output=True, text=True, check=True).stdout
+def _git(cwd: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
 
 
-def _check(url: str, project: Path, data: Path, seen: Seen) -> None:
-    problems = seen.problems
-    problems += [f"{key} was answered with {sorted(dirs)}" for key, dirs in seen.answers.items() if len(dirs) > 1]
-    answered = {directory for dirs in seen.answers.values() for directory in dirs}
+def _filled(tree: str) -> bool:
+    """Whether the worktree holds its branch's files: git sees no change (an unfilled one,
+    added without a checkout, has every file deleted)."""
+    status = _git(tree, "status", "--porcelain")
+    return status.returncode == 0 and not status.stdout.strip()
+
+
+def worktree_problems(url: str, project: Path, answers: dict[str, set[str]], removed: set[str]) -> list[str]:
+    """What broke, once the processes have swept what deaths cut short: a key answered with more
+    than one worktree (``answers``: key -> worktrees); an answered worktree not ``removed`` that
+    git, the project's listing or its fill lacks; a worktree, branch or add's journal that no
+    answer accounts for. Also used by ``bench/chaos.py``."""
+    problems = [f"{key} was answered with {sorted(dirs)}" for key, dirs in answers.items() if len(dirs) > 1]
+    answered = {directory for dirs in answers.values() for directory in dirs}
+    kept = answered - removed
     listed = set(httpx.get(f"{url}/experimental/worktree", timeout=30).json())
-    porcelain = _git(project, "worktree", "list", "--porcelain").splitlines()
-    trees = {line.split(" ", 1)[1] for line in porcelain if line.startswith("worktree ")} - {str(project)}
-    problems += [f"git's worktree {tree} was never answered" for tree in sorted(trees - answered)]
-    problems += [f"answered worktree {tree} is not git's" for tree in sorted(answered - trees)]
-    problems += [f"git's worktree {tree} is not listed" for tree in sorted(trees - listed)]
-    problems += [f"listed worktree {tree} is not git's" for tree in sorted(listed - trees)]
-    files = FILES[0] * FILES[1]
-    problems += [f"{tree} is not filled" for tree in sorted(trees) if len(list(Path(tree).rglob("f*.txt"))) != files]
-    branches = set(_git(project, "branch", "--list", "opencode/*", "--format=%(refname:short)").split())
-    problems += [f"branch {b} has no worktree" for b in sorted(branches - {f"opencode/{Path(t).name}" for t in trees})]
-    problems += [f"journal {j} is left" for j in sorted(data.glob("worktree/*/.*.adding"))]
+    porcelain = _git(project, "worktree", "list", "--porcelain")
+    if porcelain.returncode != 0:
+        problems.append(f"git worktree list fails: {porcelain.stderr.strip()}")
+    trees = {line.split(" ", 1)[1] for line in porcelain.stdout.splitlines() if line.startswith("worktree ")}
+    trees.discard(str(project))
+    problems += [f"worktree {tree} is not listed" for tree in sorted(kept - listed)]
+    problems += [f"worktree {tree} is listed, removed or never answered" for tree in sorted(listed - kept)]
+    problems += [f"git has worktree {tree}, removed or never answered" for tree in sorted(trees - kept)]
+    problems += [f"worktree {tree} is not git's" for tree in sorted(kept - trees)]
+    problems += [f"worktree {tree} is not filled" for tree in sorted(kept & trees) if not _filled(tree)]
+    branches = set(_git(project, "branch", "--list", "opencode/*", "--format=%(refname:short)").stdout.split())
+    names = {f"opencode/{Path(tree).name}" for tree in kept}
+    problems += [f"branch {branch} is left with no worktree" for branch in sorted(branches - names)]
+    homes = {Path(tree).parent for tree in answered}
+    problems += [f"add journal {journal} is left" for home in homes for journal in sorted(home.glob(".*.adding"))]
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             for thread in threads:
                 thread.join()
             time.sleep(SWEEP_WAIT_S)
-            _check(servers[0].url, project, data, seen)
+            seen.problems += worktree_problems(servers[0].url, project, seen.answers, set())
         finally:
             for server in servers:
                 server.stop()
