@@ -28,7 +28,10 @@ Everything runs on 127.0.0.1 (a throw-away PostgreSQL cluster from the system's 
 the processes) and is removed on exit; the loops end after ``--seconds``. From the repository
 root::
 
-    python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1] [--pause 2,5]
+    python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1] [--pause 2,5] [--rtt-ms 1]
+
+``--rtt-ms`` puts ``bench/delay_proxy.py`` between the processes and PostgreSQL (a database on
+another machine): timing windows that loopback keeps too narrow to hit open up.
 
 The problems it found are fixed (bench/README.md, "Chaos probe").
 """
@@ -57,7 +60,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # ``tests`` starts the cluster, the processes and nginx
 
-from worktree_kills import worktree_problems  # noqa: E402  (beside this script)
+from cluster import DelayedLink  # noqa: E402  (beside this script)
+from worktree_kills import worktree_problems  # noqa: E402
 
 from tests.balancer import nginx_binary, shipped_nginx  # noqa: E402
 from tests.helpers import git_repository, text_prompt  # noqa: E402
@@ -541,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
         default=(2.0, 5.0),
         help="the seconds between two failures, drawn between MIN,MAX (default 2,5)",
     )
+    parser.add_argument(
+        "--rtt-ms", type=float, default=0.0, help="round trip added to the database link (default none)"
+    )
     options = parser.parse_args(argv)
     nginx = nginx_binary()
     cluster = start_cluster()
@@ -557,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
         git_repository(base / "project")
         (base / "config").mkdir()
         url = cluster.create_database()
+        link = DelayedLink(cluster, options.rtt_ms, base / "link-stats") if options.rtt_ms else None
+        if link is not None:
+            url = link.url(url)
         servers = [process_server(url, base / "project", base / "config") for _ in range(options.processes)]
         try:
             start_together(*servers)
@@ -568,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for server in servers:
                 server.stop()
+            if link is not None:
+                link.stop()
             cluster.stop()
     admitted = sum(len(texts) for texts in record.admitted.values())
     print(f"prompts admitted (204): {admitted}; answered 5xx or cut off: {len(record.unsure)}")

@@ -1,15 +1,18 @@
-"""Worktree creates under fast kills: a probe for the adds a death cuts short.
+"""Worktree creates and removals under fast kills: a probe for the adds and removals a death
+cuts short.
 
 Server processes on one throw-away PostgreSQL database share a data directory and a git project;
 ``--clients`` clients make worktrees back to back, each with an Idempotency-Key, sending a
-request again (to a process at random) until it is answered, and now and then once more after;
-meanwhile a random process gets ``kill -9`` every 0.05-1 s and is started again. It lands inside
-``git worktree add`` far more often than ``bench/chaos.py`` does (every 2-5 s).
+request again (to a process at random) until it is answered, and now and then once more after,
+and remove some of them (sent again until answered); meanwhile a random process gets ``kill -9``
+every 0.05-1 s and is started again. It lands inside ``git worktree add`` and ``remove`` far more
+often than ``bench/chaos.py`` does (every 2-5 s).
 
 Then, once the processes have swept what was cut short, it checks: each key was answered with one
-worktree; git's worktrees, the project's listing and the answered worktrees are the same; each is
-filled; no branch is left without its worktree, and no add's journal is left. The exit status is
-1 when something broke. Everything runs on 127.0.0.1 and is removed on exit::
+worktree; git's worktrees, the project's listing and the answered worktrees not removed are the
+same; each is filled; no branch is left without its worktree, and no journal (of an add or a
+removal) is left. The exit status is 1 when something broke. Everything runs on 127.0.0.1 and is
+removed on exit::
 
     python bench/worktree_kills.py [--seconds 60] [--processes 2] [--clients 3] [--seed 1]
 """
@@ -38,11 +41,13 @@ from tests.servers import ProcessServer, process_server, start_together  # noqa:
 FILES = (20, 100)  # folders x files of the project: a fill takes a moment
 SWEEP_WAIT_S = 12.0  # two sweeps of every process (app/runtime/worktrees/_fills.py)
 RETRIES = 20
+REMOVED = 0.4  # the share of the worktrees made that are removed
 
 
 @dataclass
 class Seen:
     answers: dict[str, set[str]] = field(default_factory=dict)  # key -> worktrees answered
+    removed: set[str] = field(default_factory=set)  # worktrees whose removal was answered
     problems: list[str] = field(default_factory=list)
     kills: int = 0
 
@@ -68,12 +73,33 @@ def _client(servers: list[ProcessServer], name: str, seen: Seen, rng: random.Ran
                 seen.answers.setdefault(key, set()).add(answer.json()["directory"])
                 sends -= 1
                 if not sends:
+                    if rng.random() < REMOVED:
+                        _remove(servers, answer.json()["directory"], seen, rng)
                     break
             elif answer.status_code != 503:  # 503: the database was away; anything else is a bug
                 seen.problems.append(f"{key}: {answer.status_code} {answer.text[:200]}")
                 break
             else:
                 time.sleep(0.2)
+
+
+def _remove(servers: list[ProcessServer], tree: str, seen: Seen, rng: random.Random) -> None:
+    """Remove ``tree``, sending the request again until it is answered."""
+    for _ in range(RETRIES):
+        try:
+            answer = httpx.request(
+                "DELETE", f"{rng.choice(servers).url}/experimental/worktree", json={"directory": tree}, timeout=30
+            )
+        except httpx.HTTPError:
+            time.sleep(0.2)
+            continue
+        if answer.status_code == 200:
+            seen.removed.add(tree)
+            return
+        if answer.status_code != 503:
+            seen.problems.append(f"removing {tree}: {answer.status_code} {answer.text[:200]}")
+            return
+        time.sleep(0.2)
 
 
 def _killer(servers: list[ProcessServer], seen: Seen, rng: random.Random, until: float) -> None:
@@ -100,8 +126,8 @@ def _filled(tree: str) -> bool:
 def worktree_problems(url: str, project: Path, answers: dict[str, set[str]], removed: set[str]) -> list[str]:
     """What broke, once the processes have swept what deaths cut short: a key answered with more
     than one worktree (``answers``: key -> worktrees); an answered worktree not ``removed`` that
-    git, the project's listing or its fill lacks; a worktree, branch or add's journal that no
-    answer accounts for. Also used by ``bench/chaos.py``."""
+    git, the project's listing or its fill lacks; a worktree, branch or journal (of an add or a
+    removal) that no answer accounts for. Also used by ``bench/chaos.py``."""
     problems = [f"{key} was answered with {sorted(dirs)}" for key, dirs in answers.items() if len(dirs) > 1]
     answered = {directory for dirs in answers.values() for directory in dirs}
     kept = answered - removed
@@ -120,7 +146,7 @@ def worktree_problems(url: str, project: Path, answers: dict[str, set[str]], rem
     names = {f"opencode/{Path(tree).name}" for tree in kept}
     problems += [f"branch {branch} is left with no worktree" for branch in sorted(branches - names)]
     homes = {Path(tree).parent for tree in answered}
-    problems += [f"add journal {journal} is left" for home in homes for journal in sorted(home.glob(".*.adding"))]
+    problems += [f"journal {journal} is left" for home in homes for journal in sorted(home.glob(".*.*ing"))]
     return problems
 
 
@@ -157,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             for thread in threads:
                 thread.join()
             time.sleep(SWEEP_WAIT_S)
-            seen.problems += worktree_problems(servers[0].url, project, seen.answers, set())
+            seen.problems += worktree_problems(servers[0].url, project, seen.answers, seen.removed)
         finally:
             for server in servers:
                 server.stop()
             cluster.stop()
-    print(f"keys {len(seen.answers)}, kills {seen.kills}, problems: {len(seen.problems)}")
+    print(f"keys {len(seen.answers)}, removed {len(seen.removed)}, kills {seen.kills}, problems: {len(seen.problems)}")
     for problem in seen.problems[:30]:
         print(f"  {problem}")
     return 1 if seen.problems else 0

@@ -252,21 +252,19 @@ def test_kill_9_while_a_new_worktree_fills_fills_it_at_the_next_start(
         server.stop()
 
 
-def test_kill_9_right_after_git_added_a_worktree_is_finished_and_its_retry_answers_it(
-    tmp_path: Path, project_dir: Path, config_dir: Path
-) -> None:
-    """A server killed after ``git worktree add`` and before it recorded the fill left a worktree
-    that nothing filled or listed, and the request's retry (nginx passes it on with its
-    Idempotency-Key) added a second one. A ``git`` in front of the real one holds the first add's
-    process there; the next start finishes that worktree, and the retry answers it."""
+def _server_whose_git_holds(
+    command: str, tmp_path: Path, project_dir: Path, config_dir: Path
+) -> tuple[ProcessServer, Path]:
+    """A server started on a new git project, with a ``git`` in front of the real one that holds
+    its process after the first ``git <command>`` is done (60 s), and the file that says so."""
     (project_dir / "committed.txt").write_text("from the main tree\n")
     git_repository(project_dir)
-    wrapper, added = tmp_path / "bin", tmp_path / "added"
+    wrapper, held = tmp_path / "bin", tmp_path / "held"
     wrapper.mkdir()
     (wrapper / "git").write_text(
         f"""#!/bin/sh
 {shutil.which("git")} "$@"; code=$?
-case " $* " in *" worktree add "*) [ -e {added} ] || {{ touch {added}; sleep 60; }};; esac
+case " $* " in *" {command} "*) [ -e {held} ] || {{ touch {held}; sleep 60; }};; esac
 exit $code
 """
     )
@@ -274,6 +272,17 @@ exit $code
     server = process_server(f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}", project_dir, config_dir)
     server.env["PATH"] = f"{wrapper}:{os.environ['PATH']}"
     server.start()
+    return server, held
+
+
+def test_kill_9_right_after_git_added_a_worktree_is_finished_and_its_retry_answers_it(
+    tmp_path: Path, project_dir: Path, config_dir: Path
+) -> None:
+    """A server killed after ``git worktree add`` and before it recorded the fill left a worktree
+    that nothing filled or listed, and the request's retry (nginx passes it on with its
+    Idempotency-Key) added a second one. A ``git`` in front of the real one holds the first add's
+    process there; the next start finishes that worktree, and the retry answers it."""
+    server, added = _server_whose_git_holds("worktree add", tmp_path, project_dir, config_dir)
     body, keyed = {"name": "held"}, {"Idempotency-Key": "add-once"}
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
@@ -300,6 +309,45 @@ exit $code
             assert branches.stdout.split() == ["opencode/held"]
             removed = client.request("DELETE", "/experimental/worktree", json={"directory": str(tree)})
             assert removed.status_code == 200 and not tree.exists(), removed.text
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("retried", [True, False])
+@pytest.mark.parametrize("step", ["worktree remove", "branch -D"])
+def test_kill_9_mid_removal_of_a_worktree_is_finished(
+    step: str, retried: bool, tmp_path: Path, project_dir: Path, config_dir: Path
+) -> None:
+    """A server killed between the steps of a worktree's removal (git removed the tree, or also
+    the branch) left the branch or the project's entry behind, and the request's retry, finding
+    no worktree, answered that it was removed. A ``git`` in front of the real one holds the
+    removal's process after ``step``; after the restart, with or without the retry, the worktree,
+    its branch and its entry are gone."""
+    server, held = _server_whose_git_holds(step, tmp_path, project_dir, config_dir)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            made = client.post("/experimental/worktree", json={"name": "going"})
+            assert made.status_code == 200, made.text
+            tree = Path(made.json()["directory"])
+            wait_until(lambda: (tree / "committed.txt").exists(), timeout=30)
+            with ThreadPoolExecutor(1) as pool:
+                first = pool.submit(client.request, "DELETE", "/experimental/worktree", json={"directory": str(tree)})
+                wait_until(held.exists, timeout=30)
+                server.kill9()
+                with pytest.raises(httpx.TransportError):
+                    first.result()
+            server.start()
+            if retried:
+                again = client.request("DELETE", "/experimental/worktree", json={"directory": str(tree)})
+                assert again.status_code == 200 and again.json() is True, again.text
+            assert client.get("/experimental/worktree").json() == []
+        branches = subprocess.run(
+            ["git", "branch", "--list", "opencode/*"], cwd=project_dir, capture_output=True, text=True, check=True
+        )
+        assert branches.stdout == ""
+        assert not tree.exists() and list(tree.parent.glob(".*")) == []
+        listed = subprocess.run(["git", "worktree", "list"], cwd=project_dir, capture_output=True, text=True)
+        assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 1, listed
     finally:
         server.stop()
 

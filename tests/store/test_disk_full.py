@@ -178,9 +178,9 @@ def test_projects_are_listed_on_a_full_disk(full_server: ThreadServer, disk: Dis
 def test_a_worktree_create_on_a_full_disk_is_refused_and_leaves_nothing_behind(
     settings: Settings, disk: Disk, project_dir: Path
 ) -> None:
-    """The data directory, where worktrees and their adds' journals go, is on the full disk: the
-    create is a 400 naming the disk, not a 500, and leaves no journal or branch; once there is
-    room the same name is free."""
+    """The data directory, where worktrees and their journals go, is on the full disk: the create
+    is a 400 naming the disk, not a 500, and leaves no journal or branch; a removal, which frees
+    room, goes on without its journal; once there is room the same name is free."""
     (project_dir / "committed.txt").write_text("from the main tree\n")
     git_repository(project_dir)
     on_disk = settings.model_copy(update={"data_dir": str(disk.root / "data")})
@@ -193,6 +193,10 @@ def test_a_worktree_create_on_a_full_disk_is_refused_and_leaves_nothing_behind(
         branches = subprocess.run(["git", "branch", "--list", "opencode/*"], cwd=project_dir, capture_output=True)
         assert b"opencode/full" not in branches.stdout
         assert not list((disk.root / "data" / "worktree").glob("*/.*.adding"))
+        first = client.get("/experimental/worktree").json()[0]  # a removal frees room: it goes on
+        removed = client.request("DELETE", "/experimental/worktree", json={"directory": first})
+        assert removed.status_code == 200 and client.get("/experimental/worktree").json() == [], removed.text
+        assert not Path(first).exists() and not list((disk.root / "data" / "worktree").glob("*/.*"))
         disk.free()
         made = client.post("/experimental/worktree", json={"name": "full"})
         assert made.status_code == 200 and made.json()["name"] == "full", made.text

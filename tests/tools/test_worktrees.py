@@ -285,7 +285,7 @@ def _cut_short_add(tree: Path, main: Path, *, key: str | None = None) -> Worktre
     journal = adds.begin_add(tree)
     assert journal is not None
     request = None if key is None else RequestMark(key, dumps([tree.name, None]), made)
-    journal.write(fills.PendingFill(made, str(main), ""), request)
+    adds.write(journal, fills.PendingFill(made, str(main), ""), request)
     journal.release()
     return made
 
@@ -351,6 +351,57 @@ def test_an_add_cut_short_before_git_made_the_worktree_leaves_nothing_behind(
     assert client.get("/experimental/worktree").json() == []
     again = client.post("/experimental/worktree", json={"name": "begun"}, headers={"Idempotency-Key": "begun-once"})
     assert again.status_code == 200 and again.json()["directory"] == str(tree), again.text
+
+
+def test_a_removal_cut_short_after_git_removed_the_tree_is_finished_by_its_retry(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """What a process sharing the data directory leaves when it dies right after
+    ``git worktree remove``: its journal, the branch and the project's entry. The request's
+    retry (or the sweep, if it comes first) deletes the branch and the entry, and settles the
+    journal; until then no new worktree takes the name."""
+    from app.runtime.worktrees import _removals as removals
+
+    _repository(project_dir)
+    tree = _ready_worktree(server, client, "halfway")
+    real = os.path.realpath(tree)
+    journal = removals.begin_removal(removals.Removal(str(project_dir), str(tree), real, "opencode/halfway"))
+    assert journal is not None
+    journal.release()
+    _git(project_dir, "worktree", "remove", "--force", str(tree))
+    assert removals.begin_removal(removals.Removal(str(project_dir), str(tree), real, None)) is None
+    again = client.request("DELETE", "/experimental/worktree", json={"directory": str(tree)})
+    assert again.status_code == 200 and again.json() is True, again.text
+    assert client.get("/experimental/worktree").json() == []
+    assert _git(project_dir, "branch", "--list", "opencode/*") == ""
+    assert list(tree.parent.glob(".*")) == []
+    made = client.post("/experimental/worktree", json={"name": "halfway"})
+    assert made.status_code == 200 and made.json()["directory"] == str(tree), made.text
+
+
+def test_a_removal_waits_while_another_process_fills_the_worktree(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """A removal sent to one process while another fills the worktree (the create went there)
+    failed halfway: git deleting the tree while another git wrote it ("Directory not empty"),
+    bench/worktree_kills.py. It waits for the filler's claim, which every fill and reset holds."""
+    from app.runtime.worktrees import _fills as fills
+
+    _repository(project_dir)
+    tree = _ready_worktree(server, client, "busy")
+    held = fills.claim(str(tree))  # as the other process's fill holds it
+    assert held is not None
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            removing = pool.submit(client.request, "DELETE", "/experimental/worktree", json={"directory": str(tree)})
+            time.sleep(0.5)
+            assert not removing.done() and tree.exists()
+            held.release()
+            removed = removing.result(timeout=30)
+    finally:
+        held.release()
+    assert removed.status_code == 200 and not tree.exists(), removed.text
+    assert _git(project_dir, "branch", "--list", "opencode/*") == ""
 
 
 def test_a_failed_add_leaves_no_branch_and_adds_wait_for_the_repositorys_lock(

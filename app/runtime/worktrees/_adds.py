@@ -4,12 +4,12 @@ nothing finishes.
 The fill's record (``_fills``) lives in the worktree's git directory, which only exists once
 ``git worktree add`` has made it, and a process killed before it wrote the record left a
 worktree nothing filled or listed, that its request's retry did not recognise. So each add is
-journaled first, beside the worktrees (``<home>/.<name>.adding``: the fill and the request that
-asked for it), under a ``flock`` its maker holds until the fill's record and the request's mark
-are written. A journal whose lock is free is an add cut short: if git finished adding the
-worktree, the record and the mark are written as its maker would have, and it is filled like any
-other fill cut short (and a keyed retry recognises it); if not, what git began is removed. Either
-way the journal then goes.
+journaled first (``_journal``: ``<home>/.<name>.adding``, holding the fill and the request that
+asked for it), locked by its maker until the fill's record and the request's mark are written. A
+journal whose lock is free is an add cut short: if git finished adding the worktree, the record
+and the mark are written as its maker would have, and it is filled like any other fill cut short
+(and a keyed retry recognises it); if not, what git began is removed. Either way the journal then
+goes.
 
 Whether git finished is read from the worktree's administrative directory, not from
 ``git worktree list``: a git killed mid-add can leave that directory half written (an empty
@@ -18,14 +18,14 @@ until it is gone."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.jsonutil import dumps, loads
-from app.runtime.worktrees._fills import PendingFill, locked
+from app.runtime.worktrees import _journal as journals
+from app.runtime.worktrees._fills import PendingFill
+from app.runtime.worktrees._journal import Journal
 from app.runtime.worktrees._requests import RequestMark
 
 ADDING = ".adding"  # the suffix of an add's journal, ``.<name>.adding`` in the project's home
@@ -35,47 +35,20 @@ GIT_ADMIN_FILES = ("gitdir", "commondir", "HEAD")
 GIT_ADDING = "locked"
 
 
-def journal_path(tree: Path) -> Path:
-    return tree.with_name(f".{tree.name}{ADDING}")
-
-
-class Adding:
-    """The journal of one add, locked by the process adding the worktree."""
-
-    def __init__(self, path: Path, descriptor: int) -> None:
-        self.path = path
-        self._descriptor = descriptor
-
-    def write(self, fill: PendingFill, request: RequestMark | None) -> None:
-        """Blocking."""
-        entry = {"fill": asdict(fill), "request": None if request is None else asdict(request)}
-        os.write(self._descriptor, dumps(entry).encode())
-
-    def release(self) -> None:
-        """Let go of the journal, leaving it to be found cut short. Idempotent."""
-        if self._descriptor >= 0:
-            os.close(self._descriptor)
-            self._descriptor = -1
-
-    def settle(self) -> None:
-        """The add is recorded as a fill (or undone): the journal goes. Blocking."""
-        if self._descriptor >= 0:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-        self.release()
-
-
-def begin_add(tree: Path) -> Adding | None:
+def begin_add(tree: Path) -> Journal | None:
     """The journal of adding ``tree``, new and locked; None when one exists (another add of that
     name, or one cut short and not settled yet). Blocking."""
-    path = journal_path(tree)
-    descriptor = locked(path, os.O_CREAT | os.O_EXCL)
-    return None if descriptor is None else Adding(path, descriptor)
+    return journals.begin(tree, ADDING)
+
+
+def write(journal: Journal, fill: PendingFill, request: RequestMark | None) -> None:
+    """Blocking."""
+    journal.write({"fill": asdict(fill), "request": None if request is None else asdict(request)})
 
 
 @dataclass(frozen=True, slots=True)
 class AddCutShort:
-    journal: Adding  # locked by the finder
+    journal: Journal  # locked by the finder
     fill: PendingFill | None  # None: the maker died before it wrote the journal (nothing added)
     request: RequestMark | None
 
@@ -84,14 +57,8 @@ def adds_cut_short(homes: list[Path]) -> list[AddCutShort]:
     """The adds of worktrees in ``homes`` whose maker let go of their journal without settling
     it (it died), each with the journal's lock taken. Blocking."""
     found: list[AddCutShort] = []
-    for path in sorted(path for home in homes for path in home.glob(f".*{ADDING}")):
-        descriptor = locked(path, 0)
-        if descriptor is None:
-            continue  # an add under way, or one another finder took
-        journal = Adding(path, descriptor)
-        try:
-            entry = loads(path.read_text())
-        except (OSError, ValueError):
+    for journal, entry in journals.cut_short(homes, ADDING):
+        if entry is None:
             found.append(AddCutShort(journal, None, None))
             continue
         request = entry["request"]
@@ -133,7 +100,7 @@ def added_whole(common: Path, fill: PendingFill) -> Path | None:
     return admin if whole else None
 
 
-def drop_begun(common: Path, tree: Path, journal: Adding) -> None:
+def drop_begun(common: Path, tree: Path, journal: Journal) -> None:
     """Remove the administrative directory and the tree's directory that an unfinished add left.
     The tree is only removed from the journal's own project home, where the journal put it.
     Blocking."""

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from app.runtime.errors import WorktreeFailed
 from app.runtime.sessions import SessionService, project_id
 from app.runtime.worktrees import _adds as adds
 from app.runtime.worktrees import _fills as fills
+from app.runtime.worktrees import _removals as removals
 from app.runtime.worktrees._fills import FillClaim, PendingFill
 from app.runtime.worktrees._git import (
     SLOW_S,
@@ -29,9 +31,11 @@ from app.runtime.worktrees._git import (
     default_target,
     git,
     has_branch,
+    note_path,
     repository_lock,
     worktrees,
 )
+from app.runtime.worktrees._journal import Journal
 from app.runtime.worktrees._names import candidates, slug
 from app.runtime.worktrees._requests import RequestMark, made_for, mark
 from app.wire import Worktree
@@ -44,6 +48,9 @@ NOT_GIT = "Worktrees are only supported for git projects"
 # filling a tree of 10,000 files took half the time or less on 2 cores (bench/worktrees.py).
 PARALLEL = ("-c", "checkout.workers=0")
 
+# A removal waits this long for another process's fill or reset of the tree to end.
+FILL_WAIT_S = 60.0
+CLAIM_POLL_S = 0.05
 START_OUTPUT_KEPT = 64 * 1024  # the end of a start command's output, for the log when it fails
 
 Dispose = Callable[[str], Awaitable[None]]  # ends what the server runs in a directory going away
@@ -156,7 +163,7 @@ class Worktrees:
                 fill = PendingFill(info, main, (start_command or "").strip())
                 request = None if request_key is None else RequestMark(request_key, asked, info)
                 try:
-                    await asyncio.to_thread(journal.write, fill, request)
+                    await asyncio.to_thread(adds.write, journal, fill, request)
                 except OSError as exc:  # a full disk: nothing was added
                     await asyncio.to_thread(journal.settle)
                     raise _unwritable(exc) from exc
@@ -202,6 +209,7 @@ class Worktrees:
             await self._recover(homes)
 
     async def _recover(self, homes: Homes) -> None:
+        await self._removals_finished(homes)
         found = await self._adds_recorded(homes)
         found += await asyncio.to_thread(fills.claim_cut_short, homes)
         try:
@@ -232,6 +240,24 @@ class Worktrees:
                 cut.journal.release()
         return recorded
 
+    async def _removals_finished(self, homes: Homes) -> None:
+        """Finish the removals cut short in ``homes``; one that cannot be finished now (git
+        refuses, the database is away) is left to the next sweep."""
+        for journal, removal in await asyncio.to_thread(removals.removals_cut_short, homes):
+            try:
+                if removal is None:  # its maker died before it wrote the journal: nothing was done
+                    await asyncio.to_thread(journal.settle)
+                    continue
+                log.info("finishing the removal of worktree %s, cut short", removal.tree)
+                async with self._lock(self._tree_locks, removal.real):  # not the project's: a create holds it
+                    await self._take_apart(removal, Path(os.path.realpath(journal.path.parent)), journal)
+            except WorktreeFailed as failed:
+                log.warning("could not finish the removal of %s: %s", removal and removal.tree, failed)
+            except Exception:
+                log.exception("could not finish the removal of %s", journal.path)
+            finally:
+                journal.release()
+
     async def _finish_add(self, cut: adds.AddCutShort) -> tuple[PendingFill, FillClaim] | None:
         """The fill of an add cut short that git finished, recorded and claimed; None once what
         git began of one it did not finish is removed (or when the journal must wait)."""
@@ -251,7 +277,7 @@ class Worktrees:
         return None if held is None else (cut.fill, held)
 
     @staticmethod
-    async def _undo_add(common: Path, fill: PendingFill, journal: adds.Adding) -> None:
+    async def _undo_add(common: Path, fill: PendingFill, journal: Journal) -> None:
         """Remove what git began of an add it did not finish: the worktree's administrative
         directory first (one half written, an empty ``commondir``, makes git refuse every worktree
         command in the repository), then the tree's directory and the branch."""
@@ -261,10 +287,14 @@ class Worktrees:
         await git(fill.main, "branch", "-D", fill.made["branch"])  # git refuses if a tree uses it
         await asyncio.to_thread(journal.settle)
 
-    async def _free_name(self, home: Path, main: str, base: str) -> tuple[str, adds.Adding]:
-        """A name no worktree, branch or add under way has, with its add's journal begun."""
+    async def _free_name(self, home: Path, main: str, base: str) -> tuple[str, Journal]:
+        """A name no worktree, branch, add or removal under way has, with its add's journal
+        begun. A removal's journal is there from before its tree goes until its branch is gone,
+        so a name whose tree is gone is free once it has neither branch nor removal journal."""
         for candidate in candidates(base):
             if os.path.lexists(home / candidate) or await has_branch(main, BRANCH_PREFIX + candidate):
+                continue
+            if await asyncio.to_thread(removals.removing, home / candidate):  # checked after the tree
                 continue
             if (journal := await asyncio.to_thread(adds.begin_add, home / candidate)) is not None:
                 return candidate, journal
@@ -380,9 +410,12 @@ class Worktrees:
     async def remove(self, instance: str, directory: str) -> bool:
         """End what runs in the worktree ``directory`` of ``instance``'s project, remove it and
         its branch, and drop it from the project. A directory that does not exist is done
-        already; one that exists but is no worktree of this project is refused and left as it
-        is (OpenCode would delete it)."""
+        already (once a removal of it cut short is finished); one that exists but is no worktree
+        of this project is refused and left as it is (OpenCode would delete it)."""
         pid, listed = await self._project(instance, "RemoveFailed")
+        if await asyncio.to_thread(removals.removing, Path(os.path.realpath(directory))):
+            await self._fill_cut_short([self._home(pid)])  # this request's first try, cut short
+            pid, listed = await self._project(instance, "RemoveFailed")
         main = listed[0].path
         entry = await self._entry(directory, pid, listed, "RemoveFailed")
         if entry is None:
@@ -391,26 +424,64 @@ class Worktrees:
             if directory in await self._sessions.sandboxes(pid):
                 await self._sessions.change_sandboxes(main, drop=directory)
             return True
-        async with self._lock(self._tree_locks, entry.real):
-            await self._end_tasks(entry.path)
-            await self._end_tasks(directory)
-            await self._dispose(entry.path)
-            async with self._lock(self._project_locks, pid):
-                removed = await _removed(main, entry.path)
-                if not removed.ok and await _git_file_restored(main, entry.real):
-                    removed = await _removed(main, entry.path)
-                if not removed.ok:
-                    raise _failed("RemoveFailed", removed.problem("Failed to remove git worktree"))
-                await asyncio.to_thread(_remove_leftovers, Path(entry.real), Path(os.path.realpath(self._home(pid))))
-                if entry.branch:
-                    name = entry.branch.removeprefix("refs/heads/")
-                    deleted = await git(main, "branch", "-D", name)
-                    if not deleted.ok:
-                        raise _failed("RemoveFailed", deleted.problem("Failed to delete worktree branch"))
-        await self._sessions.change_sandboxes(main, drop=entry.path)
+        branch = entry.branch.removeprefix("refs/heads/") if entry.branch else None
+        removal = removals.Removal(main, entry.path, entry.real, branch)
+        home = Path(os.path.realpath(self._home(pid)))
+        async with self._lock(self._tree_locks, entry.real), self._lock(self._project_locks, pid):
+            journal: Journal | None = None
+            try:
+                journal = await asyncio.to_thread(removals.begin_removal, removal)
+                if journal is None:
+                    raise _failed("RemoveFailed", "The worktree is being removed by another process")
+            except OSError as exc:  # a full disk, which the removal relieves: it goes on unjournaled
+                log.warning("removing worktree %s without a journal: %s", entry.path, exc)
+            try:
+                await self._take_apart(removal, home, journal, wait=FILL_WAIT_S)
+            except WorktreeFailed:
+                if journal is not None:  # answered: the client, not the sweep, decides what next
+                    await asyncio.to_thread(journal.settle)
+                raise
+            finally:
+                if journal is not None:
+                    journal.release()
         if directory != entry.path:
             await self._sessions.change_sandboxes(main, drop=directory)
         return True
+
+    async def _take_apart(
+        self, removal: removals.Removal, home: Path, journal: Journal | None, *, wait: float = 0.0
+    ) -> None:
+        """Do what is left of ``removal`` (of a tree in ``home``, the project's real worktree
+        directory), each step only if it is still to do: end what runs in the tree, take its
+        files' claim (waiting up to ``wait`` seconds while another process fills or resets it),
+        remove it from git and what git left of its directory, delete its branch, drop it from
+        the project; then settle the journal. A step that fails raises, leaving the journal."""
+        await self._end_tasks(removal.tree)
+        await self._dispose(removal.tree)
+        common = await common_dir(removal.main)
+        if common is None:
+            raise _failed("RemoveFailed", "fatal: not a git repository\n")
+        held = await _files_claimed(removal.real, wait)
+        try:
+            async with repository_lock(common):
+                listed = await worktrees(removal.main)
+                if listed is None or any(e.real == removal.real for e in listed):
+                    removed = await _removed(removal.main, removal.tree)
+                    if not removed.ok and await asyncio.to_thread(_write_git_file, common, Path(removal.real)):
+                        removed = await _removed(removal.main, removal.tree)
+                    if not removed.ok:
+                        raise _failed("RemoveFailed", removed.problem("Failed to remove git worktree"))
+                await asyncio.to_thread(_remove_leftovers, Path(removal.real), home)
+                if removal.branch and await has_branch(removal.main, removal.branch):
+                    deleted = await git(removal.main, "branch", "-D", removal.branch)
+                    if not deleted.ok:
+                        raise _failed("RemoveFailed", deleted.problem("Failed to delete worktree branch"))
+        finally:
+            if held is not None:
+                held.release()
+        await self._sessions.change_sandboxes(removal.main, drop=removal.tree)
+        if journal is not None:
+            await asyncio.to_thread(journal.settle)
 
     async def stop(self) -> None:
         """Server shutdown: stop looking for fills cut short, cancel fills and end start
@@ -422,7 +493,7 @@ class Worktrees:
             await self._end_tasks(directory)
 
 
-def _noted(fill: PendingFill, request: RequestMark | None, journal: adds.Adding) -> FillClaim | None:
+def _noted(fill: PendingFill, request: RequestMark | None, journal: Journal) -> FillClaim | None:
     """Claim a new worktree's fill (free: nobody else knows the tree yet), record it, mark the
     request that made the tree, and settle the add's journal, in one step on a thread. Blocking."""
     held = fills.claim(fill.made["directory"])
@@ -452,13 +523,24 @@ async def _added(main: str, branch: str, target: Path) -> Ran:
         return added
 
 
+async def _files_claimed(tree: str, seconds: float) -> FillClaim | None:
+    """The claim on ``tree``'s files, waited for up to ``seconds`` while another process (or
+    task) fills or resets it (git removing a tree that another git is filling fails halfway);
+    None when the tree is no worktree any more."""
+    deadline = time.monotonic() + seconds
+    while (held := await asyncio.to_thread(fills.claim, tree)) is None:
+        if note_path(tree, fills.FILL_LOCK) is None:
+            return None
+        if time.monotonic() >= deadline:
+            raise _failed("RemoveFailed", "The worktree is being filled or reset by another process")
+        await asyncio.sleep(CLAIM_POLL_S)
+    return held
+
+
 async def _removed(main: str, tree: str) -> Ran:
-    """``git worktree remove --force`` of ``tree``, under the repository's lock."""
-    common = await common_dir(main)
-    if common is None:
-        return Ran(128, "", "fatal: not a git repository\n")
-    async with repository_lock(common):
-        return await git(main, "worktree", "remove", "--force", tree, timeout=SLOW_S)
+    """``git worktree remove --force`` of ``tree`` (under the repository's lock, which the
+    caller holds)."""
+    return await git(main, "worktree", "remove", "--force", tree, timeout=SLOW_S)
 
 
 def _before_reset(tree: str) -> None:
@@ -468,21 +550,14 @@ def _before_reset(tree: str) -> None:
     fills.drop_stale_git_lock(tree)
 
 
-async def _git_file_restored(main: str, tree: str) -> bool:
-    """Whether the ``.git`` file of ``tree`` was missing and is written back. A removal cut
-    short (its server killed) may have deleted it and not the rest of the tree, and git
-    refuses to remove a tree without one; the file points at the tree's administrative
-    directory, the one whose ``gitdir`` names the tree."""
-    if os.path.lexists(os.path.join(tree, ".git")):
-        return False
-    common = await common_dir(main)
-    return common is not None and await asyncio.to_thread(_write_git_file, common, Path(tree))
-
-
 def _write_git_file(common: Path, tree: Path) -> bool:
-    """Write ``tree``'s ``.git`` file back, pointing at its administrative directory under
-    ``common``/worktrees; False when none names the tree. ``tree`` is one of this project's
-    worktree directories (checked by the caller). Blocking."""
+    """Whether the ``.git`` file of ``tree`` was missing and is written back, pointing at its
+    administrative directory under ``common``/worktrees (the one whose ``gitdir`` names the
+    tree); False when it was there, or none names the tree. A removal cut short may have deleted
+    it and not the rest of the tree, and git refuses to remove a tree without one. ``tree`` is
+    one of this project's worktree directories (checked by the caller). Blocking."""
+    if os.path.lexists(tree / ".git"):
+        return False
     for admin in sorted((common / "worktrees").glob("*/gitdir")):
         try:
             named = admin.read_text().strip()
