@@ -523,12 +523,17 @@ def _nginx_errors(log: Path, record: Record) -> None:
 
 
 def _explain(errors: list[str], servers: list[ProcessServer]) -> None:
-    """Print what the servers logged with each 500's reference (its traceback), to stderr."""
-    for ref in re.findall(r"err_[0-9a-f]+", " ".join(errors)):
+    """Print what the servers logged with each 500's reference (its traceback), to stderr; for a
+    500 without one (an exception that got past the error handlers), every traceback uvicorn
+    logged for an ASGI application."""
+    marks = re.findall(r"err_[0-9a-f]+", " ".join(errors))
+    if any("err_" not in error for error in errors):
+        marks.append("Exception in ASGI application")
+    for mark in marks:
         for server in servers:
             lines = server.log.read_text(errors="replace").splitlines()
             for index, line in enumerate(lines):
-                if ref in line:  # its traceback runs up to the next line the logger began
+                if mark in line:  # its traceback runs up to the next line the logger began
                     end = next((i for i in range(index + 1, len(lines)) if lines[i][:2] == "20"), len(lines))
                     print("\n".join(lines[index:end]), file=sys.stderr)
 

@@ -34,7 +34,7 @@ from app.api.legacy import pty as legacy_pty
 from app.api.legacy import sessions as legacy_sessions
 from app.api.legacy import tui as legacy_tui
 from app.api.legacy import worktree as legacy_worktree
-from app.api.middleware import BasicAuth, BodyLimit, RequestContext
+from app.api.middleware import BasicAuth, BodyLimit, RequestContext, StopAnswer
 from app.api.v2 import fs as v2_fs
 from app.api.v2 import integrations as v2_integrations
 from app.api.v2 import meta as v2_meta
@@ -131,6 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             BasicAuth, username=settings.username, password=settings.password, probes=observability.PROBES
         )
     app.add_middleware(BrowserGuard, origins=settings.cors, hosts=settings.request_hosts)
+    app.add_middleware(StopAnswer)  # inside CORS: a browser reads the 503 too
     # Outermost: a preflight is answered before authentication (browsers send it without
     # credentials), while the real request still needs them.
     app.add_middleware(

@@ -1,9 +1,11 @@
 """Pure-ASGI middleware (cheaper than BaseHTTPMiddleware on every request): a request body size
-limit, and optional HTTP basic auth as OpenCode's ``OPENCODE_SERVER_PASSWORD`` provides (on
-WebSocket handshakes too). ``app.api.browser`` holds the guard against web pages."""
+limit, optional HTTP basic auth as OpenCode's ``OPENCODE_SERVER_PASSWORD`` provides (on
+WebSocket handshakes too), and the answer of a request that a stopping server gives up on.
+``app.api.browser`` holds the guard against web pages."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import re
@@ -13,6 +15,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.errors import named_body, tagged_body
 from app.jsonutil import dumpb
 from app.observability import logs
 
@@ -31,6 +34,43 @@ async def _reply(
 
 def too_large(limit: int) -> dict[str, Any]:
     return {"name": "BadRequest", "data": {"message": f"Request body exceeds {limit} bytes", "kind": "Payload"}}
+
+
+# What a stopping server cancels the requests still running with once its graceful time is up.
+GIVEN_UP = "the graceful shutdown's time is up"
+STOPPING = (
+    "The server stopped before this request was done. What it admitted is kept, and another "
+    "process answers it: send the request again (with the same Idempotency-Key)."
+)
+
+
+class StopAnswer:
+    """A request that a stopping server cancels (``GIVEN_UP``: a synchronous prompt still waiting
+    for its reply, say) is answered 503 ``ServerStoppingError``, which a client may retry, instead
+    of the bare 500 uvicorn gives a cancelled request; one whose answer had begun is cut off."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except asyncio.CancelledError as exc:
+            if started or exc.args != (GIVEN_UP,):
+                raise
+            v2 = scope["path"].startswith("/api/")
+            body = tagged_body("ServerStoppingError", STOPPING) if v2 else named_body("ServerStoppingError", STOPPING)
+            await _reply(send, 503, body, [(b"retry-after", b"1")])  # the task ends: the server stops
 
 
 class BodyLimit:

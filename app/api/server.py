@@ -48,6 +48,7 @@ from contextlib import suppress
 
 import uvicorn
 
+from app.api.middleware import GIVEN_UP
 from app.runtime.service import Runtime
 
 YOUNG_OBJECTS = 10_000  # the youngest generation's collection threshold (see the module's doc)
@@ -116,6 +117,6 @@ class Server(uvicorn.Server):
                     await server.wait_closed()
         except TimeoutError:
             for task in self.server_state.tasks:
-                task.cancel(msg="the graceful shutdown's time is up")
+                task.cancel(msg=GIVEN_UP)  # answered 503 (app.api.middleware.StopAnswer)
         if not self.force_exit:
             await self.lifespan.shutdown()

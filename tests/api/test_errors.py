@@ -92,3 +92,31 @@ def test_unknown_route_and_method(client: httpx.Client) -> None:
     wrong = client.put("/session")
     assert wrong.status_code == 405
     assert wrong.json()["data"]["message"]
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_a_request_a_stopping_server_gives_up_on_is_a_503_to_retry(v2: bool, server, client) -> None:
+    """A request still waiting on a turn when the server's graceful time is up (here 0.2 s; the
+    turn's tool runs 5 s): a synchronous prompt, V2's wait. It was a bare 500 "Internal Server
+    Error" (bench/chaos.py, a SIGTERM under load); it is a 503 ``ServerStoppingError`` in the
+    route's words, to send again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.helpers import wait_until
+
+    with ThreadPoolExecutor(1) as pool:
+        if v2:
+            sid = client.post("/api/session", json={}).json()["data"]["id"]
+            assert client.post(f"/api/session/{sid}/prompt", json={"prompt": {"text": "TOOL:bash sleep 5"}}).is_success
+            waiting = pool.submit(client.post, f"/api/session/{sid}/wait")
+        else:
+            sid = create_session(client)["id"]
+            waiting = pool.submit(client.post, f"/session/{sid}/message", json=text_prompt("TOOL:bash sleep 5"))
+        wait_until(lambda: client.get("/session/status").json().get(sid, {}).get("type") == "busy", timeout=10)
+        server.stop()
+        answer = waiting.result(timeout=30)
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["retry-after"] == "1"
+    error = answer.json()
+    assert (error["_tag"] if v2 else error["name"]) == "ServerStoppingError", error
+    assert "Idempotency-Key" in (error["message"] if v2 else error["data"]["message"])
