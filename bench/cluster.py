@@ -26,7 +26,7 @@ PostgreSQL is a throw-away cluster started from the system's binaries (as the te
 Everything runs on 127.0.0.1 and is removed on exit. Run from the repository root::
 
     python bench/cluster.py [--quick] [--rtt-ms 1.0] [--processes 1,2,3] [--sessions 60] [--prompts 5]
-                            [--nginx] [--json results.json]
+                            [--nginx] [--profile DIR] [--json results.json]
 
 A server's CPU per turn falls as its load rises (a busy event loop does more per wake-up), so
 ``--sessions 30 --processes 1`` shows what each of two processes sharing 60 sessions costs.
@@ -72,7 +72,40 @@ OPTIONS.add_argument(
     action="store_true",
     help="send clients' requests through the shipped deploy/nginx.conf (round-robin), not to each process in turn",
 )
+OPTIONS.add_argument(
+    "--profile",
+    type=Path,
+    help="record each server with py-spy during the counted burst, as DIR/<configuration>-<n>.raw (collapsed stacks)",
+)
 STATEMENT_STATS = "-c shared_preload_libraries=pg_stat_statements -c fsync=on -c full_page_writes=on"
+
+
+@contextmanager
+def _profiled(procs: list[Server], label: str, directory: Path | None) -> Iterator[None]:
+    """py-spy recording each of ``procs`` (without pausing it) while the block runs, when
+    ``directory`` is given: where a configuration's CPU per turn goes."""
+    if directory is None:
+        yield
+        return
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        raise SystemExit("--profile needs py-spy beside this Python (pip install py-spy)")
+    directory.mkdir(parents=True, exist_ok=True)
+    recorders = []
+    for n, proc in enumerate(procs):
+        assert proc.proc is not None
+        output = directory / f"{label.replace(' ', '-')}-{n}.raw"
+        command = [str(spy), "record", "--nonblocking", "--rate", "250", "--format", "raw", "-o", str(output)]
+        command += ["--pid", str(proc.proc.pid)]
+        recorders.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(0.5)  # py-spy attaches
+    try:
+        yield
+    finally:
+        for recorder in recorders:
+            recorder.send_signal(signal.SIGINT)  # it writes what it recorded, then exits
+        for recorder in recorders:
+            recorder.wait(30)
 
 
 @contextmanager
@@ -352,6 +385,7 @@ def _measure(
     link: DelayedLink | None,
     nginx: Path | None,
     notes: list[str],
+    profile: Path | None = None,
 ) -> list[Metric]:
     """One configuration's figures. With ``nginx``, the clients' requests go through the shipped
     configuration in front of the processes; without, to the processes in turn."""
@@ -381,7 +415,8 @@ def _measure(
             postgres_before = _postgres_cpu(cluster) if link is not None else 0.0
             nginx_before = _family_cpu(balancer.pid) if balancer is not None else 0.0
             client_before, wall_before = time.process_time(), time.perf_counter()
-            drive = asyncio.run(_drive(entries, sids, per_session))
+            with _profiled(procs, label, profile):
+                drive = asyncio.run(_drive(entries, sids, per_session))
             client_share = (time.process_time() - client_before) / (time.perf_counter() - wall_before)
             cpu_each = [p.cpu_seconds() - first for p, first in zip(procs, cpu_before, strict=True)]
             cpu = sum(cpu_each)
@@ -463,9 +498,8 @@ def run(quick: bool, notes: list[str]) -> list[Metric]:
         with workspace("opensession-cluster-sqlite-") as (sqlite_base, _, _):
             metrics += _measure("sqlite x1", str(sqlite_base / "bench.db"), 1, burst, cluster, None, nginx, notes)
         for count in counts:
-            metrics += _measure(
-                f"postgres x{count}", cluster.create_database(), count, burst, cluster, link, nginx, notes
-            )
+            label, database = f"postgres x{count}", cluster.create_database()
+            metrics += _measure(label, database, count, burst, cluster, link, nginx, notes, options.profile)
     return metrics
 
 
