@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     # Seconds an idle HTTP connection is kept open. Well beyond clients' pool expiry (5 s is
     # common; uvicorn's default is 5 s too), so the server never closes one as a client reuses it.
     keep_alive_seconds: int = 75
+    # How long a stopping server (SIGTERM) answers the requests it had read before it gives up on
+    # them (503 ``ServerStoppingError``): a synchronous prompt waits for its reply meanwhile.
+    # Keep it under the orchestrator's own grace (Kubernetes: terminationGracePeriodSeconds).
+    graceful_seconds: float = 5.0
     # How often a streaming text/reasoning part is written to the database while deltas arrive.
     part_flush_seconds: float = 0.25
     # How long a step's opening (its reply begun, its prompts taken) waits to be stored with the

@@ -116,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=False,
         log_config=None,  # the root logger's handler (app/observability/logs.py) writes uvicorn's too
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=settings.graceful_seconds,  # type: ignore[arg-type]  # int annotated, any float waited
     )
     server = Server(config, app.state.runtime, freeze_heap=True)
     with suppress(KeyboardInterrupt):

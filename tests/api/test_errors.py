@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -120,3 +122,34 @@ def test_a_request_a_stopping_server_gives_up_on_is_a_503_to_retry(v2: bool, ser
     error = answer.json()
     assert (error["_tag"] if v2 else error["name"]) == "ServerStoppingError", error
     assert "Idempotency-Key" in (error["message"] if v2 else error["data"]["message"])
+
+
+def test_a_stopping_server_answers_its_requests_for_the_graceful_seconds_it_is_given(
+    tmp_path: Path, project_dir: Path, config_dir: Path
+) -> None:
+    """``OPENSESSION_GRACEFUL_SECONDS`` bounds how long ``opensession serve`` on SIGTERM keeps
+    answering what it had read: a synchronous prompt on a 5 s tool is answered 503 once 1 s has
+    passed."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.helpers import wait_until
+    from tests.servers import process_server
+
+    server = process_server(f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}", project_dir, config_dir)
+    server.env["OPENSESSION_GRACEFUL_SECONDS"] = "1"
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client, ThreadPoolExecutor(1) as pool:
+            sid = create_session(client)["id"]
+            waiting = pool.submit(client.post, f"/session/{sid}/message", json=text_prompt("TOOL:bash sleep 5"))
+            wait_until(lambda: client.get("/session/status").json().get(sid, {}).get("type") == "busy", timeout=10)
+            assert server.proc is not None
+            stopped = time.monotonic()
+            server.proc.terminate()
+            answer = waiting.result(timeout=30)
+            waited = time.monotonic() - stopped
+        assert answer.status_code == 503 and answer.json()["name"] == "ServerStoppingError", answer.text
+        assert 0.9 <= waited < 4.5, waited  # not the default 5 s
+    finally:
+        server.stop()

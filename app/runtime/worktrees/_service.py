@@ -413,9 +413,11 @@ class Worktrees:
         already (once a removal of it cut short is finished); one that exists but is no worktree
         of this project is refused and left as it is (OpenCode would delete it)."""
         pid, listed = await self._project(instance, "RemoveFailed")
-        if await asyncio.to_thread(removals.removing, Path(os.path.realpath(directory))):
+        home = Path(os.path.realpath(self._home(pid)))
+        asked = Path(os.path.realpath(directory))
+        if asked.parent == home and await asyncio.to_thread(removals.removing, asked):
             await self._fill_cut_short([self._home(pid)])  # this request's first try, cut short
-            pid, listed = await self._project(instance, "RemoveFailed")
+            listed = (await self._project(instance, "RemoveFailed"))[1]
         main = listed[0].path
         entry = await self._entry(directory, pid, listed, "RemoveFailed")
         if entry is None:
@@ -426,7 +428,6 @@ class Worktrees:
             return True
         branch = entry.branch.removeprefix("refs/heads/") if entry.branch else None
         removal = removals.Removal(main, entry.path, entry.real, branch)
-        home = Path(os.path.realpath(self._home(pid)))
         async with self._lock(self._tree_locks, entry.real), self._lock(self._project_locks, pid):
             journal: Journal | None = None
             try:
