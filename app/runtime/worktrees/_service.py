@@ -248,6 +248,8 @@ class Worktrees:
                 if removal is None:  # its maker died before it wrote the journal: nothing was done
                     await asyncio.to_thread(journal.settle)
                     continue
+                if await common_dir(removal.main) is None:
+                    continue  # the repository is unreadable now (or gone): the next sweep looks again
                 log.info("finishing the removal of worktree %s, cut short", removal.tree)
                 async with self._lock(self._tree_locks, removal.real):  # not the project's: a create holds it
                     await self._take_apart(removal, Path(os.path.realpath(journal.path.parent)), journal)
