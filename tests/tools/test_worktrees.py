@@ -447,6 +447,7 @@ def test_a_repository_whose_worktrees_git_cannot_list_is_refused_in_gits_words(
     refused = client.post("/experimental/worktree", json={"name": "mine"})
     assert refused.status_code == 400, refused.text
     assert refused.json()["name"] == "WorktreeCreateFailedError" and "commondir" in refused.text, refused.text
+    assert "git worktree prune" in refused.json()["data"]["message"]
     assert broken.exists()  # not the server's to remove
 
 

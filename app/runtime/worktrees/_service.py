@@ -99,7 +99,10 @@ class Worktrees:
             listed = await worktrees(directory)
             if listed is None:
                 unlisted = await git(directory, "worktree", "list")
-                raise _failed(kind, unlisted.problem("Failed to list git worktrees"))
+                problem = unlisted.problem("Failed to list git worktrees")
+                if "/worktrees/" in problem:  # one of the repository's worktrees is half made
+                    problem += "\n(`git worktree prune` removes a worktree whose directory is gone)\n"
+                raise _failed(kind, problem)
         if not listed:
             raise _failed("NotGit", NOT_GIT)
         return await project_id(listed[0].path), listed
