@@ -384,7 +384,8 @@ def test_a_removal_waits_while_another_process_fills_the_worktree(
 ) -> None:
     """A removal sent to one process while another fills the worktree (the create went there)
     failed halfway: git deleting the tree while another git wrote it ("Directory not empty"),
-    bench/worktree_kills.py. It waits for the filler's claim, which every fill and reset holds."""
+    bench/worktree_kills.py. It waits for the filler's claim, which every fill and reset holds,
+    and creates meanwhile are not held up."""
     from app.runtime.worktrees import _fills as fills
 
     _repository(project_dir)
@@ -396,12 +397,15 @@ def test_a_removal_waits_while_another_process_fills_the_worktree(
             removing = pool.submit(client.request, "DELETE", "/experimental/worktree", json={"directory": str(tree)})
             time.sleep(0.5)
             assert not removing.done() and tree.exists()
+            other = client.post("/experimental/worktree", json={"name": "meanwhile"})  # not held up
+            assert other.status_code == 200 and not removing.done(), other.text
             held.release()
             removed = removing.result(timeout=30)
     finally:
         held.release()
     assert removed.status_code == 200 and not tree.exists(), removed.text
-    assert _git(project_dir, "branch", "--list", "opencode/*") == ""
+    branches = _git(project_dir, "branch", "--list", "opencode/*", "--format=%(refname:short)")
+    assert branches.split() == ["opencode/meanwhile"]
 
 
 def test_a_failed_add_leaves_no_branch_and_adds_wait_for_the_repositorys_lock(

@@ -433,7 +433,10 @@ class Worktrees:
             return True
         branch = entry.branch.removeprefix("refs/heads/") if entry.branch else None
         removal = removals.Removal(main, entry.path, entry.real, branch)
-        async with self._lock(self._tree_locks, entry.real), self._lock(self._project_locks, pid):
+        # Not under the project's lock: the wait for another process's fill would hold up creates.
+        # No create takes this name meanwhile: the journal is there from before the tree goes
+        # until the branch is gone (``_free_name``).
+        async with self._lock(self._tree_locks, entry.real):
             journal: Journal | None = None
             try:
                 journal = await asyncio.to_thread(removals.begin_removal, removal)
