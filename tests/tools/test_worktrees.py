@@ -408,6 +408,35 @@ def test_a_removal_waits_while_another_process_fills_the_worktree(
     assert branches.split() == ["opencode/meanwhile"]
 
 
+def test_a_removal_waits_for_another_processs_removal_of_the_worktree(
+    server: ThreadServer, client: httpx.Client, project_dir: Path
+) -> None:
+    """A removal's retry that reaches a process while another one removes the worktree (the
+    sweep finishing the first try, cut short) answered 400 "being removed by another process",
+    though the worktree went (bench/worktree_kills.py). It waits for that removal, then answers
+    that the worktree is gone."""
+    from app.runtime.worktrees import _removals as removals
+
+    _repository(project_dir)
+    tree = _ready_worktree(server, client, "twice")
+    real = os.path.realpath(tree)
+    journal = removals.begin_removal(removals.Removal(str(project_dir), str(tree), real, "opencode/twice"))
+    assert journal is not None  # held, as the other process holds it
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            removing = pool.submit(client.request, "DELETE", "/experimental/worktree", json={"directory": str(tree)})
+            time.sleep(0.5)
+            assert not removing.done()
+            _git(project_dir, "worktree", "remove", "--force", str(tree))  # what the other process does
+            _git(project_dir, "branch", "-D", "opencode/twice")
+            journal.settle()
+            removed = removing.result(timeout=30)
+    finally:
+        journal.release()
+    assert removed.status_code == 200 and removed.json() is True, removed.text
+    assert client.get("/experimental/worktree").json() == []
+
+
 def test_a_failed_add_leaves_no_branch_and_adds_wait_for_the_repositorys_lock(
     client: httpx.Client, project_dir: Path
 ) -> None:

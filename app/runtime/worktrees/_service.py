@@ -51,6 +51,7 @@ PARALLEL = ("-c", "checkout.workers=0")
 # A removal waits this long for another process's fill or reset of the tree to end.
 FILL_WAIT_S = 60.0
 CLAIM_POLL_S = 0.05
+REMOVAL_POLL_S = 0.2  # how often a removal looks whether another process's removal of the tree ended
 START_OUTPUT_KEPT = 64 * 1024  # the end of a start command's output, for the log when it fails
 
 Dispose = Callable[[str], Awaitable[None]]  # ends what the server runs in a directory going away
@@ -416,34 +417,47 @@ class Worktrees:
         """End what runs in the worktree ``directory`` of ``instance``'s project, remove it and
         its branch, and drop it from the project. A directory that does not exist is done
         already (once a removal of it cut short is finished); one that exists but is no worktree
-        of this project is refused and left as it is (OpenCode would delete it)."""
-        pid, listed = await self._project(instance, "RemoveFailed")
-        home = Path(os.path.realpath(self._home(pid)))
-        asked = Path(os.path.realpath(directory))
-        if asked.parent == home and await asyncio.to_thread(removals.removing, asked):
-            await self._fill_cut_short([self._home(pid)])  # this request's first try, cut short
-            listed = (await self._project(instance, "RemoveFailed"))[1]
-        main = listed[0].path
-        entry = await self._entry(directory, pid, listed, "RemoveFailed")
-        if entry is None:
-            if os.path.lexists(directory):
-                raise _failed("RemoveFailed", "Worktree not found")
-            if directory in await self._sessions.sandboxes(pid):
-                await self._sessions.change_sandboxes(main, drop=directory)
-            return True
-        branch = entry.branch.removeprefix("refs/heads/") if entry.branch else None
-        removal = removals.Removal(main, entry.path, entry.real, branch)
-        # Not under the project's lock: the wait for another process's fill would hold up creates.
-        # No create takes this name meanwhile: the journal is there from before the tree goes
-        # until the branch is gone (``_free_name``).
-        async with self._lock(self._tree_locks, entry.real):
+        of this project is refused and left as it is (OpenCode would delete it). While another
+        process removes it (this request's first try, or a sweep finishing that), it waits."""
+        deadline = time.monotonic() + FILL_WAIT_S
+        while True:
+            pid, listed = await self._project(instance, "RemoveFailed")
+            home = Path(os.path.realpath(self._home(pid)))
+            asked = Path(os.path.realpath(directory))
+            if asked.parent == home and await asyncio.to_thread(removals.removing, asked):
+                await self._fill_cut_short([self._home(pid)])  # this request's first try, cut short
+                listed = (await self._project(instance, "RemoveFailed"))[1]
+            main = listed[0].path
+            entry = await self._entry(directory, pid, listed, "RemoveFailed")
+            if entry is None:
+                if os.path.lexists(directory):
+                    raise _failed("RemoveFailed", "Worktree not found")
+                if directory in await self._sessions.sandboxes(pid):
+                    await self._sessions.change_sandboxes(main, drop=directory)
+                return True
+            branch = entry.branch.removeprefix("refs/heads/") if entry.branch else None
+            if await self._removed_here(removals.Removal(main, entry.path, entry.real, branch), home):
+                break
+            if time.monotonic() >= deadline:
+                raise _failed("RemoveFailed", "The worktree is being removed by another process")
+            await asyncio.sleep(REMOVAL_POLL_S)
+        if directory != entry.path:
+            await self._sessions.change_sandboxes(main, drop=directory)
+        return True
+
+    async def _removed_here(self, removal: removals.Removal, home: Path) -> bool:
+        """Remove the worktree of ``removal``, journaled; False (nothing done) while another
+        process holds its journal. Not under the project's lock: the wait for another process's
+        fill would hold up creates. No create takes the name meanwhile: the journal is there
+        from before the tree goes until the branch is gone (``_free_name``)."""
+        async with self._lock(self._tree_locks, removal.real):
             journal: Journal | None = None
             try:
                 journal = await asyncio.to_thread(removals.begin_removal, removal)
                 if journal is None:
-                    raise _failed("RemoveFailed", "The worktree is being removed by another process")
+                    return False
             except OSError as exc:  # a full disk, which the removal relieves: it goes on unjournaled
-                log.warning("removing worktree %s without a journal: %s", entry.path, exc)
+                log.warning("removing worktree %s without a journal: %s", removal.tree, exc)
             try:
                 await self._take_apart(removal, home, journal, wait=FILL_WAIT_S)
             except WorktreeFailed:
@@ -453,8 +467,6 @@ class Worktrees:
             finally:
                 if journal is not None:
                     journal.release()
-        if directory != entry.path:
-            await self._sessions.change_sandboxes(main, drop=directory)
         return True
 
     async def _take_apart(
