@@ -66,6 +66,15 @@ def tagged_body(tag: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"_tag": tag, "message": message, **extra}
 
 
+def unavailable_body(path: str, name: str, service: str, message: str) -> dict[str, Any]:
+    """A 503's body in the words of the route at ``path``: V2's declared
+    ``ServiceUnavailableError`` naming the ``service``; on legacy routes (which declare no 503),
+    an error named ``name``."""
+    if path.startswith("/api/"):
+        return tagged_body("ServiceUnavailableError", message, service=service)
+    return named_body(name, message)
+
+
 def _bad_request(message: str, kind: str) -> dict[str, Any]:
     """Legacy's 400, naming the offending part of the request."""
     return named_body("BadRequest", message, kind=kind)
@@ -217,7 +226,7 @@ ANSWERS: dict[type[Exception], Answer[Any]] = dict(
             DatabaseUnavailable,
             503,
             lambda _e: named_body("DatabaseUnavailableError", DATABASE_UNAVAILABLE),
-            lambda _e: tagged_body("DatabaseUnavailableError", DATABASE_UNAVAILABLE),
+            lambda _e: tagged_body("ServiceUnavailableError", DATABASE_UNAVAILABLE, service="database"),
             logged=True,
         ),
         _answer(
@@ -236,7 +245,7 @@ ANSWERS: dict[type[Exception], Answer[Any]] = dict(
             SearchUnavailable,
             503,
             lambda e: named_body("SearchUnavailableError", e.message),
-            lambda e: tagged_body("SearchUnavailableError", e.message),
+            lambda e: tagged_body("ServiceUnavailableError", e.message, service="search"),
             logged=True,
         ),
         _answer(PatchNotApplied, 400, lambda e: named_body("VcsApplyError", e.message, reason=e.reason)),

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import named_body, tagged_body
+from app.api.errors import unavailable_body
 from app.jsonutil import dumpb
 from app.observability import logs
 
@@ -46,8 +46,9 @@ STOPPING = (
 
 class StopAnswer:
     """A request that a stopping server cancels (``GIVEN_UP``: a synchronous prompt still waiting
-    for its reply, say) is answered 503 ``ServerStoppingError``, which a client may retry, instead
-    of the bare 500 uvicorn gives a cancelled request; one whose answer had begun is cut off."""
+    for its reply, say) is answered 503 (``ServerStoppingError``; on V2, ``ServiceUnavailableError``
+    of the service ``server``), which a client may retry, instead of the bare 500 uvicorn gives a
+    cancelled request; one whose answer had begun is cut off."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -68,8 +69,7 @@ class StopAnswer:
         except asyncio.CancelledError as exc:
             if started or exc.args != (GIVEN_UP,):
                 raise
-            v2 = scope["path"].startswith("/api/")
-            body = tagged_body("ServerStoppingError", STOPPING) if v2 else named_body("ServerStoppingError", STOPPING)
+            body = unavailable_body(scope["path"], "ServerStoppingError", "server", STOPPING)
             await _reply(send, 503, body, [(b"retry-after", b"1")])  # the task ends: the server stops
 
 
@@ -216,6 +216,11 @@ class BasicAuth:
 
 
 _UNAUTHORIZED = {"name": "UnauthorizedError", "data": {"message": "Unauthorized"}}
+
+
+async def refuse_unavailable(scope: Scope, send: Send, name: str, service: str, message: str) -> None:
+    """A 503 in the words of the route (``errors.unavailable_body``)."""
+    await refuse(scope, send, 503, unavailable_body(scope["path"], name, service, message))
 
 
 async def refuse(

@@ -32,8 +32,8 @@ from urllib.parse import parse_qs, unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.middleware import refuse
-from app.api.pty_forward import FORWARDED, Forwarder, read_body, refuse_unavailable, replaying
+from app.api.middleware import refuse_unavailable
+from app.api.pty_forward import FORWARDED, Forwarder, read_body, refuse_database_away, replaying
 from app.jsonutil import loads
 from app.runtime.errors import DatabaseUnavailable
 from app.runtime.service import Runtime
@@ -102,7 +102,7 @@ class Placement:
             else:
                 url = None
         except DatabaseUnavailable:
-            await refuse_unavailable(scope, send)
+            await refuse_database_away(scope, send)
             return
         if url is None:
             await self.app(scope, receive, send)
@@ -114,4 +114,4 @@ class Placement:
         except httpx.HTTPError as exc:
             log.warning("%s: the process at %s that has its directory did not answer: %r", path, url, exc)
             message = "The process whose machine has this directory did not answer; retry shortly"
-            await refuse(scope, send, 503, {"_tag": "PlacementUnavailableError", "message": message})
+            await refuse_unavailable(scope, send, "PlacementUnavailableError", "placement", message)

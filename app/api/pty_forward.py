@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import DATABASE_UNAVAILABLE
-from app.api.middleware import refuse
+from app.api.middleware import refuse, refuse_unavailable
 from app.runtime.errors import DatabaseUnavailable
 from app.runtime.terminals import Elsewhere, Terminals
 
@@ -116,7 +116,7 @@ class PtyForwarding:
         try:
             where = await self.forwarder.terminals.elsewhere(match.group(1))
         except DatabaseUnavailable:
-            await refuse_unavailable(scope, send)
+            await refuse_database_away(scope, send)
             return
         if where is None:
             await self.app(scope, receive, send)
@@ -163,12 +163,12 @@ class PtyForwarding:
         except httpx.HTTPError as exc:
             log.warning("pty %s: forwarding to %s failed: %r", where.pty_id, where.url, exc)
             message = f"The process that holds PTY session {where.pty_id} did not answer; retry shortly"
-            await refuse(scope, send, 503, {"_tag": "PtyOwnerUnavailableError", "message": message})
+            await refuse_unavailable(scope, send, "PtyOwnerUnavailableError", "pty", message)
 
 
-async def refuse_unavailable(scope: Scope, send: Send) -> None:
+async def refuse_database_away(scope: Scope, send: Send) -> None:
     """The 503 for a forwarding decision the database could not answer."""
-    await refuse(scope, send, 503, {"_tag": "DatabaseUnavailableError", "message": DATABASE_UNAVAILABLE})
+    await refuse_unavailable(scope, send, "DatabaseUnavailableError", "database", DATABASE_UNAVAILABLE)
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:

@@ -102,6 +102,13 @@ def test_a_database_lost_while_running_answers_503_then_recovers(
             lost = httpx.post(f"{server.url}/session/{sid}/prompt_async", json=text_prompt("while lost"))
             assert lost.status_code == 503, lost.text
             assert lost.json()["name"] == "DatabaseUnavailableError"
+            v2 = httpx.post(f"{server.url}/api/session/{sid}/prompt", json={"prompt": {"text": "while lost"}})
+            assert v2.status_code == 503, v2.text  # V2's declared 503
+            assert v2.json() == {
+                "_tag": "ServiceUnavailableError",
+                "message": v2.json()["message"],
+                "service": "database",
+            }, v2.text
             assert httpx.get(f"{server.url}/global/health").status_code == 200  # the server itself is up
             time.sleep(1.5)  # the turn in flight fails to write meanwhile, and waits
             _admin(postgres_cluster, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
