@@ -238,6 +238,21 @@ class Server:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
+    def switches(self) -> tuple[int, int]:
+        """Context switches of the server's threads so far: (voluntary, involuntary). The second
+        counts how often a runnable thread lost its core, which a machine with more runnable
+        processes than cores makes frequent."""
+        assert self.proc is not None
+        voluntary = involuntary = 0
+        for status in Path(f"/proc/{self.proc.pid}/task").glob("*/status"):
+            with suppress(OSError):  # a thread that ended meanwhile
+                for line in status.read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        voluntary += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        involuntary += int(line.split()[1])
+        return voluntary, involuntary
+
     def log_tail(self, lines: int = 30) -> str:
         with suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -9,8 +9,9 @@ The servers reach PostgreSQL through ``bench/delay_proxy.py``, which holds every
 kernel has no netem). For each configuration: a lone prompt's reply on the idle server (one
 session, prompts one after another), then under the burst: admitted prompts/s, completed turns/s, accept
 latency (p50/p99), each reply's wait (from when its session could begin it: its prompt created or
-the session's previous reply done, whichever is later, to its completion), server CPU per turn,
-the client's and the delay proxy's CPU (they share the machine) and, on PostgreSQL, per turn:
+the session's previous reply done, whichever is later, to its completion), server CPU and context
+switches per turn, the client's and the delay proxy's CPU (they share the machine) and, on
+PostgreSQL, per turn:
 round trips (chunks the servers sent through the proxy), commits and statements
 (``pg_stat_statements``). With two or more processes also: cross-process event delivery
 (``/api/event`` on process B for prompts sent to process A: arrival minus the event's timestamp),
@@ -411,6 +412,7 @@ def _measure(
             before = _counters(cluster, db) if link is not None else (0, 0)
             trips_before = link.round_trips() if link is not None else 0
             cpu_before = [p.cpu_seconds() for p in procs]
+            switches_before = [p.switches() for p in procs]
             proxy_before = link.cpu_seconds() if link is not None else 0.0
             postgres_before = _postgres_cpu(cluster) if link is not None else 0.0
             nginx_before = _family_cpu(balancer.pid) if balancer is not None else 0.0
@@ -419,6 +421,9 @@ def _measure(
                 drive = asyncio.run(_drive(entries, sids, per_session))
             client_share = (time.process_time() - client_before) / (time.perf_counter() - wall_before)
             cpu_each = [p.cpu_seconds() - first for p, first in zip(procs, cpu_before, strict=True)]
+            switches = list(zip([p.switches() for p in procs], switches_before, strict=True))
+            switched = sum(sum(after) - sum(first) for after, first in switches)
+            lost_core = sum(after[1] - first[1] for after, first in switches)
             cpu = sum(cpu_each)
             nginx_cpu = _family_cpu(balancer.pid) - nginx_before if balancer is not None else 0.0
             if link is not None:
@@ -441,6 +446,10 @@ def _measure(
                 f"{label}: {prompts / drive.admitted_s:.0f} prompts/s admitted, {len(reply_ms) / drive.answered_s:.1f} "
                 f"turns/s completed, {cpu / answers * 1000:.1f} ms server CPU per turn, client CPU "
                 f"{client_share:.0%} of the wall time"
+            )
+            note += (
+                f", {switched / answers:.1f} context switches per turn in the servers"
+                f" ({lost_core / answers:.1f} of them a runnable thread losing its core)"
             )
             if count >= 2:  # how evenly the processes share the work
                 note += " (" + " / ".join(f"{c / max(cpu, 1e-9):.0%}" for c in cpu_each) + " by process)"
