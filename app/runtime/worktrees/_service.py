@@ -435,6 +435,8 @@ class Worktrees:
                 if directory in await self._sessions.sandboxes(pid):
                     await self._sessions.change_sandboxes(main, drop=directory)
                 return True
+            if directory != entry.path:  # git names it by its real path, a create by the one it was asked
+                await self._end_tasks(directory)
             branch = entry.branch.removeprefix("refs/heads/") if entry.branch else None
             if await self._removed_here(removals.Removal(main, entry.path, entry.real, branch), home):
                 break
