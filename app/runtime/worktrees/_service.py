@@ -435,7 +435,7 @@ class Worktrees:
                 if directory in await self._sessions.sandboxes(pid):
                     await self._sessions.change_sandboxes(main, drop=directory)
                 return True
-            if directory != entry.path:  # git names it by its real path, a create by the one it was asked
+            if directory != entry.path:  # named through a symlink: what runs may be kept under either
                 await self._end_tasks(directory)
             branch = entry.branch.removeprefix("refs/heads/") if entry.branch else None
             if await self._removed_here(removals.Removal(main, entry.path, entry.real, branch), home):
