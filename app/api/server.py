@@ -45,6 +45,7 @@ import asyncio
 import gc
 import socket
 from contextlib import suppress
+from typing import Any
 
 import uvicorn
 
@@ -116,7 +117,23 @@ class Server(uvicorn.Server):
                 for server in self.servers:
                     await server.wait_closed()
         except TimeoutError:
+            for connection in list(self.server_state.connections):
+                if _passed_on_unanswered(connection):
+                    connection.transport.abort()  # as if this process had died: the proxy tries another
             for task in self.server_state.tasks:
-                task.cancel(msg=GIVEN_UP)  # answered 503 (app.api.middleware.StopAnswer)
+                task.cancel(msg=GIVEN_UP)  # answered 503 (app.api.middleware.StopAnswer), where not dropped
         if not self.force_exit:
             await self.lifespan.shutdown()
+
+
+def _passed_on_unanswered(connection: Any) -> bool:
+    """Whether ``connection`` (uvicorn's protocol) carries a request that a proxy passed on
+    (``X-Forwarded-For``) and that has no answer begun. Dropping it, as a process that died would,
+    has the proxy send the request to another replica (the shipped nginx configuration:
+    ``proxy_next_upstream error non_idempotent``), where the Idempotency-Key the proxy added finds
+    what this one admitted and answers it, so a rolling restart fails no request; a client
+    reached directly gets the 503 instead."""
+    cycle, scope = getattr(connection, "cycle", None), getattr(connection, "scope", None)
+    if cycle is None or scope is None or cycle.response_started or cycle.response_complete:
+        return False
+    return any(name == b"x-forwarded-for" for name, _ in scope.get("headers", ()))

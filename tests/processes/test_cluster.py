@@ -477,6 +477,35 @@ def test_a_rolling_restart_behind_nginx_fails_no_request(
         _history_when(balanced, sid, _answered(1), timeout=30)
 
 
+@pytest.mark.slow
+def test_a_synchronous_prompt_outlasting_a_rolling_restart_is_answered_through_nginx(
+    two: tuple[ProcessServer, ProcessServer], balanced: str
+) -> None:
+    """A synchronous prompt whose turn outlasts its replica's graceful stop (5 s; the reply takes
+    about 12 s, and each stop hands the turn to the other replica, which streams it again). The
+    stopping replica drops a request a proxy passed it, as a dead one would, and nginx passes it
+    to the other replica, whose Idempotency-Key lookup finds the prompt admitted and answers its
+    reply: the client sees one 200, not the 503 a client reached directly gets."""
+    with httpx.Client(base_url=balanced, timeout=120) as http:
+        sid = http.post("/session").json()["id"]
+        with ThreadPoolExecutor(1) as pool:
+            prompt = text_prompt("SLOW:3 a slow reply")
+            answer = pool.submit(http.post, f"/session/{sid}/message", json=prompt)
+            time.sleep(1.0)
+            for server in two:  # a rolling restart: the request is on one of them
+                assert server.proc is not None
+                server.proc.terminate()
+                server.proc.wait(timeout=30)
+                server.start()
+                time.sleep(2.5)  # nginx skips a replica for 2 s after it refused a connection
+            reply = answer.result(timeout=120)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["info"]["role"] == "assistant", reply.text
+        assert "completed" in reply.json()["info"]["time"], reply.text  # the whole reply, not a cut one
+        users = [m for m in http.get(f"/session/{sid}/message").json() if m["info"]["role"] == "user"]
+        assert len(users) == 1, users  # admitted once, though sent twice or three times
+
+
 def _owner(cluster_url: str, sid: str) -> int:
     """The pid of the process that holds the session's lease."""
 
