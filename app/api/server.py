@@ -134,6 +134,6 @@ def _passed_on_unanswered(connection: Any) -> bool:
     what this one admitted and answers it, so a rolling restart fails no request; a client
     reached directly gets the 503 instead."""
     cycle, scope = getattr(connection, "cycle", None), getattr(connection, "scope", None)
-    if cycle is None or scope is None or cycle.response_started or cycle.response_complete:
+    if cycle is None or scope is None or cycle.response_started:
         return False
     return any(name == b"x-forwarded-for" for name, _ in scope.get("headers", ()))

@@ -552,7 +552,7 @@ async def _files_claimed(tree: str, seconds: float) -> FillClaim | None:
     None when the tree is no worktree any more."""
     deadline = time.monotonic() + seconds
     while (held := await asyncio.to_thread(fills.claim, tree)) is None:
-        if note_path(tree, fills.FILL_LOCK) is None:
+        if await asyncio.to_thread(note_path, tree, fills.FILL_LOCK) is None:
             return None
         if time.monotonic() >= deadline:
             raise _failed("RemoveFailed", "The worktree is being filled or reset by another process")
