@@ -249,6 +249,55 @@ def test_killing_the_draining_process_loses_nothing(
         assert taken_over_in > 3.5, taken_over_in
 
 
+def _sql(cluster_url: str, statement: str, *args: object) -> list[asyncpg.Record]:
+    async def run() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(cluster_url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            return await conn.fetch(statement, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def test_a_starting_process_leaves_a_lapsed_lease_to_a_fenced_takeover(
+    cluster_url: str, project_dir: Path, config_dir: Path
+) -> None:
+    """A drains a session; its lease lapses (A stalled past it: here frozen, its expiry moved
+    back) just as process C starts. C's start-up must not close A's reply on its own: A may still
+    be alive and renew, and nothing fences a write made without the lease. Here A renews (its
+    expiry moved forward) before C's watchdog would take the session over, and finishes the
+    reply; it must never have been marked interrupted. (Closing it unfenced at start-up made the
+    reply read interrupted, then complete; or, read open a moment before its owner completed it,
+    interrupted for good.)"""
+    a = process_server(cluster_url, project_dir, config_dir)
+    c = process_server(cluster_url, project_dir, config_dir)
+    a.env["OPENSESSION_LEASE_SECONDS"] = "60"  # its own renewals keep it; the test moves it
+    a.start()
+    assert a.proc is not None
+    try:
+        sid = httpx.post(f"{a.url}/session").json()["id"]
+        with EventCollector(f"{a.url}/event") as on_a:
+            httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.4 one two three four"))
+            on_a.wait_for(_delta_of(sid), timeout=15)
+            a.proc.send_signal(signal.SIGSTOP)
+            _sql(cluster_url, "UPDATE leases SET expires_at = 0 WHERE session_id = $1", sid)
+            c.start()  # its start-up finds the session with an open reply and a lapsed lease
+            far = int(time.time() * 1000) + 60_000
+            _sql(cluster_url, "UPDATE leases SET expires_at = $2 WHERE session_id = $1", sid, far)
+            a.proc.send_signal(signal.SIGCONT)
+            history = _history_when(a.url, sid, _answered(1), timeout=30)
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+        a.stop()
+        c.stop()
+    [reply] = [m["info"] for m in history if m["info"]["role"] == "assistant"]
+    assert "error" not in reply, reply
+    updates = _sql(cluster_url, "SELECT data FROM events WHERE session_id = $1 AND type = 'message.updated'", sid)
+    closed = [row for row in updates if "error" in json.loads(row["data"])["info"]]
+    assert not closed, "a process starting up closed a reply whose owner was alive"
+
+
 def test_a_thawed_process_stops_the_shell_command_of_a_session_taken_over(
     cluster_url: str, project_dir: Path, config_dir: Path
 ) -> None:

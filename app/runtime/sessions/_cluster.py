@@ -372,8 +372,12 @@ class ClusterTopology:
     async def leases_held(self, draining: int) -> int:
         return sum(owner == self.origin for owner in (await self.owners()).values())
 
-    async def drained_elsewhere(self) -> set[str]:
-        return {sid for sid, owner in (await self.owners()).items() if owner != self.origin}
+    async def leased_elsewhere(self) -> set[str]:
+        """A lapsed lease is not proof its owner died (it may be stalled, or cut off from the
+        database a moment), and nothing fences a write made without the lease: so what such a
+        session left open is closed by the takeover that claims it (the watchdog wakes it once
+        its lease has expired or its owner is gone), never by a start-up without a lease."""
+        return {sid for sid, owner in (await self.holders()).items() if owner not in (self.origin, NOBODY)}
 
     async def leased(self, session_id: str) -> bool:
         """A lease expired less than the placement grace ago counts: a process is about to claim

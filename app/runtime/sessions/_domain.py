@@ -29,10 +29,10 @@ class SessionsDomain:
         return cls(service, DrainCoordinator(drain, on_status, topology), topology)
 
     async def start(self, infra: Infrastructure, changes: StepChanges | None = None) -> int:
-        """Close what the last stop left open (leaving sessions other live processes drain to
-        them; ``changes`` gives interrupted steps their patch), wake sessions with unanswered
-        prompts, and join the topology."""
-        skip = await self.topology.drained_elsewhere()
+        """Close what the last stop left open (leaving sessions another process holds a lease
+        on to it, or to a takeover; ``changes`` gives interrupted steps their patch), wake
+        sessions with unanswered prompts, and join the topology."""
+        skip = await self.topology.leased_elsewhere()
         recovered = await recover(infra.log, infra.queries, self.service, self.coordinator, skip=skip, changes=changes)
         await self.topology.start(self.coordinator, changes)
         return recovered

@@ -130,8 +130,8 @@ async def recover(
     changes: StepChanges | None = None,
 ) -> int:
     """Close what a stop left open and wake sessions with unanswered prompts; returns the number
-    of sessions touched. Sessions in ``skip`` (drained right now by another live process) are
-    left to their owner."""
+    of sessions touched. Sessions in ``skip`` (leased by another process, live or lapsed) are
+    left to their owner, or to the takeover that claims their lease."""
     open_work: dict[str, _OpenWork] = defaultdict(_OpenWork)
     for session_id, message_id in await queries.open_assistant_messages():
         open_work[session_id].messages.append(message_id)

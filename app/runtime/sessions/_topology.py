@@ -116,8 +116,9 @@ class Topology(Claims, Protocol):
         give what they held to the other processes at once (not after the lease expires)."""
         ...
 
-    async def drained_elsewhere(self) -> set[str]:
-        """Sessions another live process drains right now (recovery leaves them to it)."""
+    async def leased_elsewhere(self) -> set[str]:
+        """Sessions another process holds a lease on, live or lapsed: start-up recovery leaves
+        them to that process, or to the takeover that claims the lease."""
         ...
 
     async def leased(self, session_id: str) -> bool:
@@ -217,7 +218,7 @@ class LocalTopology:
     async def hand_off(self, shutdown: Callable[[], Awaitable[None]]) -> None:
         return None  # nobody to hand to: the drains end with the lifespan, recovered at next start
 
-    async def drained_elsewhere(self) -> set[str]:
+    async def leased_elsewhere(self) -> set[str]:
         return set()
 
     async def leased(self, session_id: str) -> bool:
