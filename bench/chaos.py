@@ -28,10 +28,12 @@ Everything runs on 127.0.0.1 (a throw-away PostgreSQL cluster from the system's 
 the processes) and is removed on exit; the loops end after ``--seconds``. From the repository
 root::
 
-    python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1] [--pause 2,5] [--rtt-ms 1]
+    python bench/chaos.py [--seconds 60] [--processes 3] [--pg] [--seed 1] [--pause 2,5] [--rtt-ms 1] [--keep DIR]
 
 ``--rtt-ms`` puts ``bench/delay_proxy.py`` between the processes and PostgreSQL (a database on
-another machine): timing windows that loopback keeps too narrow to hit open up.
+another machine): timing windows that loopback keeps too narrow to hit open up. ``--keep DIR``
+saves, when something broke, each session's history as the server returns it and the servers'
+logs, which the throw-away directory would otherwise take with it.
 
 The problems it found are fixed (bench/README.md, "Chaos probe").
 """
@@ -44,6 +46,7 @@ import itertools
 import json
 import random
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -511,7 +514,16 @@ def _drive(
         busy_left = [f"still busy after {SETTLE_S:g} s: {busy}"] if busy else []
         time.sleep(WORKTREE_SWEEP_S)  # the adds and fills a death cut short are finished by then
         trees = worktree_problems(url, project, record.worktrees, record.removed)
-        return _problems(http, sessions, record) + record.undo_problems + trees + busy_left
+        problems = _problems(http, sessions, record) + record.undo_problems + trees + busy_left
+        if problems and options.keep is not None:
+            _keep_histories(http, sessions + undone, options.keep)
+        return problems
+
+
+def _keep_histories(http: httpx.Client, sessions: list[str], keep: Path) -> None:
+    keep.mkdir(parents=True, exist_ok=True)
+    for sid in sessions:
+        (keep / f"{sid}.json").write_text(json.dumps(http.get(f"/session/{sid}/message").json(), indent=1))
 
 
 def _nginx_errors(log: Path, record: Record) -> None:
@@ -553,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rtt-ms", type=float, default=0.0, help="round trip added to the database link (default none)"
     )
+    parser.add_argument("--keep", type=Path, help="where to save histories and logs when something broke")
     options = parser.parse_args(argv)
     nginx = nginx_binary()
     cluster = start_cluster()
@@ -580,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
                 problems = _drive(balancer.url, servers, cluster, options, record, base / "project")
             _nginx_errors(base / "nginx" / "error.log", record)
             _explain(record.errors, servers)
+            if problems and options.keep is not None:
+                for server in servers:
+                    shutil.copy(server.log, options.keep / server.log.name)
         finally:
             for server in servers:
                 server.stop()
