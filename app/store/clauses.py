@@ -194,11 +194,13 @@ COMPLETE_INPUT = Clause(update(inputs).where(inputs.c.id == bindparam("id")).val
 def _lease_reserve(insert: Insert) -> ClauseElement:
     """Reserve a free session for its admitting process (in the admission's transaction), so
     every process sees it busy from then on; a lease already there, live or expired, is left as
-    it is (its owner drains, or whoever claims it takes it over)."""
+    it is (its owner drains, or whoever claims it takes it over). Its token is one never handed
+    out before (migration 0021's sequence): a drain that lost an earlier lease of the session
+    must not pass the fence with it."""
     statement = insert(leases).values(
         session_id=bindparam("session_id"),
         owner=bindparam("owner"),
-        token=literal_column("1"),
+        token=literal_column("nextval('opensession_lease_tokens')"),
         expires_at=bindparam("expires_at"),
     )
     reserve: ClauseElement = statement.on_conflict_do_nothing(index_elements=["session_id"])

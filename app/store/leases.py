@@ -3,7 +3,9 @@ when. Owned by the cluster (``app/runtime/sessions/_cluster.py``); the event log
 fence a drain's writes.
 
 Invariant: a lease changes hands only through ``claim`` (free, expired or already the caller's),
-and each acquisition gets a new token, so a writer holding an old token can tell it lost the lease."""
+and each reservation and acquisition gets a token never handed out before (one sequence for all,
+migration 0021: a released lease's row is deleted, and counting per row began again at 1), so a
+writer holding an old token can tell it lost the lease, even to its own process."""
 
 from __future__ import annotations
 

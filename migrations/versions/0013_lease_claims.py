@@ -22,6 +22,7 @@ Create Date: 2026-12-05
 
 from alembic import op
 
+from migrations.lease_claim import lease_claim
 from migrations.write_head import write_head
 
 revision = "0013"
@@ -30,21 +31,7 @@ branch_labels = None
 depends_on = None
 
 
-CLAIM = """
-CREATE OR REPLACE FUNCTION opensession_claim(
-    session text, claimant text, expires bigint, at_ms bigint,
-    OUT last_seq bigint, OUT previous_owner text, OUT token bigint
-) LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    last_seq := opensession_hold_session(session);
-    SELECT l.owner INTO previous_owner FROM leases l WHERE l.session_id = session;
-    INSERT INTO leases AS l (session_id, owner, token, expires_at) VALUES (session, claimant, 1, expires)
-    ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at
-    WHERE l.owner = claimant OR l.expires_at < at_ms
-    RETURNING l.token INTO token;
-END
-$$
-"""
+CLAIM = lease_claim(token_from_sequence=False)
 
 RELEASE = """
 CREATE OR REPLACE FUNCTION opensession_release(session text, holder text, held_token bigint, admitted_after bigint)

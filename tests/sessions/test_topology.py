@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.events.topology import ClusterLogTopology, LocalLogTopology
+from app.events.topology import ClusterLogTopology, LeaseLost, LocalLogTopology
 from app.runtime.abort import AbortSignal
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions import BUSY, ClusterTopology, DrainCoordinator, LocalTopology, Memo, SessionsDomain
@@ -116,3 +116,37 @@ async def test_a_cluster_hold_takes_the_lease_but_is_no_work(
     memo: Memo[str, list[str]] = sessions.topology.memo("rules")
     memo.put_read("project", ["rule"], memo.generation)
     assert memo.get("project") == ["rule"]  # kept: the other processes say when they change it
+
+
+async def test_a_lease_taken_again_never_carries_a_token_it_had_before(
+    cluster: tuple[Infrastructure, SessionsDomain, list[str]],
+) -> None:
+    """A drain fences its writes with its lease's owner and token. Were a token handed out again
+    once the lease was given up and taken anew, a drain of this process that lost its lease (it
+    stalled past it while another process answered its prompt and gave the lease up) would pass
+    the fence again as soon as this process reserved the session for a new prompt, and write the
+    step it had read before: a prompt answered twice (``bench/chaos.py --seed 49``)."""
+    infra, sessions, _ = cluster
+    topology, directory = sessions.topology, str(infra.settings.directory)
+    tokens = []
+    for reserved in (False, True, False, True):  # claimed with and without an admission's reservation
+        if reserved:
+            async with infra.log.transaction() as tx:
+                topology.reserve(tx, "ses_3", directory)
+        lease = await topology.claim("ses_3")
+        assert lease is not None
+        tokens.append(lease.token)
+        assert await topology.release("ses_3", lease)
+    assert tokens == sorted(set(tokens)), tokens
+
+    stale = await topology.claim("ses_4")  # a drain's lease; the drain stalls here
+    assert stale is not None and await topology.release("ses_4", stale)  # taken over and given up
+    async with infra.log.transaction() as tx:  # this process admits another prompt
+        topology.reserve(tx, "ses_4", directory)
+    unfence = topology.fence("ses_4", stale)
+    try:
+        with pytest.raises(LeaseLost):
+            async with infra.log.transaction() as tx:  # the stalled drain's next write
+                await tx.emit("session.updated", {"sessionID": "ses_4"}, session_id="ses_4", directory=directory)
+    finally:
+        unfence()
