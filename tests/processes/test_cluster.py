@@ -283,6 +283,8 @@ def test_a_starting_process_leaves_a_lapsed_lease_to_a_fenced_takeover(
             a.proc.send_signal(signal.SIGSTOP)
             _sql(cluster_url, "UPDATE leases SET expires_at = 0 WHERE session_id = $1", sid)
             c.start()  # its start-up finds the session with an open reply and a lapsed lease
+            # Renewed as A would renew it, before C's watchdog's first round would take the
+            # session over (a second after C joined the cluster, early in its start-up).
             far = int(time.time() * 1000) + 60_000
             _sql(cluster_url, "UPDATE leases SET expires_at = $2 WHERE session_id = $1", sid, far)
             a.proc.send_signal(signal.SIGCONT)
