@@ -215,7 +215,11 @@ def test_kill_9_ends_what_a_local_mcp_server_started(database_url: str, project_
     server.start()
     child = 0
     try:
-        assert httpx.get(f"{server.url}/mcp", timeout=30).json()["local"] == {"status": "connected"}
+        try:  # longer than the server's own wait for the MCP server (30 s): its answer says why
+            status = httpx.get(f"{server.url}/mcp", timeout=45).json()["local"]
+        except httpx.HTTPError as exc:
+            pytest.fail(f"GET /mcp: {exc!r}; the server's log ends:\n{server.log_tail()}")
+        assert status == {"status": "connected"}, server.log_tail()
         child = int((project_dir / "mcp-child.pid").read_text())
         assert running(child)
         server.kill9()
