@@ -8,11 +8,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from app import ids
+from app.clock import now_ms
 from app.events.topology import ClusterLogTopology, LeaseLost, LocalLogTopology
 from app.runtime.abort import AbortSignal
 from app.runtime.infrastructure import Infrastructure
 from app.runtime.sessions import BUSY, ClusterTopology, DrainCoordinator, LocalTopology, Memo, SessionsDomain
+from app.runtime.sessions._recovery import recover
 from app.settings import Settings
+from app.store import leases
 from app.wire import SessionStatus
 
 
@@ -150,3 +154,30 @@ async def test_a_lease_taken_again_never_carries_a_token_it_had_before(
                 await tx.emit("session.updated", {"sessionID": "ses_4"}, session_id="ses_4", directory=directory)
     finally:
         unfence()
+
+
+async def test_start_up_recovery_closes_nothing_in_a_session_claimed_since_it_looked(
+    cluster: tuple[Infrastructure, SessionsDomain, list[str]],
+) -> None:
+    """Start-up recovery reads which sessions other processes lease, then closes what the rest
+    left open. Another process may claim a session in between and open its reply: that reply is
+    its drain's to finish, so the lease is read again under the session's hold in the closing
+    transaction. (Closed without that, the live reply read interrupted; one its drain completed
+    a moment before the closing stayed interrupted for good.) With no lease, it is closed."""
+    infra, sessions, _ = cluster
+    directory = str(infra.settings.directory)
+    sid = (await sessions.service.create(directory))["id"]
+    reply = {"id": ids.message_id(), "sessionID": sid, "role": "assistant", "time": {"created": now_ms()}}
+    async with infra.log.transaction() as tx:
+        await tx.emit("message.updated", {"sessionID": sid, "info": reply}, session_id=sid, directory=directory)
+    async with infra.log.transaction(hold=sid) as tx:  # another process's claim, after the read
+        leases.reserve(tx.scope, sid, "another-process", now_ms() + 60_000)
+    topology = sessions.topology
+
+    await recover(infra.log, infra.queries, sessions.service, sessions.coordinator, drains_under=topology.drains_under)
+    assert await infra.queries.open_assistant_messages(sid) == [(sid, reply["id"])]
+
+    [held] = await leases.every(infra.db)
+    assert await leases.release(infra.db, sid, held.owner, held.token, unless_admitted_after=None)
+    await recover(infra.log, infra.queries, sessions.service, sessions.coordinator, drains_under=topology.drains_under)
+    assert await infra.queries.open_assistant_messages(sid) == []

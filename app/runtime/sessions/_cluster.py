@@ -70,6 +70,7 @@ from app.runtime.sessions._recovery import StepChanges, close_session
 from app.runtime.sessions._service import SessionService
 from app.runtime.sessions._topology import Controlled, Handler, Memo, Patience, Takeover
 from app.store import leases
+from app.store.events import HeldLease
 
 log = logging.getLogger("opensession.cluster")
 
@@ -378,6 +379,9 @@ class ClusterTopology:
         session left open is closed by the takeover that claims it (the watchdog wakes it once
         its lease has expired or its owner is gone), never by a start-up without a lease."""
         return {sid for sid, owner in (await self.holders()).items() if owner not in (self.origin, NOBODY)}
+
+    def drains_under(self, lease: HeldLease | None) -> bool:
+        return lease is not None and lease.owner != NOBODY  # reserved for nobody: no drain yet
 
     async def leased(self, session_id: str) -> bool:
         """A lease expired less than the placement grace ago counts: a process is about to claim

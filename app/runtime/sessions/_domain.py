@@ -33,7 +33,15 @@ class SessionsDomain:
         on to it, or to a takeover; ``changes`` gives interrupted steps their patch), wake
         sessions with unanswered prompts, and join the topology."""
         skip = await self.topology.leased_elsewhere()
-        recovered = await recover(infra.log, infra.queries, self.service, self.coordinator, skip=skip, changes=changes)
+        recovered = await recover(
+            infra.log,
+            infra.queries,
+            self.service,
+            self.coordinator,
+            skip=skip,
+            drains_under=self.topology.drains_under,
+            changes=changes,
+        )
         await self.topology.start(self.coordinator, changes)
         return recovered
 

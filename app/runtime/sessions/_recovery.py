@@ -29,6 +29,7 @@ from app.runtime.sessions._closing import closed_part, closed_reply
 from app.runtime.sessions._coordinator import DrainCoordinator
 from app.runtime.sessions._service import SessionService
 from app.store import inputs
+from app.store.events import HeldLease
 from app.store.queries import Queries
 from app.wire import Session
 
@@ -127,11 +128,14 @@ async def recover(
     coordinator: DrainCoordinator,
     *,
     skip: set[str] | frozenset[str] = frozenset(),
+    drains_under: Callable[[HeldLease | None], bool],
     changes: StepChanges | None = None,
 ) -> int:
     """Close what a stop left open and wake sessions with unanswered prompts; returns the number
     of sessions touched. Sessions in ``skip`` (leased by another process, live or lapsed) are
-    left to their owner, or to the takeover that claims their lease."""
+    left to their owner, or to the takeover that claims their lease; so is one whose lease, read
+    under its hold in the closing transaction, ``drains_under`` says a drain may be writing under
+    (claimed since ``skip`` was read: the check and the closing are one step under the hold)."""
     open_work: dict[str, _OpenWork] = defaultdict(_OpenWork)
     for session_id, message_id in await queries.open_assistant_messages():
         open_work[session_id].messages.append(message_id)
@@ -147,8 +151,9 @@ async def recover(
         present.append(session_id)
         if session_id in open_work:
             await open_work[session_id].find_patches(session, queries, changes)
-            async with log_.transaction() as tx:
-                await _close(tx, session, open_work[session_id], queries, now_ms(), INTERRUPTED)
+            async with log_.transaction(hold=session_id) as tx:
+                if not drains_under(tx.held_leases.get(session_id)):
+                    await _close(tx, session, open_work[session_id], queries, now_ms(), INTERRUPTED)
     for session_id in present:  # woken only once everything open is closed
         if session_id in waiting:
             coordinator.wake(session_id)

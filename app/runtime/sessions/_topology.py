@@ -24,6 +24,7 @@ from app.events.log import Transaction
 from app.events.model import Event
 from app.runtime.sessions._coordinator import Claims, Lease
 from app.runtime.sessions._recovery import StepChanges
+from app.store.events import HeldLease
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -119,6 +120,12 @@ class Topology(Claims, Protocol):
     async def leased_elsewhere(self) -> set[str]:
         """Sessions another process holds a lease on, live or lapsed: start-up recovery leaves
         them to that process, or to the takeover that claims the lease."""
+        ...
+
+    def drains_under(self, lease: HeldLease | None) -> bool:
+        """Whether a drain may be writing under ``lease`` (a session's, read under its hold):
+        start-up recovery then closes nothing there (a process may claim a session between the
+        read of ``leased_elsewhere`` and the closing)."""
         ...
 
     async def leased(self, session_id: str) -> bool:
@@ -220,6 +227,9 @@ class LocalTopology:
 
     async def leased_elsewhere(self) -> set[str]:
         return set()
+
+    def drains_under(self, lease: HeldLease | None) -> bool:
+        return False  # no lease but its own
 
     async def leased(self, session_id: str) -> bool:
         return False
