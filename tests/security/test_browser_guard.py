@@ -176,6 +176,29 @@ def test_a_foreign_page_cannot_run_a_shell_command_or_make_a_worktree(client: ht
     assert client.get(f"/session/{sid}/message").json() == []
 
 
+def test_a_worktree_removal_needs_a_local_page_the_password_and_a_valid_directory(
+    guarded: ThreadServer, project_dir: Path
+) -> None:
+    """``DELETE /experimental/worktree`` ends what runs in a worktree and deletes it (and may wait
+    a minute for another process): a foreign page (even with the browser's cached credentials),
+    a request without the password, a relative directory or one with a NUL byte removes
+    nothing."""
+    git_repository(project_dir)
+    with httpx.Client(base_url=guarded.url, auth=("opencode", "s3cret")) as client:
+        made = client.post("/experimental/worktree", json={"name": "kept"})
+        assert made.status_code == 200, made.text
+        tree = made.json()["directory"]
+        remove = "/experimental/worktree"
+        for headers in ({"Origin": FOREIGN}, {"Sec-Fetch-Site": "cross-site"}):
+            assert client.request("DELETE", remove, json={"directory": tree}, headers=headers).status_code == 403
+        for directory in ("relative/kept", f"{tree}\x00"):
+            refused = client.request("DELETE", remove, json={"directory": directory})
+            assert refused.status_code == 400, refused.text
+        unauthorized = httpx.request("DELETE", f"{guarded.url}{remove}", json={"directory": tree})
+        assert unauthorized.status_code == 401
+        assert Path(tree).is_dir() and client.get(remove).json() == [tree]
+
+
 def test_a_foreign_page_cannot_start_an_init_or_a_compaction(client: httpx.Client) -> None:
     """The other routes that read an Idempotency-Key start a turn (``/session/:id/init``) or a
     summary (V2 compact): a foreign page starts neither, with a text/plain body, a forged JSON
