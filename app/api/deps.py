@@ -136,7 +136,11 @@ CredentialsDep = Annotated[Credentials, _service(lambda runtime: runtime.registr
 EventLogDep = Annotated[EventLog, _service(lambda runtime: runtime.log)]
 EventSourcesDep = Annotated[
     EventSources,
-    _service(lambda runtime: EventSources(runtime.feeds, runtime.bus, runtime.settings.stream_send_timeout)),
+    _service(
+        lambda runtime: EventSources(
+            runtime.feeds, runtime.bus, runtime.log.topology.unpublished, runtime.settings.stream_send_timeout
+        )
+    ),
 ]
 SessionsDep = Annotated[SessionService, _service(lambda runtime: runtime.sessions)]
 PromptingDep = Annotated[Prompting, _service(lambda runtime: runtime.prompting)]

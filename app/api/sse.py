@@ -144,17 +144,27 @@ async def _stream(
     sources: EventSources, spec: StreamSpec, after: int | None, body: Body, notice: bytes
 ) -> AsyncGenerator[bytes, None]:
     tap = spec.tap(sources.feeds)
-    origin = after if after is not None else sources.bus.cursor  # read with the tap, no await between
+    # Both read with the tap, no await between. A live stream starts at the bus's cursor, past
+    # this process's commits still waiting to reach the bus (``LogTopology.unpublished``).
+    origin = after if after is not None else sources.bus.cursor
+    earlier = sources.unpublished() if after is None else frozenset()
     sent = origin  # the position a client that has everything written so far resumes from
     replayed_to = -1
     ending = False  # the stream's last event went out (``spec.last``): end after it
 
     def chunk_of(batches: list[Batch]) -> bytes:
-        nonlocal sent
+        nonlocal sent, earlier
         batch = batches[0] if len(batches) == 1 else tap.merged(batches)  # behind: merge deltas
         if 0 <= batch.first_durable <= replayed_to:  # just after the replay: drop what it sent
             fresh = [e for e in batch.events if not (e.durable and spec.position(e) <= replayed_to)]
             batch = tap.batch(fresh)
+        if earlier and batch.first_durable >= 0:  # committed before the stream opened: drop
+            reached = max(e.cursor for e in batch.events if e.durable)
+            fresh = [e for e in batch.events if not (e.durable and e.cursor in earlier)]
+            if len(fresh) < len(batch.events):
+                batch = tap.batch(fresh)
+            if reached >= max(earlier):
+                earlier = frozenset()  # the bus publishes in cursor order: none is still to come
         # Every frame's id is a safe resume position (an ephemeral frame carries the cursor of
         # the last durable event before it, which may be one this stream filtered out).
         sent = max(sent, batch.position)
@@ -345,10 +355,12 @@ class EventStream(Response):
 @dataclass(frozen=True, slots=True)
 class EventSources:
     """What an event stream is served from: the feeds sharing the bus, the bus (whose cursor a
-    live stream starts at), and how long one write to a client may block."""
+    live stream starts at), this process's commits not on the bus yet, and how long one write to
+    a client may block."""
 
     feeds: Feeds
     bus: EventBus
+    unpublished: Callable[[], frozenset[int]]  # ``LogTopology.unpublished``
     send_timeout: float
 
     async def open(self, spec: StreamSpec, after: int | None) -> EventStream:

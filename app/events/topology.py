@@ -95,6 +95,12 @@ class LogTopology(Protocol):
         once durable; ``next_seq`` is each written session's next seq."""
         ...
 
+    def unpublished(self) -> frozenset[int]:
+        """The cursors of durable events this process committed that its bus has not published yet.
+        A stream opened now leaves them out: the requests that wrote them may have been answered,
+        and a client opening a stream after its answer expects only what happens next."""
+        ...
+
     def publish(self, event: Event) -> None:
         """Publish an ephemeral event now, outside any transaction."""
         ...
@@ -150,6 +156,9 @@ class LocalLogTopology:
 
         scope.after_commit(visible)
         scope.when_durable(durable)
+
+    def unpublished(self) -> frozenset[int]:
+        return frozenset()  # a commit is published as soon as it is durable
 
     def publish(self, event: Event) -> None:
         self.bus.publish(event)
@@ -208,6 +217,9 @@ class ClusterLogTopology:
         # The relay tells the other processes once the commit is durable: a NOTIFY inside the
         # transaction would make PostgreSQL serialize it with every other notifying commit.
         scope.when_durable(lambda: self._relay.committed(events))
+
+    def unpublished(self) -> frozenset[int]:
+        return self._relay.own_unpublished()
 
     def publish(self, event: Event) -> None:
         self._relay.published(event)

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -229,3 +230,31 @@ def test_a_cursor_past_the_head_resumes_from_the_head_and_says_so(
     texts = [f.properties["part"].get("text") for f in frames if f.type == "message.part.updated"]
     assert "after a reset" in texts and "Echo: after a reset" in texts
     assert all(head < int(f.id) < stale for f in frames[2:] if f.id is not None)
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_stream_opened_after_a_write_answered_does_not_carry_that_write(
+    server: ThreadServer, client: httpx.Client, database_url: str
+) -> None:
+    """On PostgreSQL a commit reaches the bus once every older transaction has ended, which may be
+    after its request was answered. A stream opened after the answer starts after that write, as
+    it would on one process with nothing in between: its client already has what the answer said.
+
+    A transaction left open on another connection keeps the session's creation from the bus until
+    the stream is open (without it, the window is one read of the log)."""
+    loop = asyncio.new_event_loop()
+    blocker = loop.run_until_complete(asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://")))
+    try:
+        loop.run_until_complete(blocker.execute("BEGIN"))
+        loop.run_until_complete(blocker.fetchval("SELECT pg_current_xact_id()"))  # an older transaction
+        sid = create_session(client)["id"]
+        with EventCollector(f"{server.url}/event") as events:
+            events.wait_for(lambda f: f.type == "server.connected")
+            loop.run_until_complete(blocker.execute("COMMIT"))
+            assert client.patch(f"/session/{sid}", json={"title": "renamed"}).status_code == 200
+            events.wait_for(lambda f: f.type == "session.updated" and f.properties["info"]["title"] == "renamed")
+            kinds = [f.type for f in events.frames]
+    finally:
+        loop.run_until_complete(blocker.close())
+        loop.close()
+    assert "session.created" not in kinds, kinds
