@@ -260,6 +260,39 @@ def _sql(cluster_url: str, statement: str, *args: object) -> list[asyncpg.Record
     return asyncio.run(run())
 
 
+def test_a_reply_whose_failure_could_not_be_written_is_closed_by_the_takeover(
+    two: tuple[ProcessServer, ProcessServer], cluster_url: str
+) -> None:
+    """A's drain fails mid-reply, and cannot write even its own failure: the database refuses
+    every event of the session (as a full disk would). A keeps the lease over the reply left
+    open, so when A then dies, B takes the session over and closes the reply, and the prompt
+    is answered. (Had A given the lease up, B would have claimed a session with no previous
+    owner and closed nothing: the reply would stay open for good.)"""
+    a, b = two
+    sid = httpx.post(f"{a.url}/session").json()["id"]
+    refuse = f"""
+        CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.session_id = '{sid}' THEN RAISE EXCEPTION 'could not extend file: No space left on device'; END IF;
+            RETURN NEW;
+        END $$"""
+    with EventCollector(f"{a.url}/event") as on_a:
+        httpx.post(f"{a.url}/session/{sid}/prompt_async", json=text_prompt("SLOW:0.2 a reply that cannot end"))
+        on_a.wait_for(lambda f: f.type == "message.part.delta" and f.properties["sessionID"] == sid, timeout=15)
+        _sql(cluster_url, refuse)
+        _sql(cluster_url, "CREATE TRIGGER refuse BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse_events()")
+    wait_until(lambda: f"drain of {sid} failed" in a.log.read_text(errors="replace"), timeout=20)
+    (reply,) = [m for m in httpx.get(f"{b.url}/session/{sid}/message").json() if m["info"]["role"] == "assistant"]
+    assert "completed" not in reply["info"]["time"]  # nothing could be written
+    a.kill9()
+    _sql(cluster_url, "DROP TRIGGER refuse ON events")
+    history = _history_when(b.url, sid, _answered_without_error, timeout=30)
+    user, closed, answer = history
+    assert closed["info"]["id"] == reply["info"]["id"] and "completed" in closed["info"]["time"]
+    assert closed["info"]["error"]["name"] == "MessageAbortedError"
+    assert answer["info"]["parentID"] == user["info"]["id"] and "error" not in answer["info"]
+
+
 def test_a_starting_process_leaves_a_lapsed_lease_to_a_fenced_takeover(
     cluster_url: str, project_dir: Path, config_dir: Path
 ) -> None:

@@ -204,6 +204,24 @@ def test_kill_9_during_a_shell_command_ends_the_command(database_url: str, proje
     assert not late_background.exists(), "what the command put in the background went on after its server was killed"
 
 
+def _descendants(server: ProcessServer) -> str:
+    """What the server started, and what each is doing (state, kernel wait), for a failure's
+    message: the MCP server's start once hung in a full run of the suite, and never alone."""
+    assert server.proc is not None
+    table = subprocess.run(
+        ["ps", "-e", "-o", "pid=,ppid=,pgid=,stat=,wchan:24=,etime=,args="], capture_output=True, text=True
+    ).stdout.splitlines()
+    parents = {int(line.split()[0]): int(line.split()[1]) for line in table}
+    ours = {server.proc.pid}
+    for pid in sorted(parents):  # a child's pid may be lower than its parent's (pids wrap)
+        ancestor = pid
+        while ancestor in parents and ancestor not in ours and ancestor > 1:
+            ancestor = parents[ancestor]
+        if ancestor in ours:
+            ours.add(pid)
+    return "\n".join(line for line in table if int(line.split()[0]) in ours)
+
+
 def test_kill_9_ends_what_a_local_mcp_server_started(database_url: str, project_dir: Path, config_dir: Path) -> None:
     """A stdio MCP server ends on its own when its stdin closes, but what it started does not
     (``npx`` and the server it runs, here a ``sleep``): the whole group dies with the server."""
@@ -219,7 +237,7 @@ def test_kill_9_ends_what_a_local_mcp_server_started(database_url: str, project_
             status = httpx.get(f"{server.url}/mcp", timeout=45).json()["local"]
         except httpx.HTTPError as exc:
             pytest.fail(f"GET /mcp: {exc!r}; the server's log ends:\n{server.log_tail()}")
-        assert status == {"status": "connected"}, server.log_tail()
+        assert status == {"status": "connected"}, f"{server.log_tail()}\n{_descendants(server)}"
         child = int((project_dir / "mcp-child.pid").read_text())
         assert running(child)
         server.kill9()

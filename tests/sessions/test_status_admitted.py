@@ -307,10 +307,11 @@ async def test_a_prompt_admitted_as_the_drain_ends_gets_another_pass_of_the_same
     assert announced == [("busy", True), ("idle", False)]  # one busy period; idle once the lease is gone
 
 
-async def test_a_failed_drain_keeps_the_lease_for_a_prompt_admitted_since_its_claim() -> None:
-    """A prompt admitted on another process while this drain runs is left to it (nothing wakes
-    it here): when the drain fails, it gives the lease up only if no such prompt waits, else it
-    goes round again and answers it."""
+async def test_a_failed_drain_keeps_the_lease_until_a_later_drain_closes_what_it_left() -> None:
+    """A drain that fails may leave a reply open that it could not close (a write refused): it
+    keeps the lease, unused, whether or not a prompt was admitted since its claim, so no other
+    process claims the session as if nothing were open. The watchdog's wake (an unused lease of
+    this process) runs the next drain, which answers what waits and gives the lease up."""
     claims = _Claims()
     passes = 0
 
@@ -325,6 +326,10 @@ async def test_a_failed_drain_keeps_the_lease_for_a_prompt_admitted_since_its_cl
 
     coordinator = DrainCoordinator(drain, lambda session_id, status: None, claims)
     coordinator.wake("ses_1")
+    await asyncio.sleep(0)
+    await asyncio.wait_for(coordinator.await_idle("ses_1"), 5)
+    assert passes == 1 and claims.waiting == [1] and claims.leases == {"ses_1"}
+    coordinator.wake("ses_1")  # as the watchdog does, two rounds on
     await asyncio.sleep(0)
     await asyncio.wait_for(coordinator.await_idle("ses_1"), 5)
     assert passes == 2 and claims.waiting == [] and claims.leases == set()

@@ -292,7 +292,13 @@ class DrainCoordinator:
                     entry.pending_wake = True
                     continue
                 except Exception:
+                    # It may have left a reply open that it could not close (a write refused):
+                    # the lease stays, unused, over it. The watchdog wakes the session here
+                    # again, and the next drain closes the reply first; if this process dies
+                    # meanwhile, the takeover of its lease closes it. Given up, a claim with no
+                    # previous owner would close nothing: the reply would stay open for good.
                     log.exception("drain of %s failed", session_id)
+                    holding = False
                     break
                 if entry.signal.fired:
                     break
@@ -310,9 +316,8 @@ class DrainCoordinator:
             shutting_down = entry.signal.fired and entry.signal.reason == "shutdown"
             if lease is not None and holding and not shutting_down and not entry.again:
                 # Given up before idle is announced, so no process reads busy after that. After an
-                # abort, prompts it settles wait no more; prompts admitted later keep the lease.
-                # After a failure too, a prompt admitted since the claim keeps it (on another
-                # process, its admission left it to this drain: ``Topology.reserve``).
+                # abort, prompts it settles wait no more; prompts admitted later keep the lease
+                # (on another process, its admission left it to this drain: ``Topology.reserve``).
                 # (A stopping process leaves its leases to expire; a successor keeps this one.)
                 settled = entry.signal.settle_through if entry.signal.fired else lease.seq
                 if await self._kept_by(entry, session_id, lease, settled):
