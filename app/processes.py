@@ -58,6 +58,16 @@ def tied(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]
     return [program, *argv[1:]] if setpriv is None else [setpriv, "--pdeathsig", "KILL", "--", program, *argv[1:]]
 
 
+def shell_child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a child whose stdin is a pipe the event loop made. uvloop makes such pipes
+    socket pairs, and bash, given a socket on its stdin at shell level 1 (started by no shell:
+    a server under systemd), takes itself for a remote shell and reads ~/.bashrc. What that
+    prints would corrupt a stdio MCP server's stream, and a ``pyenv init`` there held one start
+    for a minute. A shell level of at least 1, as under any shell, keeps bash from it."""
+    level = env.get("SHLVL", "")
+    return {**env, "SHLVL": level if level.isdigit() and int(level) >= 1 else "1"}
+
+
 # The guard runs "$@" in the background and waits for it, since a shell runs a trap only between
 # commands and ``wait`` is one it interrupts. It answers SIGTERM by waiting on (so a group-wide
 # SIGTERM reaches the command, and the guard outlives it); it exits with the command's status.

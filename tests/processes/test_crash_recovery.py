@@ -209,7 +209,7 @@ def _descendants(server: ProcessServer) -> str:
     message: the MCP server's start once hung in a full run of the suite, and never alone."""
     assert server.proc is not None
     table = subprocess.run(
-        ["ps", "-e", "-o", "pid=,ppid=,pgid=,stat=,wchan:24=,etime=,args="], capture_output=True, text=True
+        ["ps", "-ww", "-e", "-o", "pid=,ppid=,pgid=,stat=,wchan:24=,etime=,args="], capture_output=True, text=True
     ).stdout.splitlines()
     parents = {int(line.split()[0]): int(line.split()[1]) for line in table}
     ours = {server.proc.pid}
@@ -219,7 +219,19 @@ def _descendants(server: ProcessServer) -> str:
             ancestor = parents[ancestor]
         if ancestor in ours:
             ours.add(pid)
-    return "\n".join(line for line in table if int(line.split()[0]) in ours)
+    described = []
+    for line in table:
+        pid = int(line.split()[0])
+        if pid in ours:
+            status = Path(f"/proc/{pid}/status")
+            try:
+                masks = [m for m in status.read_text().splitlines() if m.startswith("Sig")]
+                path = [v for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if v.startswith(b"PATH=")]
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                masks, path, cwd = [], [], "?"
+            described.append(f"{line}\n    {' '.join(masks)}\n    cwd={cwd} {path}")
+    return "\n".join(described)
 
 
 def test_kill_9_ends_what_a_local_mcp_server_started(database_url: str, project_dir: Path, config_dir: Path) -> None:
@@ -233,11 +245,18 @@ def test_kill_9_ends_what_a_local_mcp_server_started(database_url: str, project_
     server.start()
     child = 0
     try:
-        try:  # longer than the server's own wait for the MCP server (30 s): its answer says why
-            status = httpx.get(f"{server.url}/mcp", timeout=45).json()["local"]
-        except httpx.HTTPError as exc:
-            pytest.fail(f"GET /mcp: {exc!r}; the server's log ends:\n{server.log_tail()}")
-        assert status == {"status": "connected"}, f"{server.log_tail()}\n{_descendants(server)}"
+        with ThreadPoolExecutor(1) as pool:
+            # Longer than the server's own wait for the MCP server (30 s): its answer says why.
+            asked = pool.submit(lambda: httpx.get(f"{server.url}/mcp", timeout=45))
+            try:
+                status = asked.result(timeout=15).json()["local"]
+                seen = ""
+            except TimeoutError:  # what the server started, while it hangs
+                seen = _descendants(server)
+                status = asked.result().json()["local"]
+            except httpx.HTTPError as exc:
+                pytest.fail(f"GET /mcp: {exc!r}; the server's log ends:\n{server.log_tail()}")
+        assert status == {"status": "connected"}, f"{server.log_tail()}\n{seen}"
         child = int((project_dir / "mcp-child.pid").read_text())
         assert running(child)
         server.kill9()

@@ -126,6 +126,29 @@ def test_stdio_statuses_and_tool_results(
     assert processes_of(tmp_path) == []  # stopped with the server
 
 
+def test_a_server_started_through_bash_is_not_taken_for_a_remote_shell(
+    client: httpx.Client, project_dir: Path, tmp_path: Path
+) -> None:
+    """bash reads ~/.bashrc when its stdin is a socket (as a remote shell's is) and it is a
+    top-level shell. The server's event loop (uvloop) gives a child's stdin a socket pair, so a
+    stdio server started through bash by a server that no shell started (``SHLVL`` unset or 0,
+    as under systemd) read the user's ~/.bashrc: what it printed broke the stream, and a
+    ``pyenv init`` there held one start past the connect timeout."""
+    home = tmp_path / "home"
+    home.mkdir()
+    read = tmp_path / "bashrc-was-read"
+    (home / ".bashrc").write_text(f"touch {read}\necho 'not a JSON-RPC message'\n")
+    command = ["bash", "-c", f"exec {sys.executable} {SCRIPT} stdio"]
+    write_config(
+        project_dir,
+        {"viabash": {"type": "local", "command": command, "environment": {"HOME": str(home), "SHLVL": "0"}}},
+    )
+    assert client.get("/mcp").json()["viabash"] == {"status": "connected"}
+    (part,) = run_tools(client, 'TOOL:viabash_add {"a": 1, "b": 2}')
+    assert part["state"]["output"] == "sum=3"
+    assert not read.exists()
+
+
 def test_tools_are_listed_again_for_each_step(client: httpx.Client, project_dir: Path, tmp_path: Path) -> None:
     write_config(project_dir, {"local": local(tmp_path)})
     parts = run_tools(client, "TOOL:local_grow {}\nTHEN:local_grown {}")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
-from app.processes import tied_group
+from app.processes import shell_child_environment, tied_group
 from app.runtime.extensions._spec import CONNECT_SECONDS, ServerSpec
 
 log = logging.getLogger("opensession.mcp")
@@ -162,7 +162,7 @@ class Connection:
 
         command = self.spec.command[0]
         cwd = Path(self.directory) / self.spec.cwd if self.spec.cwd else Path(self.directory)
-        env = {**os.environ, **self.spec.environment}
+        env = shell_child_environment({**os.environ, **self.spec.environment})
         errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115 - closed by the stack
         try:
             # The SDK starts the server as a process group's leader and ends the group when it
