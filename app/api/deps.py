@@ -138,7 +138,7 @@ EventSourcesDep = Annotated[
     EventSources,
     _service(
         lambda runtime: EventSources(
-            runtime.feeds, runtime.bus, runtime.log.topology.unpublished, runtime.settings.stream_send_timeout
+            runtime.feeds, runtime.bus, runtime.log.topology.committed_now, runtime.settings.stream_send_timeout
         )
     ),
 ]

@@ -42,6 +42,7 @@ from app.events import bus
 from app.events.bus import Accept, EventBus, Overflowed
 from app.events.feed import Batch, Feeds, Kind, Tap
 from app.events.model import Event
+from app.events.topology import Snapshot
 from app.runtime.errors import InvalidInput
 
 SSE_HEADERS = [
@@ -144,11 +145,12 @@ async def _stream(
     sources: EventSources, spec: StreamSpec, after: int | None, body: Body, notice: bytes
 ) -> AsyncGenerator[bytes, None]:
     tap = spec.tap(sources.feeds)
-    # Both read with the tap, no await between. A live stream starts at the bus's cursor, past
-    # this process's commits still waiting to reach the bus (``LogTopology.unpublished``).
-    origin = after if after is not None else sources.bus.cursor
-    earlier = sources.unpublished() if after is None else frozenset()
+    origin = after if after is not None else sources.bus.cursor  # read with the tap, no await between
     sent = origin  # the position a client that has everything written so far resumes from
+    # A live stream starts at the bus's cursor, and past what had committed by the time it
+    # opened but not reached the bus yet (``LogTopology.committed_now``): read after the tap,
+    # so whatever reaches the bus from then on is either in it or in the tap.
+    earlier: Snapshot | None = None
     replayed_to = -1
     ending = False  # the stream's last event went out (``spec.last``): end after it
 
@@ -158,13 +160,13 @@ async def _stream(
         if 0 <= batch.first_durable <= replayed_to:  # just after the replay: drop what it sent
             fresh = [e for e in batch.events if not (e.durable and spec.position(e) <= replayed_to)]
             batch = tap.batch(fresh)
-        if earlier and batch.first_durable >= 0:  # committed before the stream opened: drop
+        if earlier is not None and batch.first_durable >= 0:  # committed before it opened: drop
             reached = max(e.cursor for e in batch.events if e.durable)
-            fresh = [e for e in batch.events if not (e.durable and e.cursor in earlier)]
+            fresh = [e for e in batch.events if not (e.durable and earlier.committed(e.cursor))]
             if len(fresh) < len(batch.events):
                 batch = tap.batch(fresh)
-            if reached >= max(earlier):
-                earlier = frozenset()  # the bus publishes in cursor order: none is still to come
+            if reached >= earlier.ceiling:
+                earlier = None  # the bus publishes in cursor order: none is still to come
         # Every frame's id is a safe resume position (an ephemeral frame carries the cursor of
         # the last durable event before it, which may be one this stream filtered out).
         sent = max(sent, batch.position)
@@ -181,6 +183,8 @@ async def _stream(
         return not chunk or body.write_now(chunk)
 
     try:
+        if after is None:
+            earlier = await sources.committed_now()
         if spec.still_allowed is not None and not await spec.still_allowed():
             return
         if spec.connected is not None:
@@ -355,12 +359,12 @@ class EventStream(Response):
 @dataclass(frozen=True, slots=True)
 class EventSources:
     """What an event stream is served from: the feeds sharing the bus, the bus (whose cursor a
-    live stream starts at), this process's commits not on the bus yet, and how long one write to
-    a client may block."""
+    live stream starts at), what has committed but may not be on the bus yet, and how long one
+    write to a client may block."""
 
     feeds: Feeds
     bus: EventBus
-    unpublished: Callable[[], frozenset[int]]  # ``LogTopology.unpublished``
+    committed_now: Callable[[], Awaitable[Snapshot | None]]  # ``LogTopology.committed_now``
     send_timeout: float
 
     async def open(self, spec: StreamSpec, after: int | None) -> EventStream:

@@ -232,10 +232,6 @@ class ClusterRelay:
             for event in events:
                 self._outbox.put_nowait(event)
 
-    def own_unpublished(self) -> frozenset[int]:
-        """The cursors of this process's commits that wait for older transactions to settle."""
-        return frozenset(self._own)
-
     def published(self, event: Event) -> None:
         """A local ephemeral event outside any transaction: publish here, tell the others."""
         self._queue.put_nowait(("ephemeral", event))

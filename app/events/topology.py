@@ -23,6 +23,7 @@ transaction has ended (a long one, an import, delays the live stream for its dur
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,8 +32,11 @@ from app.events.bus import EventBus
 from app.events.model import Event
 from app.events.relay import ClusterRelay, Since
 from app.store import events as stored_events
-from app.store.database import Database, WriteScope
+from app.store.database import Database, DatabaseUnavailable, WriteScope
 from app.store.events import HeldLease
+from app.store.events import Snapshot as Snapshot  # what ``committed_now`` answers, for the streams
+
+SNAPSHOT_WAIT_S = 1.0  # the longest a stream's start waits to learn what has committed
 
 # The drain lease a task writes under, on a shared database: ``(session_id, owner, token)``. Set by
 # the coordinator for the task that drains a session (and inherited by tasks it starts); every
@@ -95,10 +99,11 @@ class LogTopology(Protocol):
         once durable; ``next_seq`` is each written session's next seq."""
         ...
 
-    def unpublished(self) -> frozenset[int]:
-        """The cursors of durable events this process committed that its bus has not published yet.
-        A stream opened now leaves them out: the requests that wrote them may have been answered,
-        and a client opening a stream after its answer expects only what happens next."""
+    async def committed_now(self) -> Snapshot | None:
+        """What has committed by now and may not have reached this process's bus yet (None:
+        nothing can be on its way). A stream opened now leaves those events out: the requests
+        that wrote them may have been answered, and a client that opens a stream after an
+        answer expects only what happens next."""
         ...
 
     def publish(self, event: Event) -> None:
@@ -157,8 +162,8 @@ class LocalLogTopology:
         scope.after_commit(visible)
         scope.when_durable(durable)
 
-    def unpublished(self) -> frozenset[int]:
-        return frozenset()  # a commit is published as soon as it is durable
+    async def committed_now(self) -> Snapshot | None:
+        return None  # a commit is published as soon as it is durable
 
     def publish(self, event: Event) -> None:
         self.bus.publish(event)
@@ -218,8 +223,15 @@ class ClusterLogTopology:
         # transaction would make PostgreSQL serialize it with every other notifying commit.
         scope.when_durable(lambda: self._relay.committed(events))
 
-    def unpublished(self) -> frozenset[int]:
-        return self._relay.own_unpublished()
+    async def committed_now(self) -> Snapshot | None:
+        # Any process's commit, its own too, reaches the bus once every older transaction has
+        # ended. Without the database (or with it too slow to answer) the stream opens all the
+        # same, and may carry some.
+        try:
+            async with asyncio.timeout(SNAPSHOT_WAIT_S):
+                return await stored_events.snapshot(self._db)
+        except (DatabaseUnavailable, TimeoutError):
+            return None
 
     def publish(self, event: Event) -> None:
         self._relay.published(event)

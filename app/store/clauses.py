@@ -27,6 +27,7 @@ from sqlalchemy import (
     ClauseElement,
     String,
     Table,
+    Text,
     and_,
     bindparam,
     cast,
@@ -291,6 +292,8 @@ HOLD = Clause(
     select(func.pg_advisory_xact_lock(literal_column("1869636974"), func.hashtext(bindparam("key", type_=String))))
 )
 SETTLED = Clause(select(func.opensession_settled()))
+# What had committed at this moment (``events.Snapshot``): "xmin:xmax:running,...".
+SNAPSHOT = Clause(select(cast(func.pg_current_snapshot(), Text)))
 # The relay's catch-up (app/events/relay.py): up to ``limit`` settled events past ``cursor`` and up
 # to ``upto``, in order, but those of the transactions ``skip`` (ids: the relay has their events),
 # then a row of the settled horizon (its other columns NULL): whether ``upto`` has settled comes

@@ -13,6 +13,32 @@ from app.store.database import Reader, Row, WriteScope
 CURSOR_BITS = 20
 
 
+class Snapshot(NamedTuple):
+    """What had committed when PostgreSQL took a snapshot (``pg_current_snapshot()``): every
+    transaction below ``xmin``, and those below ``xmax`` not ``running`` then."""
+
+    xmin: int
+    xmax: int
+    running: frozenset[int]
+
+    def committed(self, cursor: int) -> bool:
+        """Whether the transaction that wrote the event at ``cursor`` had committed."""
+        xid = cursor >> CURSOR_BITS
+        return xid < self.xmin or (xid < self.xmax and xid not in self.running)
+
+    @property
+    def ceiling(self) -> int:
+        """The first cursor of a transaction that began after the snapshot: none from there on
+        had committed."""
+        return self.xmax << CURSOR_BITS
+
+
+async def snapshot(reader: Reader) -> Snapshot:
+    """What has committed by now (shared databases)."""
+    xmin, xmax, running = str((await reader.fetch(sql.SNAPSHOT))[0][0]).split(":")
+    return Snapshot(int(xmin), int(xmax), frozenset(int(xid) for xid in running.split(",") if xid))
+
+
 class HeldLease(NamedTuple):
     """A session's drain lease as a write transaction read it under the session's hold."""
 

@@ -82,6 +82,31 @@ def test_events_cross_processes_in_order(two: tuple[ProcessServer, ProcessServer
         assert _durable(resumed, sid) == [e for e in _durable(on_a, sid) if int(e[0]) > int(resume_from)]
 
 
+def test_a_stream_opened_on_another_process_after_an_answer_does_not_carry_what_it_wrote(
+    two: tuple[ProcessServer, ProcessServer], cluster_url: str
+) -> None:
+    """A session created through A, then a stream opened on B: B hears of the creation only
+    later (once every older transaction has ended; here one is held open meanwhile), but the
+    stream was opened after it committed, so it leaves it out, as one process would."""
+    a, b = two
+    loop = asyncio.new_event_loop()
+    blocker = loop.run_until_complete(asyncpg.connect(cluster_url.replace("postgresql+asyncpg://", "postgresql://")))
+    try:
+        loop.run_until_complete(blocker.execute("BEGIN"))
+        loop.run_until_complete(blocker.fetchval("SELECT pg_current_xact_id()"))  # an older transaction
+        sid = httpx.post(f"{a.url}/session").json()["id"]
+        with EventCollector(f"{b.url}/event") as on_b:
+            on_b.wait_for(lambda f: f.type == "server.connected")
+            loop.run_until_complete(blocker.execute("COMMIT"))
+            assert httpx.patch(f"{a.url}/session/{sid}", json={"title": "renamed"}).status_code == 200
+            on_b.wait_for(lambda f: f.type == "session.updated" and f.properties["info"]["title"] == "renamed")
+            kinds = [f.type for f in on_b.frames]
+    finally:
+        loop.run_until_complete(blocker.close())
+        loop.close()
+    assert "session.created" not in kinds, kinds
+
+
 def _history_when(url: str, sid: str, done: Callable[[list[dict]], bool], timeout: float = 30) -> list[dict]:
     deadline = time.monotonic() + timeout
     history: list[dict] = []
