@@ -141,3 +141,24 @@ def start_cluster(extra_options: str = "") -> Cluster | None:
     cluster.url = f"postgresql://postgres@127.0.0.1:{port}"
     cluster._options = options
     return cluster
+
+
+class OlderTransaction:
+    """A transaction held open on a connection of its own, with its id taken: every commit after
+    it reaches the event streams only once it ends (``end``), so a test can open a stream while
+    what was just written is still on its way."""
+
+    def __init__(self, url: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._conn = self._loop.run_until_complete(
+            asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+        )
+        self._loop.run_until_complete(self._conn.execute("BEGIN"))
+        self._loop.run_until_complete(self._conn.fetchval("SELECT pg_current_xact_id()"))
+
+    def end(self) -> None:
+        self._loop.run_until_complete(self._conn.execute("COMMIT"))
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._conn.close())
+        self._loop.close()

@@ -8,7 +8,6 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 
@@ -16,6 +15,7 @@ from app.events.bus import EventBus, Overflowed
 from app.events.model import Event
 from app.settings import Settings
 from tests.helpers import create_session, text_prompt
+from tests.postgres import OlderTransaction
 from tests.servers import ThreadServer, thread_server
 from tests.sse import EventCollector, Frame, first_frame
 
@@ -243,19 +243,15 @@ def test_a_stream_opened_after_a_write_answered_does_not_carry_that_write(
 
     A transaction left open on another connection keeps the session's creation from the bus until
     the stream is open (without it, the window is one read of the log)."""
-    loop = asyncio.new_event_loop()
-    blocker = loop.run_until_complete(asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://")))
+    older = OlderTransaction(database_url)
     try:
-        loop.run_until_complete(blocker.execute("BEGIN"))
-        loop.run_until_complete(blocker.fetchval("SELECT pg_current_xact_id()"))  # an older transaction
         sid = create_session(client)["id"]
         with EventCollector(f"{server.url}{path}") as events:
             events.wait_for(lambda f: f.type == "server.connected")
-            loop.run_until_complete(blocker.execute("COMMIT"))
+            older.end()
             assert client.patch(f"/session/{sid}", json={"title": "renamed"}).status_code == 200
             events.wait_for(lambda f: f.type == "session.updated" and f.properties["info"]["title"] == "renamed")
             frames = [json.dumps(f.data) for f in events.frames]
     finally:
-        loop.run_until_complete(blocker.close())
-        loop.close()
+        older.close()
     assert not [frame for frame in frames if "session.created" in frame]  # nor its sync twin

@@ -25,7 +25,7 @@ import pytest
 from tests.balancer import nginx_binary, shipped_nginx
 from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 from tests.helpers import git_repository, many_files, text_prompt, wait_until
-from tests.postgres import Cluster
+from tests.postgres import Cluster, OlderTransaction
 from tests.servers import ProcessServer, process_server, start_together
 from tests.sse import EventCollector, Frame
 
@@ -89,21 +89,17 @@ def test_a_stream_opened_on_another_process_after_an_answer_does_not_carry_what_
     later (once every older transaction has ended; here one is held open meanwhile), but the
     stream was opened after it committed, so it leaves it out, as one process would."""
     a, b = two
-    loop = asyncio.new_event_loop()
-    blocker = loop.run_until_complete(asyncpg.connect(cluster_url.replace("postgresql+asyncpg://", "postgresql://")))
+    older = OlderTransaction(cluster_url)
     try:
-        loop.run_until_complete(blocker.execute("BEGIN"))
-        loop.run_until_complete(blocker.fetchval("SELECT pg_current_xact_id()"))  # an older transaction
         sid = httpx.post(f"{a.url}/session").json()["id"]
         with EventCollector(f"{b.url}/event") as on_b:
             on_b.wait_for(lambda f: f.type == "server.connected")
-            loop.run_until_complete(blocker.execute("COMMIT"))
+            older.end()
             assert httpx.patch(f"{a.url}/session/{sid}", json={"title": "renamed"}).status_code == 200
             on_b.wait_for(lambda f: f.type == "session.updated" and f.properties["info"]["title"] == "renamed")
             kinds = [f.type for f in on_b.frames]
     finally:
-        loop.run_until_complete(blocker.close())
-        loop.close()
+        older.close()
     assert "session.created" not in kinds, kinds
 
 
