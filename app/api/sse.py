@@ -187,6 +187,7 @@ async def _stream(
             earlier = await sources.committed_now()
         if spec.still_allowed is not None and not await spec.still_allowed():
             return
+        yield b""  # set up: the headers may go out (``EventStream``), and the frames after them
         if spec.connected is not None:
             yield spec.connected(origin)
         if notice:
@@ -316,7 +317,14 @@ class EventStream(Response):
         self._send_timeout = send_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        # The stream takes its place first (its tap, what had committed by then; an empty first
+        # chunk says it has): a client that writes once it sees the headers gets those events.
+        started = await anext(self._chunks, None) is not None
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        except BaseException:
+            await self._chunks.aclose()  # releases the tap
+            raise
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
@@ -343,8 +351,9 @@ class EventStream(Response):
 
         watcher = asyncio.create_task(watch())
         try:
-            async for chunk in self._chunks:
-                await body.write(chunk)
+            if started:  # else refused before its first frame (``StreamSpec.still_allowed``)
+                async for chunk in self._chunks:
+                    await body.write(chunk)
             await body.settle()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:

@@ -255,3 +255,24 @@ def test_a_stream_opened_after_a_write_answered_does_not_carry_that_write(
     finally:
         older.close()
     assert not [frame for frame in frames if "session.created" in frame]  # nor its sync twin
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_write_made_once_the_stream_answered_is_on_it(
+    server: ThreadServer, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream takes its place (its tap, and what had committed by then) before its headers go
+    out, so a write the client makes once it has them is on the stream, however long learning
+    what had committed takes (slowed down here)."""
+    topology = server.runtime.log.topology
+    look = topology.committed_now
+
+    async def slow_look() -> object:
+        await asyncio.sleep(0.5)
+        return await look()
+
+    monkeypatch.setattr(topology, "committed_now", slow_look)
+    sid = create_session(client)["id"]
+    with EventCollector(f"{server.url}/event") as events:  # back once the headers are
+        assert client.patch(f"/session/{sid}", json={"title": "renamed"}).status_code == 200
+        events.wait_for(lambda f: f.type == "session.updated" and f.properties["info"]["title"] == "renamed", timeout=5)
