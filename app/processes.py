@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from functools import cache
 
 log = logging.getLogger("opensession.processes")
@@ -66,6 +67,24 @@ def shell_child_environment(env: Mapping[str, str]) -> dict[str, str]:
     for a minute. A shell level of at least 1, as under any shell, keeps bash from it."""
     level = env.get("SHLVL", "")
     return {**env, "SHLVL": level if level.isdigit() and int(level) >= 1 else "1"}
+
+
+def keep_inherited_descriptors_from_children() -> None:
+    """Mark every descriptor this process inherited beyond stdio close-on-exec. Python opens its
+    own that way, but what a parent left open (a shell's or supervisor's stray descriptors) stays
+    inheritable, and uvloop's spawn has no ``close_fds``: it would reach every shell command, MCP
+    and language server the server starts, which could then read or hold it open. Called once,
+    before the server starts anything."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:  # no procfs (not Linux): every inherited descriptor stays as it was
+        return
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            with suppress(OSError):  # the listing's own descriptor, closed by now
+                if os.get_inheritable(fd):
+                    os.set_inheritable(fd, False)
 
 
 # The guard runs "$@" in the background and waits for it, since a shell runs a trap only between

@@ -124,8 +124,10 @@ def _local_server() -> Iterator[str]:
 
     from app.api.app import create_app
     from app.api.server import Server
+    from app.processes import keep_inherited_descriptors_from_children
     from app.settings import Settings
 
+    keep_inherited_descriptors_from_children()
     settings = Settings()
     check_database(settings, busy_hint="; to use a server running on it, pass --attach http://HOST:PORT")
     sock = socket.socket()

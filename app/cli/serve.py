@@ -102,7 +102,9 @@ def main(args: argparse.Namespace) -> int:
 
     from app.api.app import create_app
     from app.api.server import Server
+    from app.processes import keep_inherited_descriptors_from_children
 
+    keep_inherited_descriptors_from_children()
     print(
         f"opensession {__version__} listening on http://{settings.hostname}:{settings.port} "
         f"(database: {settings.database_url})",

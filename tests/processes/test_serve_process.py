@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.servers import ROOT, free_port
+import httpx
+
+from tests.servers import ROOT, free_port, process_server
 
 SCRIPT = """
 import gc, json, sys
@@ -79,3 +81,26 @@ print("watchfiles" in sys.modules)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_what_the_server_inherited_does_not_reach_the_commands_it_runs(tmp_path: Path) -> None:
+    """A descriptor the server's parent left open stays the server's: a shell command it runs
+    (uvloop's spawn passes on everything inheritable) does not get it."""
+    marker = tmp_path / "left-open-by-the-parent"
+    server = process_server(str(tmp_path / "s.db"), tmp_path, tmp_path / "config")
+    with marker.open("w") as stray:
+        os.set_inheritable(stray.fileno(), True)
+        server.proc = subprocess.Popen(
+            server.args, env=server.env, stdout=subprocess.DEVNULL, pass_fds=[stray.fileno()]
+        )
+    try:
+        server.wait_started()
+        session = httpx.post(f"{server.url}/session", json={}).json()
+        body = {"agent": "build", "command": "ls -l /proc/$$/fd/"}
+        shell = httpx.post(f"{server.url}/session/{session['id']}/shell", json=body, timeout=30)
+        assert shell.status_code == 200, shell.text
+        listed = shell.json()["parts"][-1]["state"]["output"]
+        assert "0 -> " in listed, listed  # the listing ran
+        assert marker.name not in listed, listed
+    finally:
+        server.stop()
