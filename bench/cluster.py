@@ -16,7 +16,11 @@ round trips (chunks the servers sent through the proxy), commits and statements
 (``pg_stat_statements``). With two or more processes also: cross-process event delivery
 (``/api/event`` on process B for prompts sent to process A: arrival minus the event's timestamp),
 how long after its reply a sync prompt sent to B answers while A drains the session, and the
-takeover time after SIGTERM and after ``kill -9`` of the process draining a session.
+takeover time after SIGTERM and after ``kill -9`` of the process draining a session. With one
+process also: each reply's wait when prompts arrive at a steady ``--paced-rate`` (default 50/s, the
+aimed turns/s) over fresh sessions for 4 s. The burst keeps every session's next turn waiting, so
+its reply median is mostly queueing (about sessions / turns per second); the paced figure is a
+turn's own time on a server at the load it is sized for.
 
 With ``--nginx`` every client request goes through the shipped ``deploy/nginx.conf`` (as a
 deployment runs it: round-robin over the processes, per request) instead of to the processes in
@@ -61,12 +65,20 @@ from tests.postgres import Cluster, start_cluster
 
 SESSIONS = 60
 PROMPTS = 5
+PACED_RATE = 50.0
+PACED_SECONDS = 4.0
 OPTIONS = argparse.ArgumentParser(add_help=False)
 OPTIONS.add_argument("--rtt-ms", type=float, default=1.0, help="round trip added to the database link (default 1.0)")
 OPTIONS.add_argument("--processes", default="1,2,3", help="PostgreSQL process counts to run (default 1,2,3)")
 OPTIONS.add_argument("--sessions", type=int, default=SESSIONS, help=f"concurrent sessions (default {SESSIONS})")
 OPTIONS.add_argument(
     "--prompts", type=int, default=PROMPTS, help=f"prompts per session (default {PROMPTS}; --quick: 2)"
+)
+OPTIONS.add_argument(
+    "--paced-rate",
+    type=float,
+    default=PACED_RATE,
+    help=f"prompts/s of the paced run on one process (default {PACED_RATE:g}, the aimed turns/s)",
 )
 OPTIONS.add_argument(
     "--nginx",
@@ -133,6 +145,7 @@ class Drive:
 class Burst:
     sessions: int
     prompts: int  # per session
+    paced_rate: float  # prompts/s of the paced run after the burst
 
 
 def _sessions(url: str, count: int) -> list[str]:
@@ -175,10 +188,41 @@ async def _drive(urls: list[str], sids: list[str], prompts_per_session: int) -> 
         admitted = time.perf_counter() - started
         for poster in posters.values():
             poster.close()
-        await asyncio.gather(
-            *(client.post(f"{urls[i % len(urls)]}/api/session/{sid}/wait") for i, sid in enumerate(sids))
-        )
+        await _all_idle(client, urls, sids)
         return Drive(latencies, admitted, time.perf_counter() - started)
+
+
+async def _paced(urls: list[str], sids: list[str], rate: float, seconds: float) -> None:
+    """Prompts at a steady ``rate`` per second for ``seconds``, each to the next of ``sids`` in
+    turn (round-robin over ``urls``), then wait until all are answered: the load a server is
+    sized for, not the most it can take, so each reply's wait is the turn's own time and not a
+    queue's."""
+    ports = [int(url.rsplit(":", 1)[1]) for url in urls]
+    posters = [await Poster(ports[i % len(ports)]).connect() for i in range(len(sids))]
+    in_order = [asyncio.Lock() for _ in sids]
+
+    async def send(index: int) -> None:
+        position = index % len(sids)
+        async with in_order[position]:
+            status, body = await posters[position].post(
+                f"/session/{sids[position]}/prompt_async", {"parts": [{"type": "text", "text": f"paced {index}"}]}
+            )
+        assert status == 204, body
+
+    started, sent = time.perf_counter(), []
+    for index in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, started + index / rate - time.perf_counter()))
+        sent.append(asyncio.ensure_future(send(index)))
+    await asyncio.gather(*sent)
+    for poster in posters:
+        poster.close()
+    async with httpx.AsyncClient(timeout=300, trust_env=False) as client:
+        await _all_idle(client, urls, sids)
+
+
+async def _all_idle(client: httpx.AsyncClient, urls: list[str], sids: list[str]) -> None:
+    """Until every one of ``sids`` has answered all it was sent (``/wait``, round-robin over ``urls``)."""
+    await asyncio.gather(*(client.post(f"{urls[i % len(urls)]}/api/session/{sid}/wait") for i, sid in enumerate(sids)))
 
 
 def _replies(url: str, sids: list[str]) -> list[float]:
@@ -482,12 +526,19 @@ def _measure(
                 takeover = Metric(f"{label}: takeover after kill -9 (default lease)", "s", 10.0)
                 takeover.samples = [_takeover(procs[1], procs[0], signal.SIGKILL)]
                 metrics += [handed, takeover]
+            else:  # paced after the burst, on a process the others' takeovers do not disturb
+                progress(f"{label}: {burst.paced_rate:g} prompts/s for {PACED_SECONDS:g} s")
+                paced_sids = _sessions(entries[0], burst.sessions)
+                asyncio.run(_paced(entries, paced_sids, burst.paced_rate, PACED_SECONDS))
+                paced = Metric(f"{label}: reply at {burst.paced_rate:g} prompts/s (asked -> answered)", "ms", 150.0)
+                paced.samples = _replies(entries[0], paced_sids)
+                metrics.append(paced)
     return metrics
 
 
 def run(quick: bool, notes: list[str]) -> list[Metric]:
     options, _ = OPTIONS.parse_known_args()
-    burst = Burst(options.sessions, 2 if quick else options.prompts)
+    burst = Burst(options.sessions, 2 if quick else options.prompts, options.paced_rate)
     counts = [int(n) for n in options.processes.split(",")]
     nginx = nginx_binary() if options.nginx else None
     if options.nginx and nginx is None:
