@@ -24,6 +24,17 @@ from tests.servers import ThreadServer, free_port, thread_server
 from tests.tool_harness import Harness
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker more than the cores this process may run on. Much of the suite
+    waits rather than computes (server processes starting, leases lapsing, processes killed and
+    restarted), and the extra worker fills those waits; a second extra one only adds contention
+    (bench/README.md has the timings). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1
+
+
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[Cluster | None]:
     cluster = start_cluster()
