@@ -88,10 +88,10 @@ def test_what_the_server_inherited_does_not_reach_the_commands_it_runs(tmp_path:
     (uvloop's spawn passes on everything inheritable) does not get it."""
     marker = tmp_path / "left-open-by-the-parent"
     server = process_server(str(tmp_path / "s.db"), tmp_path, tmp_path / "config")
-    with marker.open("w") as stray:
+    with marker.open("w") as stray, server.log.open("ab") as log:
         os.set_inheritable(stray.fileno(), True)
         server.proc = subprocess.Popen(
-            server.args, env=server.env, stdout=subprocess.DEVNULL, pass_fds=[stray.fileno()]
+            server.args, env=server.env, stdout=subprocess.DEVNULL, stderr=log, pass_fds=[stray.fileno()]
         )
     try:
         server.wait_started()
