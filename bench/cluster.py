@@ -526,7 +526,7 @@ def _measure(
                 takeover = Metric(f"{label}: takeover after kill -9 (default lease)", "s", 10.0)
                 takeover.samples = [_takeover(procs[1], procs[0], signal.SIGKILL)]
                 metrics += [handed, takeover]
-            else:  # paced after the burst, on a process the others' takeovers do not disturb
+            else:  # one process: a steady load after the burst (paced figures need no second process)
                 progress(f"{label}: {burst.paced_rate:g} prompts/s for {PACED_SECONDS:g} s")
                 paced_sids = _sessions(entries[0], burst.sessions)
                 asyncio.run(_paced(entries, paced_sids, burst.paced_rate, PACED_SECONDS))
