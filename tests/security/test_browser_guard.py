@@ -6,6 +6,7 @@ method, and a body that is not JSON is refused; the clients OpenCode users run a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -254,3 +255,25 @@ def test_a_foreign_page_cannot_init_a_repository_or_change_settings(client: http
         assert forged.status_code == 403, path
     assert not (folder / "opencode.json").exists()
     assert "evil" not in json.dumps(client.get("/config", params=scoped).json())
+
+
+def test_every_route_but_the_shared_pages_and_probes_needs_the_password(guarded: ThreadServer) -> None:
+    """Each method of each path the OpenAPI document lists, event streams included, is refused
+    without the password (and with a wrong one) before it does anything: a stream answers 401 at
+    once instead of opening."""
+    from app.api.observability import PROBES
+
+    spec = httpx.get(f"{guarded.url}/doc", auth=("opencode", "s3cret")).json()
+    asked = 0
+    for template, methods in spec["paths"].items():
+        path = re.sub(r"\{[^}]+\}", "x", template)
+        for method in methods:
+            public = method == "get" and (path in PROBES or path.startswith("/share/"))
+            if public or method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            for auth in (None, ("opencode", "wrong")):
+                answer = httpx.request(method.upper(), f"{guarded.url}{path}", json={}, auth=auth, timeout=5)
+                assert answer.status_code == 401, (method, template, answer.text)
+                asked += 1
+    assert asked > 200  # the document listed the routes
+    assert {"/event", "/global/event", "/api/event"} <= set(spec["paths"])
