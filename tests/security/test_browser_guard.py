@@ -33,7 +33,7 @@ def _ws(server: ThreadServer, path: str) -> str:
 
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:4096", "localhost.evil.example", "EVIL.example."])
 def test_a_foreign_host_is_refused_without_a_password(client: httpx.Client, host: str) -> None:
-    for method, path in (("GET", "/session"), ("POST", "/session"), ("POST", "/pty")):
+    for method, path in (("GET", "/session"), ("POST", "/session"), ("POST", "/pty"), ("GET", "/event")):
         answer = client.request(method, path, headers={"Host": host}, json={})
         assert answer.status_code == 421, (method, path)
         assert answer.json()["name"] == "ForbiddenHost"
