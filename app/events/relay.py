@@ -46,6 +46,7 @@ origin's notifications arrive in the order they were sent).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -167,6 +168,7 @@ class ClusterRelay:
         # here, not read back from the log. Each is past ``bus.cursor`` (a catch-up publishes
         # those it reaches, and the read ones, in one ordered pass).
         self._own: dict[int, Event] = {}
+        self._own_cursors: list[int] = []  # ``_own``'s keys, ascending (commits come nearly in order)
 
     async def start(self) -> None:
         await self.db.listen(CHANNEL, self._received)
@@ -225,8 +227,9 @@ class ClusterRelay:
         """A local transaction committed: publish its events here, and tell the others."""
         for event in events:
             # One at or below the bus's cursor was read back before its commit was reported here.
-            if event.durable and event.cursor > self.bus.cursor:
+            if event.durable and event.cursor > self.bus.cursor and event.cursor not in self._own:
                 self._own[event.cursor] = event
+                bisect.insort(self._own_cursors, event.cursor)
         self._queue.put_nowait(("local", events))
         if not self.alone:
             for event in events:
@@ -318,13 +321,16 @@ class ClusterRelay:
         a backlog of commits read each other's events again and again.)"""
         pause, longest = SETTLE_RETRY_S
         while self.bus.cursor < upto:
-            own = sorted(cursor for cursor in self._own if cursor <= upto)
+            own = self._own_cursors[: bisect.bisect_right(self._own_cursors, upto)]
             skip = sorted({cursor >> CURSOR_BITS for cursor in own})
             events, horizon = await self.since(self.bus.cursor, upto, READ_LIMIT, skip)
             # Own events go out with the read ones, in cursor order, as far as the read reached:
-            # below the horizon (no older transaction can still commit before them).
+            # below the horizon (no older transaction can still commit before them). One whose
+            # commit was reported during the read was read too: ``_publish`` drops the second copy.
             reached = events[-1].cursor if len(events) >= READ_LIMIT else min(upto, horizon - 1)
-            ready = [self._own.pop(cursor) for cursor in own if cursor <= reached]
+            done = bisect.bisect_right(self._own_cursors, reached)
+            ready = [self._own.pop(cursor) for cursor in self._own_cursors[:done]]
+            del self._own_cursors[:done]
             if ready:
                 events = sorted(events + ready, key=lambda event: event.cursor)
             for event in events:

@@ -147,6 +147,44 @@ async def test_own_commits_are_not_read_back_and_wait_for_older_transactions() -
     assert not set(returned) & {e.cursor for e in own}
 
 
+async def test_own_commits_reported_out_of_order_go_out_in_cursor_order_and_none_is_kept() -> None:
+    """Own transactions commit in any order: 7, then 5, then 6 (each reported as it commits,
+    5's twice, as after a read that already returned it). Each goes out once, in cursor order,
+    and the relay keeps none of them afterwards."""
+
+    def of(transaction: int) -> list[Event]:
+        return [_durable((transaction << CURSOR_BITS) + index) for index in (1, 2)]
+
+    commits = {transaction: of(transaction) for transaction in (5, 6, 7)}
+    horizon = 5 << CURSOR_BITS  # transaction 5 runs until it is reported
+
+    async def since(after: int, upto: int, limit: int, skip: list[int]) -> tuple[list[Event], int]:
+        return [], horizon
+
+    order: list[int] = []
+
+    async def published(count: int) -> None:
+        async with asyncio.timeout(5):
+            while len(order) < count:
+                event = await seen.next(5)
+                assert event is not None
+                order.append(event.cursor)
+
+    async with _running(_Notifications(), since) as (relay, seen):
+        relay.committed(commits[7])
+        await asyncio.sleep(0.05)
+        relay.committed(commits[5])
+        relay.committed(commits[5])
+        horizon = 6 << CURSOR_BITS  # 5 has settled; 6 still runs, so 7 waits
+        await published(2)
+        relay.committed(commits[6])
+        horizon = 8 << CURSOR_BITS
+        await published(6)
+        assert await seen.next(0.1) is None
+        assert relay._own == {}
+    assert order == [e.cursor for transaction in (5, 6, 7) for e in commits[transaction]]
+
+
 async def test_a_process_drops_its_own_notifications_and_takes_the_others() -> None:
     """Every listener hears every notification, its own process's too: those are dropped, as a
     notification from an origin whose name only begins like this one's is not."""
