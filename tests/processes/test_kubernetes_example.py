@@ -44,3 +44,19 @@ def test_the_probes_pass_on_a_serving_replica_behind_a_password(
             assert get["port"] == 4096 == Settings.model_fields["port"].default, probe
             answer = httpx.get(f"{server.url}{get['path']}")  # no credentials, as the kubelet sends it
             assert answer.status_code == 200, (probe, answer.text)
+
+
+def test_a_stopping_replica_finishes_within_its_grace_period() -> None:
+    """The kubelet waits out preStop, then sends SIGTERM, and kills the pod at the end of the
+    grace period: the pause and the server's graceful time must both fit in it, with room for
+    the hand-off and the exit."""
+    deployment = next(yaml.safe_load_all((ROOT / "deploy" / "kubernetes.yaml").read_text()))
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container()
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep", command
+    pause = float(command[1])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    graceful = float(env["OPENSESSION_GRACEFUL_SECONDS"])
+    assert pause > 0
+    assert pause + graceful + 5 <= pod["terminationGracePeriodSeconds"], (pause, graceful)
