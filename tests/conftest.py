@@ -63,12 +63,17 @@ def own_cluster() -> Iterator[Cluster]:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'opensession.db'}"
-    cluster: Cluster | None = request.getfixturevalue("postgres_cluster")
-    if cluster is None:
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def pg_url(postgres_cluster: Cluster | None) -> str:
+    """A new database of its own on the session's PostgreSQL cluster."""
+    if postgres_cluster is None:
         if os.environ.get("CI"):
             pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
         pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
-    return cluster.create_database()
+    return postgres_cluster.create_database()
 
 
 @pytest.fixture

@@ -1,109 +1,205 @@
 """Provider credentials saved with ``PUT /auth/{providerID}`` (what OpenCode keeps in its
-``auth.json``): one JSON object in the data directory, ``{providerID: Auth}``, mode 0600, replaced
-atomically (a temporary file renamed over it) so a reader never sees half a file.
+``auth.json``): ``{providerID: Auth}``, read from memory on every turn, kept by a ``Keeper``:
+
+- ``CredentialFile``, one process (the embedded default): a JSON object in the data directory,
+  mode 0600, replaced atomically (a temporary file renamed over it) so a reader never sees half a
+  file. It is re-read when its modification time (or size) changes, so a key saved by this
+  server, by another process on the same data directory, or by hand is used from the next turn on
+  without a restart;
+- on a database several processes share, the database (``app.store.credentials``): a key saved
+  through any process is every process's, whatever machine or data directory each has.
 
 The V2 integration routes see the same credentials, one per provider, each with an id and a label:
 a key connected through them is stored with both (``connect``); a credential saved otherwise is
 ``cred_<providerID>``, labelled ``default``. OpenCode reads its auth file leniently, so the two
 extra fields do not stop it from using a shared one.
 
-The file is re-read when its modification time (or size) changes, so a key saved by this server,
-by another process on the same data directory, or by hand is used from the next turn on without a
-restart. Keys are never logged: errors name the file, never its content."""
+Keys are never logged: errors name the file, never its content."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("opensession.credentials")
 
 FILE_MODE = 0o600
 
+Saved = dict[str, dict[str, Any]]  # provider id -> its credential (OpenCode's ``Auth``)
+# Changes the credentials as given, in place; True when it changed them (they are then stored).
+Edit = Callable[[Saved], bool]
 
-class Credentials:
+
+class Keeper(Protocol):
+    """Where the saved credentials live."""
+
+    def current(self) -> tuple[Hashable, Saved]:
+        """A stamp that changes whenever the credentials do, and the credentials (not to be
+        changed by the caller). Never waits on the network: called on every turn."""
+        ...
+
+    async def change(self, edit: Edit) -> None:
+        """Run ``edit`` on the credentials as they are and store what it made of them, with no
+        other change in between (on any process that shares them)."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class CredentialFile:
+    """The credentials in ``auth.json`` (one machine's processes)."""
+
     def __init__(self, path: Path) -> None:
-        self._path = path
+        self.path = path
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
-        self._cache: dict[str, dict[str, Any]] = {}
+        self._cache: Saved = {}
 
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    def all(self) -> dict[str, dict[str, Any]]:
-        """Every saved credential by provider id (a copy; the file as it is now)."""
+    def current(self) -> tuple[Hashable, Saved]:
         with self._lock:
-            return {pid: dict(info) for pid, info in self._load().items()}
+            return self._load(), self._cache
 
-    def version(self) -> tuple[int, int] | None:
-        """Changes whenever the file does (its modification time and size; None: no file), so a
-        reader can keep what it derived from the credentials until then."""
+    async def change(self, edit: Edit) -> None:
+        await asyncio.to_thread(self._change, edit)
+
+    def _change(self, edit: Edit) -> None:
         with self._lock:
             self._load()
-            return self._stamp
-
-    def get(self, provider_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            info = self._load().get(provider_id)
-            return dict(info) if info is not None else None
-
-    def set(self, provider_id: str, info: Mapping[str, Any]) -> None:
-        with self._lock:
-            data = dict(self._load())
-            data[provider_id] = dict(info)
-            self._write(data)
-
-    def remove(self, provider_id: str) -> None:
-        """Forgets a provider's credential; removing one that is not saved is not an error (as
-        OpenCode answers ``true`` for it too)."""
-        with self._lock:
-            data = dict(self._load())
-            if data.pop(provider_id, None) is not None:
+            data = dict(self._cache)
+            if edit(data):
                 self._write(data)
 
-    def connect(self, provider_id: str, key: str, label: str, credential_id: str) -> None:
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def _load(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:  # no file yet (or unreadable directory): no credentials
+            self._stamp, self._cache = None, {}
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return stamp
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read credentials file %s (%s); using none", self.path, type(exc).__name__)
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        self._cache = {pid: info for pid, info in data.items() if isinstance(info, dict)}
+        self._stamp = stamp
+        return stamp
+
+    def _write(self, data: Saved) -> None:
+        directory = self.path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".auth-", suffix=".tmp", dir=directory)
+        try:
+            os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600 already; say so explicitly
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(data, handle, indent=2)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._stamp = None  # re-read (and re-stamp) on the next access
+
+
+class Credentials:
+    """The saved credentials as the providers and the routes use them, whoever keeps them."""
+
+    def __init__(self, keeper: Keeper) -> None:
+        self.keeper = keeper
+
+    def _saved(self) -> Saved:
+        return self.keeper.current()[1]
+
+    def all(self) -> Saved:
+        """Every saved credential by provider id (a copy)."""
+        return {pid: dict(info) for pid, info in self._saved().items()}
+
+    def version(self) -> Hashable:
+        """Changes whenever the credentials do, so a reader can keep what it derived from them
+        until then."""
+        return self.keeper.current()[0]
+
+    def get(self, provider_id: str) -> dict[str, Any] | None:
+        info = self._saved().get(provider_id)
+        return dict(info) if info is not None else None
+
+    async def set(self, provider_id: str, info: Mapping[str, Any]) -> None:
+        def edit(data: Saved) -> bool:
+            data[provider_id] = dict(info)
+            return True
+
+        await self.keeper.change(edit)
+
+    async def remove(self, provider_id: str) -> None:
+        """Forgets a provider's credential; removing one that is not saved is not an error (as
+        OpenCode answers ``true`` for it too)."""
+        await self.keeper.change(lambda data: data.pop(provider_id, None) is not None)
+
+    async def connect(self, provider_id: str, key: str, label: str, credential_id: str) -> None:
         """Save ``key`` as the provider's credential under a new id and label (replacing the
         one it had: a provider has one credential)."""
-        self.set(provider_id, {"type": "api", "key": key, "id": credential_id, "label": label})
+        await self.set(provider_id, {"type": "api", "key": key, "id": credential_id, "label": label})
 
     def connection(self, provider_id: str) -> tuple[str, str] | None:
         """The provider's credential as a V2 connection: (id, label); None without one."""
         info = self.get(provider_id)
         return None if info is None else _connection(provider_id, info)
 
-    def relabel(self, credential_id: str, label: str) -> str | None:
+    async def relabel(self, credential_id: str, label: str) -> str | None:
         """Rename a credential; the provider it belongs to, None when no credential has that id."""
-        with self._lock:
-            data = dict(self._load())
-            provider_id = _owner(data, credential_id)
-            if provider_id is not None:
-                data[provider_id] = data[provider_id] | {"label": label}
-                self._write(data)
-            return provider_id
 
-    def forget(self, credential_id: str) -> str | None:
+        def rename(data: Saved, provider_id: str) -> None:
+            data[provider_id] = data[provider_id] | {"label": label}
+
+        return await self._on_owner(credential_id, rename)
+
+    async def forget(self, credential_id: str) -> str | None:
         """Remove a credential by its id; the provider it belonged to, None when no credential
         has that id."""
-        with self._lock:
-            data = dict(self._load())
-            provider_id = _owner(data, credential_id)
-            if provider_id is not None:
-                del data[provider_id]
-                self._write(data)
-            return provider_id
+
+        def drop(data: Saved, provider_id: str) -> None:
+            del data[provider_id]
+
+        return await self._on_owner(credential_id, drop)
+
+    async def _on_owner(self, credential_id: str, change: Callable[[Saved, str], None]) -> str | None:
+        owner: str | None = None
+
+        def edit(data: Saved) -> bool:
+            nonlocal owner
+            owner = _owner(data, credential_id)
+            if owner is not None:
+                change(data, owner)
+            return owner is not None
+
+        await self.keeper.change(edit)
+        return owner
 
     def api_key(self, provider_id: str) -> str | None:
         """The saved API key of a provider (``{"type": "api"}`` credentials only)."""
-        info = self.get(provider_id)
+        info = self._saved().get(provider_id)
         if info and info.get("type") == "api" and isinstance(info.get("key"), str) and info["key"]:
             return str(info["key"])
         return None
@@ -121,46 +217,6 @@ class Credentials:
             if value:
                 return value
         return None
-
-    # -- the file -------------------------------------------------------------------------------
-
-    def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            st = self._path.stat()
-        except OSError:  # no file yet (or unreadable directory): no credentials
-            self._stamp, self._cache = None, {}
-            return self._cache
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self._stamp:
-            return self._cache
-        try:
-            data = json.loads(self._path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            log.warning("cannot read credentials file %s (%s); using none", self._path, type(exc).__name__)
-            data = {}
-        if not isinstance(data, dict):
-            data = {}
-        self._cache = {pid: info for pid, info in data.items() if isinstance(info, dict)}
-        self._stamp = stamp
-        return self._cache
-
-    def _write(self, data: dict[str, dict[str, Any]]) -> None:
-        directory = self._path.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".auth-", suffix=".tmp", dir=directory)
-        try:
-            os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600 already; say so explicitly
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, indent=2)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self._path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        self._stamp = None  # re-read (and re-stamp) on the next access
-        self._cache = data
 
 
 DEFAULT_LABEL = "default"

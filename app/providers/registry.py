@@ -18,7 +18,7 @@ from app.config import ConfigError, ConfigLoader, OpenCodeConfig, ProviderConfig
 from app.providers import catalog
 from app.providers.base import ChatRequest, ModelInfo, Provider, ProviderError, StreamEvent
 from app.providers.connection import Connection, timeout_seconds
-from app.providers.credentials import Credentials
+from app.providers.credentials import CredentialFile, Credentials
 from app.providers.echo import ECHO_MODEL, EchoProvider
 from app.providers.models import model_entry, model_info
 from app.providers.options import ANTHROPIC_PACKAGE, COMPATIBLE_PACKAGE, GOOGLE_PACKAGE, OPENAI_PACKAGE
@@ -283,7 +283,7 @@ class _View:
 class ProviderRegistry:
     def __init__(self, config: ConfigLoader, credentials: Credentials | None = None) -> None:
         self._config = config
-        self.credentials = credentials or Credentials(Path(default_data_dir()) / "auth.json")
+        self.credentials = credentials or Credentials(CredentialFile(Path(default_data_dir()) / "auth.json"))
         self._echo = EchoProvider()
         self._clients: dict[tuple[Any, ...], Provider] = {}
         self._views: dict[str, _View] = {}

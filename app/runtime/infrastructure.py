@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from app.config import ConfigLoader
 from app.events.bus import EventBus
 from app.events.log import EventLog
-from app.providers.credentials import Credentials
+from app.providers.credentials import CredentialFile, Credentials, Keeper
 from app.providers.registry import ProviderRegistry
 from app.settings import Settings
+from app.store.credentials import SharedCredentials
 from app.store.database import Database, open_database
 from app.store.queries import Queries
 
@@ -32,5 +33,7 @@ class Infrastructure:
         db = open_database(settings.database_url, writers=settings.db_writers, stalled_after_s=settings.lease_seconds)
         bus = EventBus(settings.subscriber_queue_size, settings.subscriber_queue_bytes)
         config = ConfigLoader(settings.config_dir)
-        registry = ProviderRegistry(config, Credentials(settings.data_path / "auth.json"))
+        # Kept where every process that may drain a turn reads them.
+        keeper: Keeper = SharedCredentials(db) if db.shared else CredentialFile(settings.data_path / "auth.json")
+        registry = ProviderRegistry(config, Credentials(keeper))
         return cls(settings, db, bus, EventLog(db, bus), Queries(db), config, registry)

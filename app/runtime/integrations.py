@@ -29,20 +29,20 @@ class Integrations:
     def get(self, integration_id: str) -> dict[str, Any] | None:
         return integrations.find(integration_id, self._credentials)
 
-    def connect_key(self, integration_id: str, key: str, label: str | None, directory: str) -> None:
+    async def connect_key(self, integration_id: str, key: str, label: str | None, directory: str) -> None:
         """Save ``key`` as the integration's credential (replacing the one it had)."""
         if self.get(integration_id) is None:
             raise InvalidInput(f"Unknown integration: {integration_id}", kind="Params", field="integrationID")
         if not key.strip():
             raise InvalidInput("The key must not be empty", field="key")
-        self._credentials.connect(integration_id, key, label or DEFAULT_LABEL, ids.new_id("credential"))
+        await self._credentials.connect(integration_id, key, label or DEFAULT_LABEL, ids.new_id("credential"))
         self._announce(integration_id, directory)
 
-    def relabel(self, credential_id: str, label: str, directory: str) -> None:
-        self._announce(self._credentials.relabel(credential_id, label), directory)
+    async def relabel(self, credential_id: str, label: str, directory: str) -> None:
+        self._announce(await self._credentials.relabel(credential_id, label), directory)
 
-    def remove(self, credential_id: str, directory: str) -> None:
-        self._announce(self._credentials.forget(credential_id), directory)
+    async def remove(self, credential_id: str, directory: str) -> None:
+        self._announce(await self._credentials.forget(credential_id), directory)
 
     def _announce(self, integration_id: str | None, directory: str) -> None:
         if integration_id is not None:

@@ -122,6 +122,7 @@ class Runtime:
     async def start(self) -> None:
         self.started_ms = now_ms()
         await self.db.open()
+        await self.registry.credentials.keeper.start()
         await self.log.start()
         with suppress(ConfigError):  # read now so ignored plugins are named at start;
             self.config.load(self.settings.directory)  # a broken file is reported where it is used
@@ -171,6 +172,7 @@ class Runtime:
         await self.turn.runner.pacer.stop()
         await self.workspace.close()
         await self.registry.aclose()
+        await self.registry.credentials.keeper.stop()
         await self.log.stop()
         await self.db.close()
         tracing.shutdown()

@@ -47,6 +47,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from app.store.events import CURSOR_BITS
 from app.store.schema import (
+    credentials,
     events,
     inputs,
     leases,
@@ -166,6 +167,9 @@ ALL_PROJECTS = Clause(select(projects.c.id, projects.c.info, projects.c.time_upd
 UPSERT_PROJECT_PLACE = _upsert(project_places)
 PROJECT_PLACE = Clause(select(project_places).where(project_places.c.directory == bindparam("directory")), quick=True)
 ALL_PROJECT_PLACES = Clause(select(project_places))
+UPSERT_CREDENTIAL = _upsert(credentials)
+ALL_CREDENTIALS = Clause(select(credentials.c.provider_id, credentials.c.info))
+DELETE_CREDENTIAL = Clause(delete(credentials).where(credentials.c.provider_id == bindparam("provider_id")))
 
 
 INSERT_SUMMARY = Clause(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))

@@ -224,3 +224,14 @@ pty_owners = Table(
     Column("expires_at", BigInteger, nullable=False),
     Index("ix_pty_owners_directory", "directory", "id"),
 )
+
+# Provider credentials (``PUT /auth/:id``, the V2 integrations' keys) on a database several
+# processes share, one row per provider: ``info`` is its ``Auth`` as JSON, as OpenCode's
+# ``auth.json`` holds it. One process on its own keeps them in that file instead
+# (app/providers/credentials.py).
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("provider_id", String, primary_key=True),
+    Column("info", Text, nullable=False),
+)

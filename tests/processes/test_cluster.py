@@ -26,7 +26,7 @@ from tests.balancer import nginx_binary, shipped_nginx
 from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 from tests.helpers import git_repository, many_files, text_prompt, wait_until
 from tests.postgres import Cluster, OlderTransaction
-from tests.servers import ProcessServer, process_server, start_together
+from tests.servers import ProcessServer, openai_stub, process_server, start_together
 from tests.sse import EventCollector, Frame
 
 pytestmark = pytest.mark.slow
@@ -830,3 +830,38 @@ def test_a_worktree_fill_cut_short_by_a_killed_process_is_finished_by_a_living_o
         a.stop()
         b.stop()
     assert announced == ["worktree.ready"]
+
+
+def test_a_key_saved_through_one_process_is_every_processs(
+    cluster_url: str, project_dir: Path, config_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each process on a machine of its own (its own data directory): a key saved with
+    ``PUT /auth`` through A is listed by B and used by the turns either drains; removed through B,
+    it is gone from A too."""
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)  # the processes inherit the environment
+    secret = "sk-cluster-wide-7c2f"
+    with openai_stub() as stub:
+        config = {"model": "deepseek/deepseek-chat", "provider": {"deepseek": {"options": {"baseURL": stub.url}}}}
+        (project_dir / "opencode.json").write_text(json.dumps(config))
+        servers = [process_server(cluster_url, project_dir, config_dir, tmp_path / f"machine-{i}") for i in range(2)]
+        try:
+            start_together(*servers)
+            a, b = servers
+            assert httpx.put(f"{a.url}/auth/deepseek", json={"type": "api", "key": secret}).json() is True
+
+            def connections(server: ProcessServer) -> list[object]:
+                return list(httpx.get(f"{server.url}/api/integration/deepseek").json()["data"]["connections"])
+
+            wait_until(lambda: connections(b) == [{"type": "credential", "id": "cred_deepseek", "label": "default"}])
+            for server in (a, b, b, a):
+                sid = httpx.post(f"{server.url}/session").json()["id"]
+                reply = httpx.post(f"{server.url}/session/{sid}/message", json=text_prompt("hi"), timeout=30)
+                assert reply.status_code == 200, reply.text
+                assert reply.json()["info"].get("error") is None, reply.json()["info"]
+            assert {h.get("authorization") for h in stub.chat_headers()} == {f"Bearer {secret}"}
+
+            assert httpx.delete(f"{b.url}/auth/deepseek").json() is True
+            wait_until(lambda: connections(a) == [])
+        finally:
+            for server in servers:
+                server.stop()

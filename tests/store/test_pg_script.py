@@ -16,7 +16,6 @@ import pytest
 from app.store import events, pg_script, sql
 from app.store.database import DatabaseUnavailable, Queued, open_database
 from app.store.postgres import PostgresDatabase
-from tests.postgres import Cluster
 
 HOSTILE_TEXTS = [
     "",
@@ -34,13 +33,6 @@ HOSTILE_TEXTS = [
     "/* not a comment */",
 ]
 NUMBERS = [0, 1, -1, 2**62, -(2**62), 1.5, -2.25, 1e-300, float("inf"), float("-inf")]
-
-
-@pytest.fixture
-def pg_url(postgres_cluster: Cluster | None) -> str:
-    if postgres_cluster is None:
-        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
-    return postgres_cluster.create_database()
 
 
 @pytest.fixture

@@ -73,13 +73,13 @@ _DEFAULT_LABEL = "API key"
 
 @router.put("/auth/{providerID}", operation_id="auth.set", summary="Set auth credentials")
 async def auth_set(credentials: CredentialsDep, providerID: str, body: Annotated[Auth, Body()]) -> Response:
-    credentials.set(providerID, body.model_dump(exclude_none=True))
+    await credentials.set(providerID, body.model_dump(exclude_none=True))
     return JSONBody(True)
 
 
 @router.delete("/auth/{providerID}", operation_id="auth.remove", summary="Remove auth credentials")
 async def auth_remove(credentials: CredentialsDep, providerID: str) -> Response:
-    credentials.remove(providerID)
+    await credentials.remove(providerID)
     return JSONBody(True)
 
 

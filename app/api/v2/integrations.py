@@ -69,7 +69,7 @@ async def integration_get(integrations: IntegrationsDep, directory: LocationDep,
 async def connect_key(
     integrations: IntegrationsDep, directory: LocationDep, integrationID: str, body: ConnectKeyBody
 ) -> Response:
-    integrations.connect_key(integrationID, body.key, body.label, directory)
+    await integrations.connect_key(integrationID, body.key, body.label, directory)
     return Response(status_code=204)
 
 
@@ -88,7 +88,7 @@ async def connect_oauth(directory: LocationDep, integrationID: str, body: Connec
 async def credential_update(
     integrations: IntegrationsDep, directory: LocationDep, credentialID: str, body: CredentialUpdate
 ) -> Response:
-    integrations.relabel(credentialID, body.label, directory)
+    await integrations.relabel(credentialID, body.label, directory)
     return Response(status_code=204)
 
 
@@ -96,5 +96,5 @@ async def credential_update(
     "/credential/{credentialID}", operation_id="v2.credential.remove", summary="Remove credential", status_code=204
 )
 async def credential_remove(integrations: IntegrationsDep, directory: LocationDep, credentialID: str) -> Response:
-    integrations.remove(credentialID, directory)
+    await integrations.remove(credentialID, directory)
     return Response(status_code=204)
