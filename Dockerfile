@@ -7,8 +7,11 @@ COPY app ./app
 COPY migrations ./migrations
 RUN pip install --no-cache-dir ".[otel]"
 
-RUN useradd --create-home opensession && mkdir -p /data /workspace && chown opensession /data /workspace
+RUN useradd --create-home --uid 1000 opensession && mkdir -p /data /workspace && chown opensession /data /workspace
 USER opensession
+# The data directory (the SQLite file below, saved provider keys, worktrees, a lone process's step
+# snapshots) on the volume, not in the container's home, where a new container would lose it.
+ENV OPENSESSION_DATA_DIR=/data
 VOLUME ["/data"]
 EXPOSE 4096
 # A public bind requires OPENCODE_SERVER_PASSWORD (basic auth); the server refuses to start otherwise.

@@ -14,8 +14,12 @@ from app.settings import Settings
 from tests.servers import ROOT, free_port, thread_server
 
 
+def _documents() -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes.yaml").read_text()))
+
+
 def _container() -> dict[str, Any]:
-    documents = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes.yaml").read_text()))
+    documents = _documents()
     assert [d["kind"] for d in documents] == ["Deployment", "PersistentVolumeClaim", "Service"]
     deployment = documents[0]
     assert deployment["spec"]["replicas"] > 1
@@ -50,8 +54,7 @@ def test_a_stopping_replica_finishes_within_its_grace_period() -> None:
     """The kubelet waits out preStop, then sends SIGTERM, and kills the pod at the end of the
     grace period: the pause and the server's graceful time must both fit in it, with room for
     the hand-off and the exit."""
-    deployment = next(yaml.safe_load_all((ROOT / "deploy" / "kubernetes.yaml").read_text()))
-    pod = deployment["spec"]["template"]["spec"]
+    pod = _documents()[0]["spec"]["template"]["spec"]
     container = _container()
     command = container["lifecycle"]["preStop"]["exec"]["command"]
     assert command[0] == "sleep", command
@@ -60,3 +63,33 @@ def test_a_stopping_replica_finishes_within_its_grace_period() -> None:
     graceful = float(env["OPENSESSION_GRACEFUL_SECONDS"])
     assert pause > 0
     assert pause + graceful + 5 <= pod["terminationGracePeriodSeconds"], (pause, graceful)
+
+
+def _image_data_dir() -> str:
+    """``OPENSESSION_DATA_DIR`` as the Dockerfile sets it for every container of the image."""
+    [line] = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("ENV ")]
+    name, _, value = line.removeprefix("ENV ").partition("=")
+    assert name == "OPENSESSION_DATA_DIR"
+    return value
+
+
+def test_every_replica_has_the_same_data_directory_on_a_volume_that_outlives_it() -> None:
+    """The data directory holds the worktrees: on a volume every replica mounts (the one of the
+    project in Kubernetes, a named one in compose), any replica serves a worktree's sessions and
+    a worktree outlives the container that made it."""
+    data_dir = _image_data_dir()
+    assert "OPENSESSION_DATA_DIR" not in {e["name"] for e in _container()["env"]}  # the image's holds
+    mounts = {m["mountPath"]: m for m in _container()["volumeMounts"]}
+    data, workspace = mounts[data_dir], mounts["/workspace"]
+    assert data["name"] == workspace["name"] and data["subPath"] != workspace["subPath"]
+    deployment, *others = _documents()
+    [volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == data["name"]]
+    claim_name = volume["persistentVolumeClaim"]["claimName"]
+    [claim] = [d for d in others if d["kind"] == "PersistentVolumeClaim" and d["metadata"]["name"] == claim_name]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    replicas = [s for name, s in compose["services"].items() if name.startswith("opensession-")]
+    assert len(replicas) > 1
+    data_volumes = {v.partition(":")[0] for r in replicas for v in r["volumes"] if v.endswith(f":{data_dir}")}
+    assert len(data_volumes) == 1 and data_volumes <= set(compose["volumes"]), data_volumes  # one named volume
