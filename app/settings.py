@@ -73,14 +73,16 @@ class Settings(BaseSettings):
     # Several processes: the address the others reach this one at (they forward requests for its
     # terminals there). Default: http://<hostname>:<port>, the machine's name if bound to all.
     advertise_url: str | None = None
-    # Where the server keeps its own files: the default database and the snapshot repositories.
+    # Where the server keeps its own files: the default database, saved provider keys (on SQLite),
+    # worktrees and a lone process's snapshot repositories.
     data_dir: str = Field(default_factory=default_data_dir)
     # Terminal output a pty keeps for replay (UTF-16 code units, as OpenCode's cursors count them).
     pty_buffer_chars: int = 2 * 1024 * 1024
     # How long a terminal outlives its server (a restart, a crash) waiting for the next server of
     # the same database on this machine to take it up; 0: terminals end with their server.
     pty_orphan_seconds: float = Field(default=60.0, ge=0)
-    # Overrides the user config directory that opencode.json is read from (tests use it).
+    # Overrides the user config directory that the global opencode.json (and agents, commands...)
+    # is read from and ``PATCH /global/config`` writes (the image puts it on its data volume).
     config_dir: str | None = None
     # Browser origins allowed besides the built-in ones (loopback, the desktop app, opencode.ai):
     # ``--cors ORIGIN`` (repeatable) or OPENSESSION_CORS="https://a.example,https://b.example".

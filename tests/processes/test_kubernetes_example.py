@@ -65,20 +65,22 @@ def test_a_stopping_replica_finishes_within_its_grace_period() -> None:
     assert pause + graceful + 5 <= pod["terminationGracePeriodSeconds"], (pause, graceful)
 
 
-def _image_data_dir() -> str:
-    """``OPENSESSION_DATA_DIR`` as the Dockerfile sets it for every container of the image."""
-    [line] = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("ENV ")]
-    name, _, value = line.removeprefix("ENV ").partition("=")
-    assert name == "OPENSESSION_DATA_DIR"
-    return value
+def _image_environment() -> dict[str, str]:
+    """The variables the Dockerfile sets for every container of the image."""
+    lines = [line.removeprefix("ENV ") for line in (ROOT / "Dockerfile").read_text().splitlines()]
+    return dict(line.split("=", 1) for line in lines if "=" in line and " " not in line)
 
 
 def test_every_replica_has_the_same_data_directory_on_a_volume_that_outlives_it() -> None:
-    """The data directory holds the worktrees: on a volume every replica mounts (the one of the
-    project in Kubernetes, a named one in compose), any replica serves a worktree's sessions and
-    a worktree outlives the container that made it."""
-    data_dir = _image_data_dir()
-    assert "OPENSESSION_DATA_DIR" not in {e["name"] for e in _container()["env"]}  # the image's holds
+    """The data directory holds the worktrees, and the global configuration is in it: on a
+    volume every replica mounts (the one of the project in Kubernetes, a named one in compose),
+    any replica serves a worktree's sessions, a worktree outlives the container that made it, and
+    a change to the global configuration through one replica is every replica's."""
+    image = _image_environment()
+    data_dir = image["OPENSESSION_DATA_DIR"]
+    assert image["OPENSESSION_CONFIG_DIR"].startswith(data_dir + "/")
+    overridden = {e["name"] for e in _container()["env"]} & {"OPENSESSION_DATA_DIR", "OPENSESSION_CONFIG_DIR"}
+    assert not overridden  # the image's hold
     mounts = {m["mountPath"]: m for m in _container()["volumeMounts"]}
     data, workspace = mounts[data_dir], mounts["/workspace"]
     assert data["name"] == workspace["name"] and data["subPath"] != workspace["subPath"]
