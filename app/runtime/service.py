@@ -21,7 +21,7 @@ from app.providers.registry import ModelRef
 from app.runtime.abort import AbortSignal
 from app.runtime.agents import AgentsDomain
 from app.runtime.errors import PermissionNotFound, QuestionNotFound, SessionNotFound, TerminalNotFound
-from app.runtime.extensions import Extensions
+from app.runtime.extensions import Extensions, OneProcess, SharedChanges
 from app.runtime.formatters import Formatters
 from app.runtime.health import Readiness, readiness
 from app.runtime.history import HistoryDomain, Window
@@ -73,7 +73,9 @@ class Runtime:
         # What runs after a tool writes a file: formatters, then language servers (per directory).
         self.formatters = Formatters(infra.config)
         self.lsp = LanguageServers(infra.config, self._publish_instance_event)
-        self.extensions = Extensions(infra.config)  # MCP servers, per directory
+        # MCP servers, per directory; on a shared database, changed at run time by any process.
+        mcp_changes = SharedChanges(infra.db, infra.log.origin) if infra.db.shared else OneProcess()
+        self.extensions = Extensions(infra.config, mcp_changes)
         self.prompting = prompting = Prompting(
             infra.log,
             infra.queries,
@@ -122,8 +124,8 @@ class Runtime:
     async def start(self) -> None:
         self.started_ms = now_ms()
         await self.db.open()
+        await self.log.start()  # first: its listening connection holds this process's presence
         await self.registry.credentials.keeper.start()
-        await self.log.start()
         with suppress(ConfigError):  # read now so ignored plugins are named at start;
             self.config.load(self.settings.directory)  # a broken file is reported where it is used
             self.warming = asyncio.create_task(asyncio.to_thread(self.registry.first_use(self.settings.directory)))
@@ -132,6 +134,7 @@ class Runtime:
         await self.reverts.recover()  # before serving: no prompt meets a revert a stop interrupted
         await self.terminals.start()
         await self.worktrees.start()
+        await self.extensions.start()
         handlers = {"permission": self._answer_forwarded_permission, "question": self._answer_forwarded_question}
         self._topology.serve_requests(self._observe_request, handlers)
         self.ready = True

@@ -235,3 +235,18 @@ credentials = Table(
     Column("provider_id", String, primary_key=True),
     Column("info", Text, nullable=False),
 )
+
+# MCP servers added, connected or disconnected at run time (``POST /mcp``, ``/mcp/:name/connect``
+# and ``/disconnect``) on a database several processes share: per directory and server name the
+# latest change, ``config`` as JSON (NULL: as opencode.json configures the server) and ``enabled``;
+# ``version`` orders the changes of the whole cluster. Cleared by a process that starts alone (a
+# restart of the whole cluster forgets them, as a restart of OpenCode forgets its own).
+mcp_changes = Table(
+    "mcp_changes",
+    metadata,
+    Column("directory", String, primary_key=True),
+    Column("name", String, primary_key=True),
+    Column("config", Text, nullable=True),
+    Column("enabled", Boolean, nullable=False),
+    Column("version", BigInteger, nullable=False),
+)

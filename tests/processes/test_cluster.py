@@ -22,12 +22,14 @@ import asyncpg
 import httpx
 import pytest
 
+from app.store.postgres import PRESENCE_LOCKS
 from tests.balancer import nginx_binary, shipped_nginx
 from tests.clients.test_sdk import EXPECTED_CHECKS, EXPECTED_CHECKS_V2, FLOW, FLOW_V2, run_flow
 from tests.helpers import git_repository, many_files, text_prompt, wait_until
 from tests.postgres import Cluster, OlderTransaction
 from tests.servers import ProcessServer, openai_stub, process_server, start_together
 from tests.sse import EventCollector, Frame
+from tests.tools.test_mcp import local as local_mcp_server
 
 pytestmark = pytest.mark.slow
 
@@ -865,3 +867,63 @@ def test_a_key_saved_through_one_process_is_every_processs(
         finally:
             for server in servers:
                 server.stop()
+
+
+def test_mcp_servers_changed_at_run_time_are_every_processs(
+    two: tuple[ProcessServer, ProcessServer], cluster_url: str, project_dir: Path, config_dir: Path, tmp_path: Path
+) -> None:
+    """A server added through A is connected on B and B's turns call its tools; disconnected
+    through B, it is disconnected on A; a process started afterwards has it as the others do, and
+    connecting it there connects it everywhere; once every process has stopped, it is gone."""
+    a, b = two
+
+    def status(server: ProcessServer) -> object:
+        return httpx.get(f"{server.url}/mcp", timeout=30).json()
+
+    added = httpx.post(f"{a.url}/mcp", json={"name": "extra", "config": local_mcp_server(tmp_path)}, timeout=30)
+    assert added.status_code == 200 and added.json() == {"extra": {"status": "connected"}}, added.text
+    wait_until(lambda: status(b) == {"extra": {"status": "connected"}}, timeout=10)
+    sid = httpx.post(f"{b.url}/session").json()["id"]
+    reply = httpx.post(
+        f"{b.url}/session/{sid}/message", json=text_prompt('TOOL:extra_add {"a": 1, "b": 2}'), timeout=30
+    )
+    assert reply.status_code == 200, reply.text
+    tools = [p for m in httpx.get(f"{b.url}/session/{sid}/message").json() for p in m["parts"] if p["type"] == "tool"]
+    assert [t["state"].get("output") for t in tools] == ["sum=3"]
+
+    assert httpx.post(f"{b.url}/mcp/extra/disconnect", timeout=30).json() is True
+    wait_until(lambda: status(a) == {"extra": {"status": "disabled"}}, timeout=10)
+
+    later = process_server(cluster_url, project_dir, config_dir)
+    try:
+        start_together(later)
+        assert status(later) == {"extra": {"status": "disabled"}}
+        assert httpx.post(f"{later.url}/mcp/extra/connect", timeout=30).json() is True
+        wait_until(lambda: status(a) == status(b) == {"extra": {"status": "connected"}}, timeout=10)
+    finally:
+        later.stop()
+
+    # The whole cluster restarted forgets them, as one OpenCode server's restart does.
+    for server in (a, b):
+        server.stop()
+    alone = process_server(cluster_url, project_dir, config_dir)
+    try:
+        start_together(alone)
+        assert status(alone) == {}
+    finally:
+        alone.stop()
+
+
+def test_each_process_holds_its_presence_from_its_start(
+    two: tuple[ProcessServer, ProcessServer], cluster_url: str
+) -> None:
+    """Presence (the advisory lock a process's listening connection takes as it connects) is what
+    lets the others take a killed process's sessions over at once: whatever listens first, the
+    connection has it."""
+    rows = _sql(
+        cluster_url,
+        "SELECT count(DISTINCT objid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1"
+        " AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        PRESENCE_LOCKS,
+    )
+    assert rows[0][0] == 2

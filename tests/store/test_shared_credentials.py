@@ -11,6 +11,7 @@ import pytest
 
 from app.providers.credentials import Credentials
 from app.store import credentials as stored
+from app.store import following
 from app.store.credentials import SharedCredentials
 from app.store.database import Database, open_database
 
@@ -64,7 +65,7 @@ async def test_a_change_is_read_within_the_refresh_without_its_notification(
     two: tuple[Credentials, Credentials], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = two
-    monkeypatch.setattr(stored, "REFRESH_S", 0.2)
+    monkeypatch.setattr(following, "REFRESH_S", 0.2)
     await b.set("groq", {"type": "api", "key": "sk-early"})  # B's refresher now waits the short pause
     await _until(lambda: a.api_key("groq") == "sk-early")
 

@@ -1,5 +1,6 @@
 """The MCP servers of each project directory: those of its opencode.json ``mcp`` section, found
-the first time the directory is used, plus those added at run time (``POST /mcp``)."""
+the first time the directory is used, as changed at run time (``POST /mcp``, a server's connect
+and disconnect: on a shared database, by any process, ``_shared``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any, NoReturn
 from app.config import ConfigError, ConfigLoader
 from app.runtime.errors import McpOAuthUnsupported, McpServerNotFound
 from app.runtime.extensions._connection import Connection
+from app.runtime.extensions._shared import RunTimeChanges
 from app.runtime.extensions._spec import CALL_SECONDS, ServerSpec, parse, sanitize
 from app.runtime.extensions._tools import McpTool
+from app.store.mcp_changes import McpChange
 
 
 class _Failed(Connection):
@@ -29,21 +32,47 @@ class Extensions:
     directory is first used and never block a prompt's admission; a turn waits for them only
     when it lists the tools, bounded by each server's own timeouts; ``stop`` ends them all."""
 
-    def __init__(self, config: ConfigLoader) -> None:
+    def __init__(self, config: ConfigLoader, changes: RunTimeChanges) -> None:
         self.config = config
+        self._changes = changes
         self._servers: dict[str, dict[str, Connection]] = {}
 
+    async def start(self) -> None:
+        await self._changes.start(self._apply)
+
     def warm(self, directory: str) -> dict[str, Connection]:
-        """The directory's servers, starting any configured one not seen yet (without waiting)."""
+        """The directory's servers, starting any configured or changed at run time and not seen
+        yet (without waiting)."""
         servers = self._servers.setdefault(directory, {})
         try:
             section = self.config.load(directory).mcp
         except ConfigError:  # reported by whatever reads the configuration for the turn
             return servers
+        for change in self._changes.of(directory):
+            if change.name not in servers and (raw := _as_changed(section.get(change.name), change)) is not None:
+                servers[change.name] = self._connection(directory, change.name, raw)
         for name, raw in section.items():
             if name not in servers:
                 servers[name] = self._connection(directory, name, raw)
         return servers
+
+    async def _apply(self, change: McpChange) -> None:
+        """Another process's change: the server is made again as it now is, in a directory used
+        here already (one used later gets it from ``warm``)."""
+        servers = self._servers.get(change.directory)
+        if servers is None:
+            return
+        try:
+            configured = self.config.load(change.directory).mcp.get(change.name)
+        except ConfigError:
+            configured = None
+        raw = _as_changed(configured, change)
+        if raw is None:
+            return
+        old = servers.get(change.name)
+        servers[change.name] = self._connection(change.directory, change.name, raw)
+        if old is not None:
+            await old.stop()
 
     def _connection(self, directory: str, name: str, raw: Any) -> Connection:
         try:
@@ -126,23 +155,27 @@ class Extensions:
 
     async def add(self, directory: str, name: str, raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Add (or replace) a server at run time and wait for its first connection attempt."""
+        await self._changes.record(directory, name, raw, enabled=raw.get("enabled", True) is not False)
         servers = self.warm(directory)
         old = servers.get(name)
+        servers[name] = connection = self._connection(directory, name, raw)
         if old is not None:
             await old.stop()
-        servers[name] = connection = self._connection(directory, name, raw)
         await connection.ready()
         return await self.status(directory)
 
     async def connect(self, directory: str, name: str) -> None:
         """(Re)connect, even a server configured as disabled, as OpenCode does."""
         connection = self._find(directory, name)
+        await self._changes.record(directory, name, None, enabled=True)
         await connection.stop()
         connection.start()
         await connection.ready()
 
     async def disconnect(self, directory: str, name: str) -> None:
-        await self._find(directory, name).stop({"status": "disabled"})
+        connection = self._find(directory, name)
+        await self._changes.record(directory, name, None, enabled=False)
+        await connection.stop({"status": "disabled"})
 
     def start_auth(self, directory: str, name: str) -> NoReturn:
         """OAuth flows (start, callback, authenticate) are refused for a known server."""
@@ -169,6 +202,15 @@ class Extensions:
         return counts
 
     async def stop(self) -> None:
+        await self._changes.stop()
         connections = [c for servers in self._servers.values() for c in servers.values()]
         await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)
         self._servers.clear()
+
+
+def _as_changed(configured: Any, change: McpChange) -> Any:
+    """A server's configuration after ``change`` (None: it has none to be made from)."""
+    raw = change.config if change.config is not None else configured
+    if not isinstance(raw, dict):
+        return raw  # None, or a broken entry: made as a failed server
+    return {**raw, "enabled": change.enabled}
