@@ -16,9 +16,9 @@ round trips (chunks the servers sent through the proxy), commits and statements
 (``pg_stat_statements``). With two or more processes also: cross-process event delivery
 (``/api/event`` on process B for prompts sent to process A: arrival minus the event's timestamp),
 how long after its reply a sync prompt sent to B answers while A drains the session, and the
-takeover time after SIGTERM and after ``kill -9`` of the process draining a session. With one
-process also: each reply's wait when prompts arrive at a steady ``--paced-rate`` (default 50/s, the
-aimed turns/s) over fresh sessions for 4 s. The burst keeps every session's next turn waiting, so
+takeover time after SIGTERM and after ``kill -9`` of the process draining a session. And each
+prompt's accept latency and reply wait when prompts arrive at a steady ``--paced-rate`` (default
+50/s, the aimed turns/s) over fresh sessions for 4 s. The burst keeps every session's next turn waiting, so
 its reply median is mostly queueing (about sessions / turns per second); the paced figure is a
 turn's own time on a server at the load it is sized for.
 
@@ -78,7 +78,7 @@ OPTIONS.add_argument(
     "--paced-rate",
     type=float,
     default=PACED_RATE,
-    help=f"prompts/s of the paced run on one process (default {PACED_RATE:g}, the aimed turns/s)",
+    help=f"prompts/s of the paced run (default {PACED_RATE:g}, the aimed turns/s)",
 )
 OPTIONS.add_argument(
     "--nginx",
@@ -192,21 +192,25 @@ async def _drive(urls: list[str], sids: list[str], prompts_per_session: int) -> 
         return Drive(latencies, admitted, time.perf_counter() - started)
 
 
-async def _paced(urls: list[str], sids: list[str], rate: float, seconds: float) -> None:
+async def _paced(urls: list[str], sids: list[str], rate: float, seconds: float) -> list[float]:
     """Prompts at a steady ``rate`` per second for ``seconds``, each to the next of ``sids`` in
     turn (round-robin over ``urls``), then wait until all are answered: the load a server is
     sized for, not the most it can take, so each reply's wait is the turn's own time and not a
-    queue's."""
+    queue's. Returns each prompt's accept latency (ms)."""
     ports = [int(url.rsplit(":", 1)[1]) for url in urls]
     posters = [await Poster(ports[i % len(ports)]).connect() for i in range(len(sids))]
     in_order = [asyncio.Lock() for _ in sids]
 
+    accepts: list[float] = []
+
     async def send(index: int) -> None:
         position = index % len(sids)
         async with in_order[position]:
+            asked = time.perf_counter()
             status, body = await posters[position].post(
                 f"/session/{sids[position]}/prompt_async", {"parts": [{"type": "text", "text": f"paced {index}"}]}
             )
+            accepts.append((time.perf_counter() - asked) * 1000)
         assert status == 204, body
 
     started, sent = time.perf_counter(), []
@@ -218,6 +222,7 @@ async def _paced(urls: list[str], sids: list[str], rate: float, seconds: float) 
         poster.close()
     async with httpx.AsyncClient(timeout=300, trust_env=False) as client:
         await _all_idle(client, urls, sids)
+    return accepts
 
 
 async def _all_idle(client: httpx.AsyncClient, urls: list[str], sids: list[str]) -> None:
@@ -507,6 +512,14 @@ def _measure(
                     f"{statements / answers:.1f} statements"
                 )
             notes.append(note)
+            # A steady load after the burst, through the same entries as the burst's prompts.
+            progress(f"{label}: {burst.paced_rate:g} prompts/s for {PACED_SECONDS:g} s")
+            paced_sids = _sessions(entries[0], burst.sessions)
+            paced_accepts = Metric(f"{label}: accept at {burst.paced_rate:g} prompts/s", "ms", 1000.0, judged_on="p99")
+            paced_accepts.samples = asyncio.run(_paced(entries, paced_sids, burst.paced_rate, PACED_SECONDS))
+            paced = Metric(f"{label}: reply at {burst.paced_rate:g} prompts/s (asked -> answered)", "ms", 150.0)
+            paced.samples = _replies(entries[0], paced_sids)
+            metrics += [paced_accepts, paced]
             if count >= 2:
                 progress("cross-process event delivery")
                 delivery = Metric(f"{label}: event A -> B (/api/event)", "ms", 50.0, judged_on="p99")
@@ -526,13 +539,6 @@ def _measure(
                 takeover = Metric(f"{label}: takeover after kill -9 (default lease)", "s", 10.0)
                 takeover.samples = [_takeover(procs[1], procs[0], signal.SIGKILL)]
                 metrics += [handed, takeover]
-            else:  # one process: a steady load after the burst (paced figures need no second process)
-                progress(f"{label}: {burst.paced_rate:g} prompts/s for {PACED_SECONDS:g} s")
-                paced_sids = _sessions(entries[0], burst.sessions)
-                asyncio.run(_paced(entries, paced_sids, burst.paced_rate, PACED_SECONDS))
-                paced = Metric(f"{label}: reply at {burst.paced_rate:g} prompts/s (asked -> answered)", "ms", 150.0)
-                paced.samples = _replies(entries[0], paced_sids)
-                metrics.append(paced)
     return metrics
 
 
