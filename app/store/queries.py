@@ -60,9 +60,42 @@ class _WindowRows:
         else:  # the summary: message id, text, through seq, reason, version, time created
             self.summary = (self.session_id, version, seq, key, tail, data, created)
 
-    def rows(self, waiting: set[str]) -> WindowRows:
+    def rows(self, waiting: set[str], decoded: DecodedWindows) -> WindowRows:
         """The window, ``waiting`` narrowed to the prompts it holds."""
-        return self.summary, [m.decode() for m in self.found.values()], waiting & self.found.keys()
+        return self.summary, decoded.of(self.session_id, self.found), waiting & self.found.keys()
+
+
+# Sessions whose last window read is kept decoded (their drains' next steps read it again).
+KEPT_WINDOWS = 256
+
+
+class DecodedWindows:
+    """Each recent session's window as last decoded, so the next read of it decodes only the
+    messages that changed since (most of a step's window is the same as the last step's).
+
+    Why: a drain reads its session's whole window before every step; decoding it, and freeing
+    the previous step's copy, grew with the session's length (bench/step_costs.py). A kept
+    message is reused only while its stored JSON is the same text, so the reuse is exact. The
+    decoded messages are shared by every read that reuses them: no reader may change one (the
+    window's readers build the model's request and the compaction's input from them, and copy
+    what they alter). Memory: the current windows of the ``KEPT_WINDOWS`` sessions read last."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, dict[str, tuple[RawMessage, MessageWithParts]]] = {}
+
+    def of(self, session_id: str, found: dict[str, RawMessage]) -> list[MessageWithParts]:
+        before = self._kept.pop(session_id, {})
+        now: dict[str, tuple[RawMessage, MessageWithParts]] = {}
+        for message_id, raw in found.items():
+            kept = before.get(message_id)
+            if kept is not None and kept[0].info == raw.info and kept[0].parts == raw.parts:
+                now[message_id] = kept
+            else:
+                now[message_id] = (raw, raw.decode())
+        self._kept[session_id] = now  # the most recent last (dicts keep insertion order)
+        if len(self._kept) > KEPT_WINDOWS:
+            del self._kept[next(iter(self._kept))]
+        return [message for _, message in now.values()]
 
 
 @dataclass(slots=True)
@@ -136,6 +169,7 @@ def _escape_like(text: str) -> str:
 class Queries:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._windows = DecodedWindows()
 
     async def session(self, session_id: str) -> Session | None:
         return await session_info(self.db, session_id)
@@ -286,7 +320,7 @@ class Queries:
                 waiting.add(row[1])
             else:
                 window.take(*row)
-        return window.rows(waiting)
+        return window.rows(waiting, self._windows)
 
     async def latest_summary(self, session_id: str) -> Row | None:
         return await self.db.fetch_one(sql.LATEST_SUMMARY, {"session_id": session_id})
@@ -346,7 +380,7 @@ class Queries:
         if session is None:
             return None
         waiting = {row.id for row in inputs if row.promoted_seq is None}
-        return StepWork(session, inputs, window.rows(waiting) if inputs else None)
+        return StepWork(session, inputs, window.rows(waiting, self._windows) if inputs else None)
 
     async def unsettled_inputs(self, session_id: str) -> list[InputRow]:
         """Inputs admitted and not yet answered, in admission order."""
