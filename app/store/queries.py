@@ -65,8 +65,10 @@ class _WindowRows:
         return self.summary, decoded.of(self.session_id, self.found), waiting & self.found.keys()
 
 
-# Sessions whose last window read is kept decoded (their drains' next steps read it again).
+# The most a process keeps decoded (``DecodedWindows``): windows of this many sessions, holding
+# this much stored JSON text in all (their decoded form takes several times as much memory).
 KEPT_WINDOWS = 256
+KEPT_TEXT = 8 * 1024 * 1024
 
 
 class DecodedWindows:
@@ -78,23 +80,31 @@ class DecodedWindows:
     message is reused only while its stored JSON is the same text, so the reuse is exact. The
     decoded messages are shared by every read that reuses them: no reader may change one (the
     window's readers build the model's request and the compaction's input from them, and copy
-    what they alter). Memory: the current windows of the ``KEPT_WINDOWS`` sessions read last."""
+    what they alter). The sessions read least recently go first once ``KEPT_WINDOWS`` or
+    ``KEPT_TEXT`` is passed; a window larger than ``KEPT_TEXT`` is not kept."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, dict[str, tuple[RawMessage, MessageWithParts]]] = {}
+        # session id -> (its window's stored text length, its messages by id), least recent first
+        self._kept: dict[str, tuple[int, dict[str, tuple[RawMessage, MessageWithParts]]]] = {}
+        self._text = 0  # the stored text length of everything kept
 
     def of(self, session_id: str, found: dict[str, RawMessage]) -> list[MessageWithParts]:
-        before = self._kept.pop(session_id, {})
+        size, before = self._kept.pop(session_id, (0, {}))
+        self._text -= size
         now: dict[str, tuple[RawMessage, MessageWithParts]] = {}
+        size = 0
         for message_id, raw in found.items():
             kept = before.get(message_id)
             if kept is not None and kept[0].info == raw.info and kept[0].parts == raw.parts:
                 now[message_id] = kept
             else:
                 now[message_id] = (raw, raw.decode())
-        self._kept[session_id] = now  # the most recent last (dicts keep insertion order)
-        if len(self._kept) > KEPT_WINDOWS:
-            del self._kept[next(iter(self._kept))]
+            size += len(raw.info) + sum(map(len, raw.parts))
+        if size <= KEPT_TEXT:
+            self._kept[session_id] = (size, now)  # the most recent last (dicts keep insertion order)
+            self._text += size
+        while len(self._kept) > KEPT_WINDOWS or self._text > KEPT_TEXT:
+            self._text -= self._kept.pop(next(iter(self._kept)))[0]
         return [message for _, message in now.values()]
 
 

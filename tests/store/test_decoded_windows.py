@@ -43,3 +43,17 @@ def test_only_the_most_recently_read_sessions_are_kept(monkeypatch: pytest.Monke
     windows.of("s3", {"m": _raw("m", "s3")})  # over the limit: s2, read least recently, goes
     assert windows.of("s1", {"m": _raw("m", "s1")})[0] is kept["s1"]
     assert windows.of("s2", {"m": _raw("m", "s2")})[0] is not kept["s2"]
+
+
+def test_the_text_kept_is_bounded_and_a_window_over_the_bound_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    one = _raw("m", "s1", "x" * 100)
+    size = len(one.info) + len(one.parts[0])
+    monkeypatch.setattr(queries, "KEPT_TEXT", 2 * size + 10)
+    windows = DecodedWindows()
+    kept = {sid: windows.of(sid, {"m": _raw("m", "s1", "x" * 100)})[0] for sid in ("a", "b")}
+    windows.of("c", {"m": _raw("m", "s1", "x" * 100)})  # a third as large: a, the least recent, goes
+    assert windows.of("b", {"m": _raw("m", "s1", "x" * 100)})[0] is kept["b"]
+    assert windows.of("a", {"m": _raw("m", "s1", "x" * 100)})[0] is not kept["a"]
+    big = {"m": _raw("m", "big", "y" * 1000)}
+    first = windows.of("big", big)[0]
+    assert windows.of("big", big)[0] is not first  # larger than the bound: never kept
