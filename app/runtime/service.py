@@ -74,7 +74,7 @@ class Runtime:
         self.formatters = Formatters(infra.config)
         self.lsp = LanguageServers(infra.config, self._publish_instance_event)
         # MCP servers, per directory; on a shared database, changed at run time by any process.
-        mcp_changes = SharedChanges(infra.db, infra.log.origin) if infra.db.shared else OneProcess()
+        mcp_changes = SharedChanges(infra.db) if infra.db.shared else OneProcess()
         self.extensions = Extensions(infra.config, mcp_changes)
         self.prompting = prompting = Prompting(
             infra.log,

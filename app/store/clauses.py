@@ -173,7 +173,6 @@ ALL_CREDENTIALS = Clause(select(credentials.c.provider_id, credentials.c.info))
 DELETE_CREDENTIAL = Clause(delete(credentials).where(credentials.c.provider_id == bindparam("provider_id")))
 UPSERT_MCP_CHANGE = _upsert(mcp_changes)
 ALL_MCP_CHANGES = Clause(select(mcp_changes).order_by(mcp_changes.c.version))
-CLEAR_MCP_CHANGES = Clause(delete(mcp_changes))
 
 
 INSERT_SUMMARY = Clause(snapshots.insert().values({c.name: bindparam(c.name) for c in snapshots.columns}))

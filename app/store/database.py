@@ -400,11 +400,6 @@ class Database(ABC):
         """Those of ``origins`` whose presence nobody holds now (shared engines)."""
         raise NotImplementedError(f"{type(self).__name__} has no presence")
 
-    async def others_present(self, origin: str) -> bool:
-        """Whether a connection holds the presence of another process than ``origin`` (shared
-        engines)."""
-        raise NotImplementedError(f"{type(self).__name__} has no presence")
-
     async def execute_alone(self, statement: Statement, params: Params) -> list[Row]:
         """Run one write statement in a transaction of its own, outside this process's writer
         queue where the engine allows (PostgreSQL: on a pooled connection, one round trip), and

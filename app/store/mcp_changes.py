@@ -55,7 +55,3 @@ async def record(
         },
     )
     return change
-
-
-def forget_all(scope: WriteScope) -> None:
-    scope.execute(sql.CLEAR_MCP_CHANGES, {})

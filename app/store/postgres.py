@@ -334,12 +334,6 @@ STALLED_AFTER_S = 10.0
 # second is the hash of the process's origin.
 PRESENCE_LOCKS = 0x6F736573
 _PRESENT = "SELECT pg_advisory_lock_shared($1, hashtext($2))"
-_OTHERS = """
-SELECT EXISTS (
-    SELECT 1 FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND classid = $1 AND objid <> hashtext($2)::oid AND objsubid = 2
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
-"""
 _ABSENT = """
 SELECT origin FROM unnest($1::text[]) AS origin WHERE NOT EXISTS (
     SELECT 1 FROM pg_locks
@@ -483,11 +477,6 @@ class PostgresDatabase(Database):
         with _reachable(self.url, connecting=True):
             async with self._readers.connection() as conn:
                 return {row[0] for row in await conn.fetch(_ABSENT, origins, PRESENCE_LOCKS)}
-
-    async def others_present(self, origin: str) -> bool:
-        with _reachable(self.url, connecting=True):
-            async with self._readers.connection() as conn:
-                return bool(await conn.fetchval(_OTHERS, PRESENCE_LOCKS, origin))
 
     async def notify(self, channel: str, *payloads: str) -> None:
         with _reachable(self.url, connecting=True):

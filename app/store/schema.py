@@ -239,8 +239,7 @@ credentials = Table(
 # MCP servers added, connected or disconnected at run time (``POST /mcp``, ``/mcp/:name/connect``
 # and ``/disconnect``) on a database several processes share: per directory and server name the
 # latest change, ``config`` as JSON (NULL: as opencode.json configures the server) and ``enabled``;
-# ``version`` orders the changes of the whole cluster. Cleared by a process that starts alone (a
-# restart of the whole cluster forgets them, as a restart of OpenCode forgets its own).
+# ``version`` orders the changes of the whole cluster. Kept until changed again, restarts included.
 mcp_changes = Table(
     "mcp_changes",
     metadata,

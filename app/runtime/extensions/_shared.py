@@ -6,9 +6,12 @@ database several processes share every process must offer the same servers (a tu
 by any, a status read may land on any), so a change is recorded in the database
 (``app.store.mcp_changes``) before it is made, and every process applies the others': it hears of
 one by a notification once it has committed, or within seconds anyway (``app.store.following``).
-A directory a process has not used yet gets the changes when it is first used. A process that starts with no
-other running clears them: the whole cluster restarted, which forgets them as a restart of one
-OpenCode server does."""
+A directory a process has not used yet gets the changes when it is first used.
+
+Unlike one process, a cluster keeps them across restarts, until they are changed again: a process
+that starts cannot tell a restart of the whole cluster from one where the others' connections to
+the database are being made again (after a restart of PostgreSQL), and clearing them in the
+second case would leave the processes offering different servers."""
 
 from __future__ import annotations
 
@@ -58,9 +61,8 @@ class OneProcess:
 
 
 class SharedChanges:
-    def __init__(self, db: Database, origin: str) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
-        self._origin = origin
         self._known: dict[tuple[str, str], McpChange] = {}
         self._recording: set[tuple[str, str]] = set()  # changes being made here: not to apply
         self._apply: Apply | None = None
@@ -68,10 +70,6 @@ class SharedChanges:
 
     async def start(self, apply: Apply) -> None:
         self._apply = apply
-        if not await self._db.others_present(self._origin):
-            async with self._db.write(urgent=True) as scope:
-                await scope.hold(mcp_changes.HOLD)
-                mcp_changes.forget_all(scope)
         await self._following.start()
 
     async def stop(self) -> None:
