@@ -3,7 +3,8 @@
 Server processes on one PostgreSQL database behind the shipped nginx configuration, clients
 prompting through it (legacy ``prompt_async``, V2 prompts and synchronous prompts), a user
 aborting turns and forking sessions, and two users having the model write a file then undoing
-and redoing the turn, and a user making and removing worktrees, while processes are killed
+and redoing the turn, a user making and removing worktrees, and one changing the provider's key
+and an MCP server added at run time, while processes are killed
 (``kill -9``) or stopped (SIGTERM) and started again at random, and with ``--pg`` PostgreSQL
 itself is restarted.
 
@@ -21,7 +22,9 @@ nginx and resumed with ``Last-Event-ID`` after each break, delivers ``seq`` 1 to
 last, in order, each once; the legacy ``/event`` stream's durable frames arrive in ascending id
 order; a worktree create sent again with its Idempotency-Key until answered made one worktree,
 filled and listed (or, once its removal was answered, none), and nothing else is left in the
-project's worktrees, branches or data directory; and no request gets a 500. The exit status is
+project's worktrees, branches or data directory; every process, asked directly at the end,
+has the key and the MCP server's status the last answered change left (or one sent after it);
+and no request gets a 500. The exit status is
 1 when something broke.
 
 Everything runs on 127.0.0.1 (a throw-away PostgreSQL cluster from the system's binaries, nginx,
@@ -107,6 +110,9 @@ class Record:
     undo_problems: list[str] = field(default_factory=list)  # files an answered revert left wrong
     worktrees: dict[str, set[str]] = field(default_factory=lambda: collections.defaultdict(set))  # key -> answers
     removed: set[str] = field(default_factory=set)  # worktrees whose removal was answered 200
+    # What every process must agree on once the chaos is over (the provider key's label, the MCP
+    # server's status): the values it may have, the last answered change's, or any sent after it.
+    settled: dict[str, set[str]] = field(default_factory=dict)
 
 
 V2_ROUTE = "/api/session/{}/prompt"
@@ -278,6 +284,59 @@ def _builder(url: str, record: Record, rng: random.Random, stop: threading.Event
                 directory = sorted(record.worktrees[key])[0]
                 if _until_answered(http, record, "worktree remove", "DELETE", {"directory": directory}) is not None:
                     record.removed.add(directory)
+
+
+MCP_SERVER = ROOT / "tests" / "mcp_server.py"
+
+
+def _configurer(url: str, record: Record, rng: random.Random, stop: threading.Event) -> None:
+    """A user changing what every process must then offer alike: the provider's key (connected
+    under a label naming it) and an MCP server added at run time, then switched off and on."""
+    mcp = {"type": "local", "command": [sys.executable, str(MCP_SERVER), "stdio", "chaos"]}
+
+    def change(what: str, value: str, method: str, path: str, body: Any, ok: int) -> None:
+        try:
+            answer = http.request(method, path, json=body)
+        except httpx.HTTPError:
+            record.counts[f"{what} cut off"] += 1
+            record.settled.setdefault(what, set()).add(value)  # may have been made
+            return
+        record.counts[f"{what} {answer.status_code}"] += 1
+        if answer.status_code == ok:
+            record.settled[what] = {value}
+        elif answer.status_code >= 500:
+            if answer.status_code == 500:
+                record.errors.append(f"{method} {path}: {answer.text[:300]}")
+            record.settled.setdefault(what, set()).add(value)
+
+    with httpx.Client(base_url=url, timeout=60) as http:
+        changes = 0
+        while not stop.wait(rng.uniform(0.3, 1.2)):
+            changes += 1
+            if "mcp" not in record.settled:
+                change("mcp", "connected", "POST", "/mcp", {"name": "chaos", "config": mcp}, 200)
+            elif rng.random() < 0.5:
+                label = f"key-{changes}"
+                body = {"key": f"sk-{changes}", "label": label}
+                change("key", label, "POST", "/api/integration/deepseek/connect/key", body, 204)
+            else:
+                on = rng.random() < 0.5
+                path = f"/mcp/chaos/{'connect' if on else 'disconnect'}"
+                change("mcp", "connected" if on else "disabled", "POST", path, None, 200)
+
+
+def _agreement_problems(servers: list[ProcessServer], record: Record) -> list[str]:
+    """Each process, asked directly, offers what the configurer's changes left (``settled``)."""
+    problems = []
+    for server in servers:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            connections = http.get("/api/integration/deepseek").json()["data"]["connections"]
+            seen = {"key": next((c["label"] for c in connections if c["type"] == "credential"), "none")}
+            seen["mcp"] = (http.get("/mcp").json().get("chaos") or {}).get("status", "none")
+        for what, value in seen.items():
+            if what in record.settled and value not in record.settled[what]:
+                problems.append(f"{server.url} has {what} {value}, expected one of {sorted(record.settled[what])}")
+    return problems
 
 
 def _idle(http: httpx.Client, session_id: str, stop: threading.Event) -> bool:
@@ -489,6 +548,10 @@ def _drive(
                 undoer.start()
             builder = threading.Thread(target=_builder, args=(url, record, random.Random(rng.random()), stop_clients))
             builder.start()
+            configurer = threading.Thread(
+                target=_configurer, args=(url, record, random.Random(rng.random()), stop_clients)
+            )
+            configurer.start()
             try:
                 _chaos(servers, cluster, options, record, rng)
             finally:
@@ -499,6 +562,7 @@ def _drive(
             for undoer in undoers:
                 undoer.join()
             builder.join()
+            configurer.join()
         for sid in sessions[:ABORTED_SESSIONS]:  # wakes the V2 prompts an abort left parked
             text = f"quick wake {sid}"
             record.routes[text], record.sent_at[text] = ROUTES[0][0], time.monotonic()
@@ -515,6 +579,7 @@ def _drive(
         time.sleep(WORKTREE_SWEEP_S)  # the adds and fills a death cut short are finished by then
         trees = worktree_problems(url, project, record.worktrees, record.removed)
         problems = _problems(http, sessions, record) + record.undo_problems + trees + busy_left
+        problems += _agreement_problems(servers, record)  # after the sweep's wait: every refresh is done
         if problems and options.keep is not None:
             _keep_histories(http, sessions + undone, options.keep)
         return problems
