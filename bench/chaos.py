@@ -50,6 +50,7 @@ import json
 import random
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -90,6 +91,7 @@ REVERTED_SESSIONS = 2
 RETRIES = 60  # how often a client sends a worktree request again before it gives up
 SETTLE_S = 90.0  # how long the sessions may take to go idle once the chaos is over
 WORKTREE_SWEEP_S = 12.0  # two sweeps of every process (app/runtime/worktrees/_fills.py)
+STOP_WAIT_S = 30.0  # a SIGTERMed process ends well within (its graceful time is 5 s)
 
 
 @dataclass
@@ -113,6 +115,7 @@ class Record:
     # What every process must agree on once the chaos is over (the provider key's label, the MCP
     # server's status): the values it may have, the last answered change's, or any sent after it.
     settled: dict[str, set[str]] = field(default_factory=dict)
+    hangs: list[str] = field(default_factory=list)  # processes that did not end after SIGTERM
 
 
 V2_ROUTE = "/api/session/{}/prompt"
@@ -409,9 +412,24 @@ def _chaos(
             victim.kill9()
         else:
             victim.proc.terminate()
-            victim.proc.wait(timeout=30)
+            try:
+                victim.proc.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:  # a problem of its own: say where it waits, go on
+                last = "\n".join(victim.log.read_text(errors="replace").splitlines()[-40:])
+                stacks = _stacks(victim)
+                record.hangs.append(f"{victim.url} still running {STOP_WAIT_S:g} s after SIGTERM:\n{stacks}\n{last}")
+                victim.kill9()
         time.sleep(rng.uniform(0.2, 2))
         victim.start()
+
+
+def _stacks(server: ProcessServer) -> str:
+    """The process's Python stacks (every thread and task's frame), by py-spy when it is installed."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists() or server.proc is None:
+        return "(py-spy is not installed: no stacks)"
+    dump = subprocess.run([str(spy), "dump", "--pid", str(server.proc.pid)], capture_output=True, text=True, timeout=60)
+    return dump.stdout or dump.stderr
 
 
 def _problems(http: httpx.Client, sessions: list[str], record: Record) -> list[str]:
@@ -580,6 +598,7 @@ def _drive(
         trees = worktree_problems(url, project, record.worktrees, record.removed)
         problems = _problems(http, sessions, record) + record.undo_problems + trees + busy_left
         problems += _agreement_problems(servers, record)  # after the sweep's wait: every refresh is done
+        problems += record.hangs
         if problems and options.keep is not None:
             _keep_histories(http, sessions + undone, options.keep)
         return problems

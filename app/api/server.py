@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import io
+import logging
 import socket
 from contextlib import suppress
 from typing import Any
@@ -55,6 +57,10 @@ from app.runtime.service import Runtime
 YOUNG_OBJECTS = 10_000  # the youngest generation's collection threshold (see the module's doc)
 TICK_S = 0.1  # how often uvicorn's housekeeping (``on_tick``: the Date header, limits) runs
 CLOSING_POLL_S = 0.01  # how often a shutdown looks whether its connections and tasks are done
+# A shutdown still going after this long logs where every task waits: a stop that hangs says where.
+STUCK_STOP_S = 20.0
+
+log = logging.getLogger("opensession.server")
 
 
 class Server(uvicorn.Server):
@@ -102,6 +108,13 @@ class Server(uvicorn.Server):
         """uvicorn's steps in its order (stop listening, ask each connection to finish, wait for
         them up to the graceful timeout, then the lifespan's shutdown), but the event streams are
         ended and the sessions handed off first, so requests waiting on them get answers."""
+        stuck = asyncio.get_running_loop().call_later(STUCK_STOP_S, _log_waiting_tasks)
+        try:
+            await self._shutdown(sockets)
+        finally:
+            stuck.cancel()
+
+    async def _shutdown(self, sockets: list[socket.socket] | None) -> None:
         self._runtime.feeds.close()
         await self._runtime.hand_off()
         for server in self.servers:
@@ -137,3 +150,11 @@ def _passed_on_unanswered(connection: Any) -> bool:
     if cycle is None or scope is None or cycle.response_started:
         return False
     return any(name == b"x-forwarded-for" for name, _ in scope.get("headers", ()))
+
+
+def _log_waiting_tasks() -> None:
+    """Where each task of a shutdown that takes too long waits (its coroutine's stack)."""
+    for task in asyncio.all_tasks():
+        stack = io.StringIO()
+        task.print_stack(file=stack)
+        log.warning("stopping for %g s, still waiting: %s\n%s", STUCK_STOP_S, task.get_name(), stack.getvalue())

@@ -24,6 +24,7 @@ class Following:
         self._read = read
         self._wanted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     async def start(self) -> None:
         """Listen for the others' changes and read the table now, then keep reading it."""
@@ -32,10 +33,13 @@ class Following:
         self._task = asyncio.create_task(self._keep_current(), name=f"following:{self._channel}")
 
     async def stop(self) -> None:
+        """Ends the reads, one under way too; the loop also ends on its own at its next round,
+        should a callee swallow the cancellation."""
+        self._stopped = True
+        self._wanted.set()
         if self._task is not None:
             self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.gather(self._task, return_exceptions=True)  # a cancelled caller still is
             self._task = None
 
     def again(self) -> None:
@@ -55,6 +59,8 @@ class Following:
                 async with asyncio.timeout(REFRESH_S):
                     await self._wanted.wait()
             self._wanted.clear()
+            if self._stopped:
+                return
             try:
                 await self._read()
             except Exception:  # the database may be away: the next round reads again

@@ -94,9 +94,16 @@ class Connection:
         if task is not None and not task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(task), STOP_SECONDS)
-            except (TimeoutError, asyncio.CancelledError):
+            except TimeoutError:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+            except asyncio.CancelledError:
+                # The caller was cancelled (a stopping server): the connection ends all the same,
+                # and so does the caller. Swallowed, the caller would go on as if never cancelled
+                # (a loop then waits for good, and the shutdown with it).
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise
         if status is not None:
             self.status = status
 
