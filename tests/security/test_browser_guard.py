@@ -277,3 +277,21 @@ def test_every_route_but_the_shared_pages_and_probes_needs_the_password(guarded:
                 asked += 1
     assert asked > 200  # the document listed the routes
     assert {"/event", "/global/event", "/api/event"} <= set(spec["paths"])
+
+
+def test_a_foreign_page_cannot_add_an_mcp_server_or_plant_a_provider_key(client: httpx.Client, tmp_path: Path) -> None:
+    """``POST /mcp`` starts the command it is given (on every process of a cluster), and a saved
+    key is used by every turn: neither by a text/plain body nor with a foreign Origin."""
+    marker = tmp_path / "started"
+    command = ["sh", "-c", f"touch {marker}"]
+    mcp = {"name": "planted", "config": {"type": "local", "command": command}}
+    key = {"type": "api", "key": "sk-planted"}
+    for method, path, body in (("POST", "/mcp", mcp), ("PUT", "/auth/openai", key)):
+        plain = client.request(method, path, content=json.dumps(body), headers={"content-type": "text/plain"})
+        assert plain.status_code == 415, path
+        forged = client.request(method, path, json=body, headers={"Origin": FOREIGN})
+        assert forged.status_code == 403, path
+    assert client.get("/mcp").json() == {}
+    assert not marker.exists()
+    connections = client.get("/api/integration/openai").json()["data"]["connections"]
+    assert [c for c in connections if c["type"] == "credential"] == []
