@@ -35,13 +35,13 @@ async def every(reader: Reader) -> list[McpChange]:
 
 
 async def record(
-    scope: WriteScope, directory: str, name: str, config: dict[str, Any] | None, enabled: bool, *, keep_config: bool
+    scope: WriteScope, directory: str, name: str, config: dict[str, Any] | None, enabled: bool
 ) -> McpChange:
-    """Record a change of ``name`` in ``directory`` (``keep_config``: the configuration stays
-    what the last change gave it) as the cluster's newest."""
+    """Record a change of ``name`` in ``directory`` as the cluster's newest (``config`` None: the
+    configuration stays what the last change gave it)."""
     await scope.hold(HOLD)
     changes = await every(scope)
-    if keep_config:
+    if config is None:
         config = next((c.config for c in changes if (c.directory, c.name) == (directory, name)), None)
     change = McpChange(directory, name, config, enabled, max((c.version for c in changes), default=0) + 1)
     scope.execute(

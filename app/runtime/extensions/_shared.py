@@ -80,7 +80,7 @@ class SharedChanges:
         self._recording.add(key)
         try:
             async with self._db.write(urgent=True) as scope:
-                change = await mcp_changes.record(scope, directory, name, config, enabled, keep_config=config is None)
+                change = await mcp_changes.record(scope, directory, name, config, enabled)
             self._known[key] = change  # made here by the caller: not applied again
         finally:
             self._recording.discard(key)
