@@ -190,9 +190,7 @@ class ClusterRelay:
                     await asyncio.sleep(0.005)
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
     def _heard_lately(self) -> dict[str, float]:

@@ -617,6 +617,7 @@ class ClusterTopology:
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for its end; a caller cancelled meanwhile is cancelled still
+    (``gather``; ``suppress`` around an ``await`` would swallow the caller's cancellation)."""
     task.cancel()
-    with suppress(asyncio.CancelledError):
-        await task
+    await asyncio.gather(task, return_exceptions=True)

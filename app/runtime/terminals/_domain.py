@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from contextlib import suppress
 from typing import Any
 
 from app import ids
@@ -268,8 +267,7 @@ class Terminals:
         ``pty_orphan_seconds`` pass without one); with ``pty_orphan_seconds`` 0 they end now."""
         if self._taking_up is not None:
             self._taking_up.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._taking_up
+            await asyncio.gather(self._taking_up, return_exceptions=True)
         await self._keepers.close()
         await asyncio.gather(*self._recording, return_exceptions=True)
         left = [t for t in self._terminals.values() if t.running and self._orphan_seconds > 0]

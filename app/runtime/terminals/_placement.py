@@ -142,8 +142,7 @@ class Shared:
         row again, and until then a request for it waits for that (``app/api/pty_forward.py``)."""
         if self._renewing is not None:
             self._renewing.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._renewing
+            await asyncio.gather(self._renewing, return_exceptions=True)
         with suppress(Exception):
             async with self._db.write() as scope:
                 for terminal in self._held():

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from contextlib import suppress
 
 TARGET_LAG_S = 0.008  # a tick later than this means the loop is saturated
 TICK_S = 0.010
@@ -107,8 +106,7 @@ class StepPacer:
         ticker = self._ticker
         if ticker is not None:
             ticker.cancel()
-            with suppress(asyncio.CancelledError):
-                await ticker
+            await asyncio.gather(ticker, return_exceptions=True)
 
 
 class Slot:
