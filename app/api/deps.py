@@ -131,8 +131,23 @@ IdempotencyKeyDep = Annotated[str | None, Depends(idempotency_key)]
 
 SettingsDep = Annotated[Settings, _service(lambda runtime: runtime.settings)]
 ConfigDep = Annotated[ConfigLoader, _service(lambda runtime: runtime.config)]
-ProvidersDep = Annotated[ProviderRegistry, _service(lambda runtime: runtime.registry)]
-CredentialsDep = Annotated[Credentials, _service(lambda runtime: runtime.registry.credentials)]
+
+
+def _with_current_credentials(pick: Callable[[Runtime], T]) -> Any:
+    """``_service`` for the routes that show providers or credentials: the saved credentials are
+    brought up to date first, so a change just made through another process of a cluster shows
+    (one read on a shared database; nothing with one process)."""
+
+    async def service(request: HTTPConnection) -> T:
+        runtime: Runtime = request.app.state.runtime
+        await runtime.registry.credentials.refresh()
+        return pick(runtime)
+
+    return Depends(service)
+
+
+ProvidersDep = Annotated[ProviderRegistry, _with_current_credentials(lambda runtime: runtime.registry)]
+CredentialsDep = Annotated[Credentials, _with_current_credentials(lambda runtime: runtime.registry.credentials)]
 EventLogDep = Annotated[EventLog, _service(lambda runtime: runtime.log)]
 EventSourcesDep = Annotated[
     EventSources,
@@ -156,8 +171,17 @@ CommandsDep = Annotated[Commands, _service(lambda runtime: runtime.commands)]
 SkillsDep = Annotated[Skills, _service(lambda runtime: runtime.skills)]
 TodosDep = Annotated[TodoStore, _service(lambda runtime: runtime.tool_state.todos)]
 ToolSettingsDep = Annotated[ToolSettings, _service(lambda runtime: runtime.tool_state.settings)]
-ExtensionsDep = Annotated[Extensions, _service(lambda runtime: runtime.extensions)]
-IntegrationsDep = Annotated[Integrations, _service(lambda runtime: runtime.integrations)]
+
+
+async def _current_extensions(request: HTTPConnection) -> Extensions:
+    """The MCP servers, with the run-time changes another process of a cluster just made."""
+    extensions: Extensions = request.app.state.runtime.extensions
+    await extensions.refresh()
+    return extensions
+
+
+ExtensionsDep = Annotated[Extensions, Depends(_current_extensions)]
+IntegrationsDep = Annotated[Integrations, _with_current_credentials(lambda runtime: runtime.integrations)]
 TerminalsDep = Annotated[Terminals, _service(lambda runtime: runtime.terminals)]
 WorkspaceDep = Annotated[Workspace, _service(lambda runtime: runtime.workspace)]
 WorktreesDep = Annotated[Worktrees, _service(lambda runtime: runtime.worktrees)]

@@ -51,6 +51,10 @@ class Keeper(Protocol):
         other change in between (on any process that shares them)."""
         ...
 
+    async def refresh(self) -> None:
+        """Bring ``current`` up to every change committed by now (another process's too)."""
+        ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -84,6 +88,9 @@ class CredentialFile:
 
     async def stop(self) -> None:
         pass
+
+    async def refresh(self) -> None:
+        pass  # ``current`` reads the file again whenever it changed
 
     def _load(self) -> tuple[int, int] | None:
         try:
@@ -131,6 +138,11 @@ class Credentials:
 
     def _saved(self) -> Saved:
         return self.keeper.current()[1]
+
+    async def refresh(self) -> None:
+        """Before a client is shown them: what another process changed an instant ago included
+        (its notification may not have arrived yet)."""
+        await self.keeper.refresh()
 
     def all(self) -> Saved:
         """Every saved credential by provider id (a copy)."""

@@ -45,6 +45,9 @@ class SharedCredentials:
     async def stop(self) -> None:
         await self._following.stop()
 
+    async def refresh(self) -> None:
+        await self._read()
+
     async def change(self, edit: Edit) -> None:
         async with self._db.write(urgent=True) as scope:
             await scope.hold(HOLD)

@@ -97,3 +97,15 @@ async def test_concurrent_changes_from_two_processes_lose_none(two: tuple[Creden
         *((a if i % 2 else b).set(provider, {"type": "api", "key": f"k{i}"}) for i, provider in enumerate(providers))
     )
     await _until(lambda: set(providers) <= set(a.all()) and set(providers) <= set(b.all()))
+
+
+async def test_a_refresh_shows_a_change_just_made_elsewhere(two: tuple[Credentials, Credentials]) -> None:
+    """What the routes do before they show credentials: no waiting for the notification."""
+    a, b = two
+    for round_ in range(10):
+        await a.set("mistral", {"type": "api", "key": f"sk-{round_}"})
+        await b.refresh()
+        assert b.api_key("mistral") == f"sk-{round_}", round_
+        await b.remove("mistral")
+        await a.refresh()
+        assert a.get("mistral") is None, round_

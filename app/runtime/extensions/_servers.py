@@ -40,6 +40,10 @@ class Extensions:
     async def start(self) -> None:
         await self._changes.start(self._apply)
 
+    async def refresh(self) -> None:
+        """Before a client is shown the servers: with every run-time change made by now."""
+        await self._changes.refresh()
+
     def warm(self, directory: str) -> dict[str, Connection]:
         """The directory's servers, starting any configured or changed at run time and not seen
         yet (without waiting)."""

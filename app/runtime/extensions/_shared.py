@@ -45,6 +45,10 @@ class RunTimeChanges(Protocol):
         """The directory's changes this process knows, oldest first."""
         ...
 
+    async def refresh(self) -> None:
+        """Apply every change committed by now (another process's notification may be on its way)."""
+        ...
+
 
 class OneProcess:
     async def start(self, apply: Apply) -> None:
@@ -58,6 +62,9 @@ class OneProcess:
 
     def of(self, directory: str) -> list[McpChange]:
         return []
+
+    async def refresh(self) -> None:
+        pass
 
 
 class SharedChanges:
@@ -74,6 +81,9 @@ class SharedChanges:
 
     async def stop(self) -> None:
         await self._following.stop()
+
+    async def refresh(self) -> None:
+        await self._read()
 
     async def record(self, directory: str, name: str, config: dict[str, Any] | None, *, enabled: bool) -> None:
         key = (directory, name)
