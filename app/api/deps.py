@@ -9,7 +9,7 @@ only reads the runtime, so naming two costs a route two cheap calls and nothing 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 from urllib.parse import unquote
 
@@ -133,21 +133,26 @@ SettingsDep = Annotated[Settings, _service(lambda runtime: runtime.settings)]
 ConfigDep = Annotated[ConfigLoader, _service(lambda runtime: runtime.config)]
 
 
-def _with_current_credentials(pick: Callable[[Runtime], T]) -> Any:
-    """``_service`` for the routes that show providers or credentials: the saved credentials are
-    brought up to date first, so a change just made through another process of a cluster shows
-    (one read on a shared database; nothing with one process)."""
+def _current(refresh: Callable[[Runtime], Awaitable[None]], pick: Callable[[Runtime], T]) -> Any:
+    """``_service`` for the routes that show what every process of a cluster shares and follows
+    (saved credentials, run-time MCP changes): ``refresh`` brings this process's copy up to date
+    first, so a change just made through another process shows (one read on a shared database;
+    nothing with one process)."""
 
     async def service(request: HTTPConnection) -> T:
         runtime: Runtime = request.app.state.runtime
-        await runtime.registry.credentials.refresh()
+        await refresh(runtime)
         return pick(runtime)
 
     return Depends(service)
 
 
-ProvidersDep = Annotated[ProviderRegistry, _with_current_credentials(lambda runtime: runtime.registry)]
-CredentialsDep = Annotated[Credentials, _with_current_credentials(lambda runtime: runtime.registry.credentials)]
+def _credentials(runtime: Runtime) -> Awaitable[None]:
+    return runtime.registry.credentials.refresh()
+
+
+ProvidersDep = Annotated[ProviderRegistry, _current(_credentials, lambda runtime: runtime.registry)]
+CredentialsDep = Annotated[Credentials, _current(_credentials, lambda runtime: runtime.registry.credentials)]
 EventLogDep = Annotated[EventLog, _service(lambda runtime: runtime.log)]
 EventSourcesDep = Annotated[
     EventSources,
@@ -173,15 +178,10 @@ TodosDep = Annotated[TodoStore, _service(lambda runtime: runtime.tool_state.todo
 ToolSettingsDep = Annotated[ToolSettings, _service(lambda runtime: runtime.tool_state.settings)]
 
 
-async def _current_extensions(request: HTTPConnection) -> Extensions:
-    """The MCP servers, with the run-time changes another process of a cluster just made."""
-    extensions: Extensions = request.app.state.runtime.extensions
-    await extensions.refresh()
-    return extensions
-
-
-ExtensionsDep = Annotated[Extensions, Depends(_current_extensions)]
-IntegrationsDep = Annotated[Integrations, _with_current_credentials(lambda runtime: runtime.integrations)]
+ExtensionsDep = Annotated[
+    Extensions, _current(lambda runtime: runtime.extensions.refresh(), lambda runtime: runtime.extensions)
+]
+IntegrationsDep = Annotated[Integrations, _current(_credentials, lambda runtime: runtime.integrations)]
 TerminalsDep = Annotated[Terminals, _service(lambda runtime: runtime.terminals)]
 WorkspaceDep = Annotated[Workspace, _service(lambda runtime: runtime.workspace)]
 WorktreesDep = Annotated[Worktrees, _service(lambda runtime: runtime.worktrees)]
